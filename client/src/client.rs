@@ -1,0 +1,497 @@
+//! The connection to a cluster: endpoints, leader following and retries with the
+//! same request id.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leasehold_proto as pb;
+use leasehold_proto::admin_client::AdminClient;
+use leasehold_proto::leasehold_client::LeaseholdClient;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::error::{Error, Result};
+use crate::session::Session;
+
+/// The metadata key in which a follower names the leader's client address.
+pub const LEADER_METADATA_KEY: &str = "leasehold-leader";
+/// The endpoints of a cluster started by `cluster.sh`.
+pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103";
+/// How long one request keeps retrying (leader changes, lost connections) by default.
+pub const REQUEST_DEADLINE_MS_DEFAULT: u64 = 10_000;
+/// How long one attempt may take before it is abandoned and retried.
+pub const ATTEMPT_TIMEOUT_MS: u64 = 2_000;
+/// Pause between attempts when no leader is known.
+pub const RETRY_PAUSE_MS: u64 = 50;
+pub const CONNECT_TIMEOUT_MS: u64 = 500;
+
+/// A client of one Leasehold cluster. Cheap to clone; clones share connections and
+/// the request id sequence.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    endpoints: Vec<String>,
+    channels: Mutex<BTreeMap<String, Channel>>,
+    /// The endpoint that answered last, or that a follower named as leader.
+    preferred: Mutex<usize>,
+    /// Random per client, so request ids of two processes never collide.
+    client_id: u64,
+    sequence: AtomicU64,
+    pub(crate) request_deadline: Duration,
+    pub(crate) client_name: String,
+}
+
+/// Parses "a:1,b:2" (or a list) into endpoints.
+pub fn parse_endpoints(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(|endpoint| endpoint.trim().to_string())
+        .filter(|endpoint| !endpoint.is_empty())
+        .collect()
+}
+
+fn strip_scheme(endpoint: &str) -> String {
+    endpoint.trim_start_matches("http://").to_string()
+}
+
+/// The outcome of one attempt, as the retry loop sees it.
+enum Attempt<T> {
+    Done(T),
+    /// Not applied; try another node.
+    Redirect(Option<String>),
+    /// Sent but unanswered: may have been applied.
+    Lost(String),
+    Failed(Error),
+}
+
+impl Client {
+    /// Connects to a cluster through any of its nodes' client addresses. Fails if no
+    /// node answers.
+    pub async fn connect<I, S>(endpoints: I) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let client = Client::lazy(endpoints)?;
+        client.status_any().await?;
+        Ok(client)
+    }
+
+    /// Like `connect`, but does not contact the cluster until the first request.
+    pub fn lazy<I, S>(endpoints: I) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let endpoints: Vec<String> = endpoints
+            .into_iter()
+            .map(|endpoint| strip_scheme(endpoint.as_ref()))
+            .collect();
+        if endpoints.is_empty() {
+            return Err(Error::InvalidArgument("no endpoints given".into()));
+        }
+        let client_id = loop {
+            let id: u64 = rand::random();
+            if id != 0 {
+                break id;
+            }
+        };
+        let client_name = format!(
+            "{}:{}",
+            std::env::var("HOSTNAME")
+                .ok()
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| "host".into()),
+            std::process::id()
+        );
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                endpoints,
+                channels: Mutex::new(BTreeMap::new()),
+                preferred: Mutex::new(0),
+                client_id,
+                sequence: AtomicU64::new(1),
+                request_deadline: Duration::from_millis(REQUEST_DEADLINE_MS_DEFAULT),
+                client_name,
+            }),
+        })
+    }
+
+    /// Sets how long each request keeps retrying across leader changes.
+    pub fn with_request_deadline(mut self, deadline: Duration) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("set before cloning")
+            .request_deadline = deadline;
+        self
+    }
+
+    /// Sets the name shown for this client's sessions in describe output.
+    pub fn with_client_name(mut self, name: impl Into<String>) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("set before cloning")
+            .client_name = name.into();
+        self
+    }
+
+    pub fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+
+    pub(crate) fn next_request_id(&self) -> pb::RequestId {
+        pb::RequestId {
+            client_id: self.inner.client_id,
+            sequence: self.inner.sequence.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn channel(&self, endpoint: &str) -> Result<Channel> {
+        let mut channels = self.inner.channels.lock().unwrap();
+        if let Some(channel) = channels.get(endpoint) {
+            return Ok(channel.clone());
+        }
+        let channel = Endpoint::from_shared(format!("http://{endpoint}"))
+            .map_err(|error| Error::InvalidArgument(format!("endpoint {endpoint:?}: {error}")))?
+            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(Duration::from_secs(2))
+            .keep_alive_while_idle(true)
+            .connect_lazy();
+        channels.insert(endpoint.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    pub(crate) fn preferred_endpoint(&self) -> String {
+        let preferred = *self.inner.preferred.lock().unwrap();
+        self.inner.endpoints[preferred % self.inner.endpoints.len()].clone()
+    }
+
+    fn prefer(&self, endpoint: Option<&str>) {
+        let mut preferred = self.inner.preferred.lock().unwrap();
+        match endpoint.and_then(|endpoint| {
+            self.inner
+                .endpoints
+                .iter()
+                .position(|known| known == endpoint)
+        }) {
+            Some(position) => *preferred = position,
+            None => *preferred = (*preferred + 1) % self.inner.endpoints.len(),
+        }
+    }
+
+    /// Points the next attempt at the leader a status names, or at the next node.
+    pub(crate) fn follow_hint(&self, status: &Status) {
+        let leader = status
+            .metadata()
+            .get(LEADER_METADATA_KEY)
+            .and_then(|value| value.to_str().ok());
+        match leader.and_then(|leader| self.learn_endpoint(leader)) {
+            Some(leader) => self.prefer(Some(&leader)),
+            None => self.prefer(None),
+        }
+    }
+
+    /// Points the next attempt at the next node.
+    pub(crate) fn rotate(&self) {
+        self.prefer(None);
+    }
+
+    /// A leader named by a follower that is not among the configured endpoints is
+    /// still followed (the cluster may have grown).
+    fn learn_endpoint(&self, endpoint: &str) -> Option<String> {
+        if self.inner.endpoints.iter().any(|known| known == endpoint) {
+            Some(endpoint.to_string())
+        } else {
+            None
+        }
+    }
+
+    /// Runs `call` against the leader, following redirects and retrying lost
+    /// attempts until the request deadline. `call` must be safe to repeat: mutating
+    /// calls carry the same request id on every attempt.
+    pub(crate) async fn with_leader<T, F, Fut>(
+        &self,
+        what: &str,
+        deadline: Duration,
+        call: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Status>>,
+    {
+        self.with_leader_patient(
+            what,
+            deadline,
+            Duration::from_millis(ATTEMPT_TIMEOUT_MS),
+            call,
+        )
+        .await
+    }
+
+    /// `with_leader` for calls that may legitimately take long (a blocking acquire):
+    /// each attempt may take up to `attempt_timeout`.
+    pub(crate) async fn with_leader_patient<T, F, Fut>(
+        &self,
+        what: &str,
+        deadline: Duration,
+        attempt_timeout: Duration,
+        mut call: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Status>>,
+    {
+        let give_up = Instant::now() + deadline;
+        let mut sent_unanswered: Option<String> = None;
+        let mut last_error;
+        let mut redirect: Option<String> = None;
+        loop {
+            let endpoint = redirect.take().unwrap_or_else(|| self.preferred_endpoint());
+            let channel = self.channel(&endpoint)?;
+            let left = give_up.saturating_duration_since(Instant::now());
+            let limit = left.min(attempt_timeout).max(Duration::from_millis(1));
+            let attempt = match tokio::time::timeout(limit, call(channel)).await {
+                Ok(Ok(value)) => Attempt::Done(value),
+                Ok(Err(status)) => classify(&status, &endpoint),
+                Err(_) => Attempt::Lost(format!(
+                    "{endpoint} did not answer within {} ms",
+                    limit.as_millis()
+                )),
+            };
+            match attempt {
+                Attempt::Done(value) => {
+                    self.prefer(Some(&endpoint));
+                    return Ok(value);
+                }
+                Attempt::Failed(error) => return Err(error),
+                Attempt::Redirect(leader) => {
+                    last_error = format!("{endpoint} is not the leader");
+                    match leader
+                        .as_deref()
+                        .and_then(|leader| self.learn_endpoint(leader))
+                    {
+                        Some(leader) if leader != endpoint => {
+                            self.prefer(Some(&leader));
+                            redirect = Some(leader);
+                        }
+                        Some(leader) => {
+                            // A stale hint that names the node itself: wait for a new leader.
+                            redirect = None;
+                            self.prefer(Some(&leader));
+                            self.prefer(None);
+                            tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+                        }
+                        None => {
+                            self.prefer(None);
+                            tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+                        }
+                    }
+                }
+                Attempt::Lost(message) => {
+                    last_error = message.clone();
+                    sent_unanswered = Some(message);
+                    self.prefer(None);
+                    tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+                }
+            }
+            if Instant::now() >= give_up {
+                return Err(match sent_unanswered {
+                    Some(message) => Error::Indeterminate(format!("{what}: {message}")),
+                    None => Error::Unavailable(format!("{what}: {last_error}")),
+                });
+            }
+        }
+    }
+
+    /// Asks the nodes in turn until one answers with its status.
+    pub async fn status_any(&self) -> Result<pb::StatusResponse> {
+        let mut last = String::new();
+        for endpoint in &self.inner.endpoints {
+            match self.status_of(endpoint).await {
+                Ok(status) => return Ok(status),
+                Err(error) => last = error.to_string(),
+            }
+        }
+        Err(Error::Unavailable(format!("no node answered ({last})")))
+    }
+
+    /// One node's own view of the cluster.
+    pub async fn status_of(&self, endpoint: &str) -> Result<pb::StatusResponse> {
+        let mut admin = AdminClient::new(self.channel(endpoint)?);
+        let mut request = tonic::Request::new(pb::StatusRequest {});
+        request.set_timeout(Duration::from_millis(ATTEMPT_TIMEOUT_MS));
+        match tokio::time::timeout(
+            Duration::from_millis(ATTEMPT_TIMEOUT_MS),
+            admin.status(request),
+        )
+        .await
+        {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(Error::Unavailable(format!(
+                "{endpoint}: {}",
+                status.message()
+            ))),
+            Err(_) => Err(Error::Unavailable(format!("{endpoint}: no answer"))),
+        }
+    }
+
+    /// Creates a session with `ttl` and keeps it alive in the background until it is
+    /// closed or dropped.
+    pub async fn session(&self, ttl: Duration) -> Result<Session> {
+        Session::create(self.clone(), ttl).await
+    }
+
+    pub(crate) fn leasehold(channel: Channel) -> LeaseholdClient<Channel> {
+        LeaseholdClient::new(channel)
+    }
+
+    pub(crate) fn admin(channel: Channel) -> AdminClient<Channel> {
+        AdminClient::new(channel)
+    }
+
+    /// Whether `token` is still the current grant of lock `name` (linearizable).
+    pub async fn check_fence(&self, name: &str, token: u64) -> Result<pb::CheckFenceResponse> {
+        let request = pb::CheckFenceRequest {
+            name: name.to_string(),
+            token,
+        };
+        self.with_leader("check fence", self.inner.request_deadline, |channel| {
+            let request = request.clone();
+            async move {
+                Client::leasehold(channel)
+                    .check_fence(request)
+                    .await
+                    .map(|response| response.into_inner())
+            }
+        })
+        .await
+    }
+
+    pub async fn describe_lock(&self, name: &str, stale: bool) -> Result<pb::DescribeLockResponse> {
+        let request = pb::DescribeLockRequest {
+            name: name.to_string(),
+            stale,
+        };
+        self.with_leader("describe lock", self.inner.request_deadline, |channel| {
+            let request = request.clone();
+            async move {
+                Client::leasehold(channel)
+                    .describe_lock(request)
+                    .await
+                    .map(|response| response.into_inner())
+            }
+        })
+        .await
+    }
+
+    pub async fn describe_session(&self, session_id: u64) -> Result<pb::SessionInfo> {
+        let request = pb::DescribeSessionRequest {
+            session_id,
+            stale: false,
+        };
+        let response = self
+            .with_leader("describe session", self.inner.request_deadline, |channel| {
+                let request = request.clone();
+                async move {
+                    Client::leasehold(channel)
+                        .describe_session(request)
+                        .await
+                        .map(|response| response.into_inner())
+                }
+            })
+            .await?;
+        response
+            .session
+            .ok_or_else(|| Error::NotFound(format!("session {session_id}")))
+    }
+
+    pub async fn list_sessions(&self) -> Result<Vec<pb::SessionInfo>> {
+        let response = self
+            .with_leader(
+                "list sessions",
+                self.inner.request_deadline,
+                |channel| async move {
+                    Client::leasehold(channel)
+                        .list_sessions(pb::ListSessionsRequest { stale: false })
+                        .await
+                        .map(|response| response.into_inner())
+                },
+            )
+            .await?;
+        Ok(response.sessions)
+    }
+
+    pub async fn add_member(
+        &self,
+        node_id: u64,
+        client_addr: &str,
+        peer_addr: &str,
+        learner_only: bool,
+    ) -> Result<Vec<pb::Member>> {
+        let request = pb::AddMemberRequest {
+            node_id,
+            client_addr: client_addr.into(),
+            peer_addr: peer_addr.into(),
+            learner_only,
+        };
+        let response = self
+            .with_leader("add member", Duration::from_secs(60), |channel| {
+                let request = request.clone();
+                async move {
+                    let mut request = tonic::Request::new(request);
+                    request.set_timeout(Duration::from_secs(60));
+                    Client::admin(channel)
+                        .add_member(request)
+                        .await
+                        .map(|response| response.into_inner())
+                }
+            })
+            .await?;
+        Ok(response.members)
+    }
+
+    pub async fn remove_member(&self, node_id: u64) -> Result<Vec<pb::Member>> {
+        let request = pb::RemoveMemberRequest { node_id };
+        let response = self
+            .with_leader("remove member", Duration::from_secs(30), |channel| {
+                let request = request.clone();
+                async move {
+                    Client::admin(channel)
+                        .remove_member(request)
+                        .await
+                        .map(|response| response.into_inner())
+                }
+            })
+            .await?;
+        Ok(response.members)
+    }
+}
+
+fn classify<T>(status: &Status, endpoint: &str) -> Attempt<T> {
+    match status.code() {
+        Code::Unavailable => {
+            let leader = status
+                .metadata()
+                .get(LEADER_METADATA_KEY)
+                .and_then(|value| value.to_str().ok())
+                .map(|value| value.to_string());
+            // "not the leader" answers are definite: nothing was applied. A broken
+            // connection is reported as UNAVAILABLE too, by tonic, with no leader
+            // metadata; then the request may or may not have reached the node.
+            if leader.is_some() || status.message().contains("is not the leader") {
+                Attempt::Redirect(leader)
+            } else {
+                Attempt::Lost(format!("{endpoint}: {}", status.message()))
+            }
+        }
+        Code::DeadlineExceeded | Code::Cancelled | Code::Unknown | Code::Internal => {
+            Attempt::Lost(format!("{endpoint}: {}", status.message()))
+        }
+        _ => Attempt::Failed(Error::from_status(status)),
+    }
+}

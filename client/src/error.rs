@@ -1,0 +1,55 @@
+//! What can go wrong, said honestly: a request that may or may not have taken effect
+//! is `Indeterminate`, never reported as failed.
+
+use tonic::Code;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The request broke a rule (empty name, TTL out of range, …); nothing changed.
+    #[error("invalid request: {0}")]
+    InvalidArgument(String),
+    /// The session, lock or member does not exist (any more).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The request is well-formed but the state refuses it (a token that is not the
+    /// current grant, a session that ended while waiting, …); nothing changed.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// A server limit was reached (sessions, locks per session, waiters per lock).
+    #[error("limit reached: {0}")]
+    LimitReached(String),
+    /// The request was sent, but no answer came before the deadline: it may or may
+    /// not have taken effect. Retrying with the same request id is safe; the client
+    /// already did so until its deadline.
+    #[error("indeterminate: the request was sent but not answered in time ({0}); it may have taken effect")]
+    Indeterminate(String),
+    /// No node could be reached, or none leads; the request was never applied.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The session expired or was closed: every lock it held is lost.
+    #[error("session {0} is lost (expired or closed); its locks are released")]
+    SessionLost(u64),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    pub(crate) fn from_status(status: &tonic::Status) -> Error {
+        let message = status.message().to_string();
+        match status.code() {
+            Code::InvalidArgument => Error::InvalidArgument(message),
+            Code::NotFound => Error::NotFound(message),
+            Code::FailedPrecondition | Code::AlreadyExists => Error::Refused(message),
+            Code::ResourceExhausted => Error::LimitReached(message),
+            Code::Unavailable => Error::Unavailable(message),
+            _ => Error::Other(format!("{:?}: {message}", status.code())),
+        }
+    }
+
+    /// Whether the request certainly had no effect.
+    pub fn is_definite(&self) -> bool {
+        !matches!(self, Error::Indeterminate(_) | Error::Other(_))
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

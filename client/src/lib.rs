@@ -1,0 +1,44 @@
+//! The Leasehold client: sessions kept alive in the background, FIFO locks whose
+//! grants carry a fencing token, and retries that are safe because every mutating
+//! request carries a request id.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), leasehold::Error> {
+//! use std::time::Duration;
+//! let client = leasehold::Client::connect(["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"]).await?;
+//! let session = client.session(Duration::from_secs(10)).await?;
+//! if let Some(guard) = session.try_lock("orders/42").await? {
+//!     // Pass the token to the storage; it must reject writes with older tokens:
+//!     // UPDATE payments SET … , fence_token = $token WHERE order_id = 42 AND fence_token < $token
+//!     let token = guard.token();
+//!     # let _ = token;
+//!     guard.release().await?;
+//! }
+//! session.close().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A lease is not mutual exclusion: a process paused past its TTL wakes up still
+//! holding a guard. The fencing token, checked by the storage, is what makes the
+//! late write harmless. `Session::jeopardy` fires while there is still time to stop.
+//!
+//! # Layout
+//!
+//! * `client` — endpoints, leader following, retries with the same request id.
+//! * `session` — the lease and its keepalive task, conservative deadline, jeopardy.
+//! * `lock` — lock guards and the fencing token.
+//! * `error` — errors; `Indeterminate` for requests that may have taken effect.
+//! * `duration` — human durations for the CLI ("10s", "500ms").
+
+pub mod client;
+pub mod duration;
+pub mod error;
+pub mod lock;
+pub mod session;
+
+pub use client::{parse_endpoints, Client, DEFAULT_ENDPOINTS};
+pub use error::{Error, Result};
+pub use leasehold_proto as proto;
+pub use lock::{Acquired, LockGuard, NotAcquired};
+pub use session::{Session, SessionState};

@@ -1,0 +1,364 @@
+//! A session: the client's lease, kept alive in the background.
+//!
+//! A lease is not mutual exclusion. A process can pause (GC, swap, SIGSTOP) past its
+//! lease and wake up still believing it holds a lock. The session's `deadline` is
+//! conservative — counted from when the last answered keepalive was *sent* — and the
+//! `jeopardy` signal fires while there is still time to stop work, but only the
+//! fencing token checked by the storage makes a late write harmless.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_proto as pb;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::client::{Client, ATTEMPT_TIMEOUT_MS, RETRY_PAUSE_MS};
+use crate::error::{Error, Result};
+use crate::lock::{Acquired, LockGuard, NotAcquired};
+
+/// Keepalives are sent this many times per TTL.
+pub const KEEPALIVES_PER_TTL: u32 = 3;
+/// The session is in jeopardy when less than this fraction of the TTL is left.
+pub const JEOPARDY_TTL_DIVISOR: u32 = 2;
+/// How often the session re-evaluates its deadline while nothing else happens.
+pub const DEADLINE_CHECK_INTERVAL_MS: u64 = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    /// Keepalives are answered; the deadline is comfortably ahead.
+    Alive,
+    /// No answer lately and the deadline is near: stop work that needs the locks.
+    Jeopardy,
+    /// The deadline passed or the server said the session is gone: every lock is lost.
+    Lost,
+}
+
+/// A session. Cheap to clone; the keepalive task stops when `close` is called or the
+/// last clone is dropped.
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) inner: Arc<SessionInner>,
+}
+
+pub(crate) struct SessionInner {
+    pub(crate) client: Client,
+    pub(crate) id: u64,
+    ttl: Duration,
+    state: watch::Receiver<(SessionState, Instant)>,
+    keepalive: JoinHandle<()>,
+}
+
+impl Drop for SessionInner {
+    fn drop(&mut self) {
+        self.keepalive.abort();
+        // Best effort: close the session so its locks are released now rather than
+        // after the TTL.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            let id = self.id;
+            if self.state.borrow().0 != SessionState::Lost {
+                runtime.spawn(async move {
+                    let _ = close_session(&client, id).await;
+                });
+            }
+        }
+    }
+}
+
+async fn close_session(client: &Client, session_id: u64) -> Result<()> {
+    let request = pb::CloseSessionRequest {
+        request_id: Some(client.next_request_id()),
+        session_id,
+    };
+    client
+        .with_leader("close session", client.inner.request_deadline, |channel| {
+            let request = request.clone();
+            async move {
+                Client::leasehold(channel)
+                    .close_session(request)
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .await
+}
+
+impl Session {
+    pub(crate) async fn create(client: Client, ttl: Duration) -> Result<Session> {
+        let request = pb::CreateSessionRequest {
+            request_id: Some(client.next_request_id()),
+            ttl_ms: ttl.as_millis() as u64,
+            client_name: client.inner.client_name.clone(),
+        };
+        let sent_at = Instant::now();
+        let created = client
+            .with_leader("create session", client.inner.request_deadline, |channel| {
+                let request = request.clone();
+                async move {
+                    Client::leasehold(channel)
+                        .create_session(request)
+                        .await
+                        .map(|response| response.into_inner())
+                }
+            })
+            .await?;
+        let ttl = Duration::from_millis(created.ttl_ms);
+        let (state_sender, state) = watch::channel((SessionState::Alive, sent_at + ttl));
+        let keepalive = tokio::spawn(keep_alive(
+            client.clone(),
+            created.session_id,
+            ttl,
+            sent_at + ttl,
+            state_sender,
+        ));
+        Ok(Session {
+            inner: Arc::new(SessionInner {
+                client,
+                id: created.session_id,
+                ttl,
+                state,
+                keepalive,
+            }),
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The conservative deadline: the send time of the last answered keepalive plus
+    /// the TTL. Past it, assume the locks are held by someone else.
+    pub fn deadline(&self) -> Instant {
+        self.inner.state.borrow().1
+    }
+
+    pub fn state(&self) -> SessionState {
+        self.inner.state.borrow().0
+    }
+
+    /// Resolves when the session is in jeopardy or lost.
+    pub async fn jeopardy(&self) -> SessionState {
+        let mut state = self.inner.state.clone();
+        let reached = state
+            .wait_for(|(state, _)| *state != SessionState::Alive)
+            .await
+            .map(|value| value.0);
+        reached.unwrap_or(SessionState::Lost)
+    }
+
+    /// Resolves when the session is lost.
+    pub async fn lost(&self) {
+        let mut state = self.inner.state.clone();
+        let _ = state
+            .wait_for(|(state, _)| *state == SessionState::Lost)
+            .await;
+    }
+
+    /// Closes the session: every lock it holds is released in one committed entry.
+    pub async fn close(self) -> Result<()> {
+        self.inner.keepalive.abort();
+        close_session(&self.inner.client, self.inner.id).await
+    }
+
+    /// Acquires `name`, waiting in the FIFO queue for at most `wait` (zero: answer
+    /// at once). A retried request after a lost answer returns the same grant.
+    pub async fn acquire(&self, name: &str, wait: Duration) -> Result<Acquired> {
+        let client = &self.inner.client;
+        let give_up = Instant::now() + wait;
+        loop {
+            let request_id = client.next_request_id();
+            let session_id = self.inner.id;
+            let response = client
+                .with_leader_patient(
+                    "acquire",
+                    wait + client.inner.request_deadline,
+                    wait + Duration::from_millis(ATTEMPT_TIMEOUT_MS),
+                    |channel| {
+                        let wait_ms = give_up
+                            .saturating_duration_since(Instant::now())
+                            .as_millis() as u64;
+                        let request = pb::AcquireRequest {
+                            request_id: Some(request_id),
+                            session_id,
+                            name: name.to_string(),
+                            wait_ms,
+                        };
+                        async move {
+                            Client::leasehold(channel)
+                                .acquire(request)
+                                .await
+                                .map(|response| response.into_inner())
+                        }
+                    },
+                )
+                .await?;
+            match response.outcome {
+                Some(pb::acquire_response::Outcome::Granted(granted)) => {
+                    return Ok(Acquired::Granted(LockGuard::new(
+                        self.clone(),
+                        name.to_string(),
+                        granted.token,
+                    )))
+                }
+                Some(pb::acquire_response::Outcome::NotAcquired(not_acquired)) => {
+                    // A wait cut short (the server lost the waiting RPC) is retried
+                    // for the time that is left, as a new request.
+                    let left = give_up.saturating_duration_since(Instant::now());
+                    if not_acquired.timed_out && left > Duration::from_millis(RETRY_PAUSE_MS) {
+                        continue;
+                    }
+                    return Ok(Acquired::NotAcquired(NotAcquired {
+                        holder_session_id: not_acquired.holder_session_id,
+                        holder_client_name: not_acquired.holder_client_name,
+                        holder_token: not_acquired.holder_token,
+                        timed_out: not_acquired.timed_out,
+                    }));
+                }
+                None => return Err(Error::Other("acquire answered with no outcome".into())),
+            }
+        }
+    }
+
+    /// Try-lock: the guard if `name` was free (or already held by this session).
+    pub async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
+        Ok(self.acquire(name, Duration::ZERO).await?.granted())
+    }
+
+    /// Waits at most `timeout` in the queue.
+    pub async fn lock_with_timeout(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<LockGuard>> {
+        Ok(self.acquire(name, timeout).await?.granted())
+    }
+
+    /// Waits in the queue until granted (or the session is lost).
+    pub async fn lock(&self, name: &str) -> Result<LockGuard> {
+        loop {
+            if let Some(guard) = self
+                .lock_with_timeout(name, Duration::from_secs(60))
+                .await?
+            {
+                return Ok(guard);
+            }
+            if self.state() == SessionState::Lost {
+                return Err(Error::SessionLost(self.inner.id));
+            }
+        }
+    }
+}
+
+/// Keeps the session alive and keeps its (state, deadline) current.
+async fn keep_alive(
+    client: Client,
+    session_id: u64,
+    ttl: Duration,
+    mut deadline: Instant,
+    state: watch::Sender<(SessionState, Instant)>,
+) {
+    let interval = ttl / KEEPALIVES_PER_TTL;
+    let jeopardy_margin = ttl / JEOPARDY_TTL_DIVISOR;
+    let publish = |deadline: Instant| {
+        let now = Instant::now();
+        let value = if now >= deadline {
+            SessionState::Lost
+        } else if deadline - now < jeopardy_margin {
+            SessionState::Jeopardy
+        } else {
+            SessionState::Alive
+        };
+        state.send_replace((value, deadline));
+        value
+    };
+    let mut next_send = Instant::now() + interval;
+    'connect: loop {
+        if publish(deadline) == SessionState::Lost {
+            return;
+        }
+        let endpoint = client.preferred_endpoint();
+        let Ok(channel) = client.channel(&endpoint) else {
+            return;
+        };
+        let (requests, outgoing) = mpsc::channel::<pb::KeepAliveRequest>(4);
+        let opened = tokio::time::timeout(
+            Duration::from_millis(ATTEMPT_TIMEOUT_MS).min(interval),
+            Client::leasehold(channel).keep_alive(ReceiverStream::new(outgoing)),
+        )
+        .await;
+        let mut answers = match opened {
+            Ok(Ok(response)) => response.into_inner(),
+            Ok(Err(status)) => {
+                client.follow_hint(&status);
+                tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+                continue 'connect;
+            }
+            Err(_) => {
+                client.rotate();
+                continue 'connect;
+            }
+        };
+        let mut sent_at: Option<Instant> = None;
+        loop {
+            let tick = tokio::time::sleep(Duration::from_millis(DEADLINE_CHECK_INTERVAL_MS));
+            tokio::select! {
+                answer = answers.message() => match answer {
+                    Ok(Some(answer)) => {
+                        if !answer.alive {
+                            state.send_replace((SessionState::Lost, Instant::now()));
+                            return;
+                        }
+                        if let Some(sent) = sent_at.take() {
+                            let granted = Duration::from_millis(answer.ttl_ms).min(ttl);
+                            deadline = deadline.max(sent + granted);
+                        }
+                    }
+                    Ok(None) | Err(_) => {
+                        if let Err(status) = answer {
+                            client.follow_hint(&status);
+                        } else {
+                            client.rotate();
+                        }
+                        tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+                        continue 'connect;
+                    }
+                },
+                _ = tick => {}
+            }
+            if publish(deadline) == SessionState::Lost {
+                return;
+            }
+            let now = Instant::now();
+            if now >= next_send {
+                if let Some(sent) = sent_at {
+                    if now - sent > interval {
+                        // The last keepalive went unanswered for a whole interval:
+                        // try another node.
+                        client.rotate();
+                        continue 'connect;
+                    }
+                } else {
+                    if requests
+                        .send(pb::KeepAliveRequest { session_id })
+                        .await
+                        .is_err()
+                    {
+                        continue 'connect;
+                    }
+                    sent_at = Some(now);
+                    next_send = now + interval;
+                }
+            }
+        }
+    }
+}

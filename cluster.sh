@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# A local Leasehold cluster on 127.0.0.1.
+#
+#   ./cluster.sh start [N]     build if needed, start N nodes (3 by default, 5 allowed),
+#                              wait for a leader, print the endpoints, take a fenced lock
+#   ./cluster.sh stop          stop every node (SIGTERM, then SIGKILL)
+#   ./cluster.sh status        node processes and `leasehold status`
+#   ./cluster.sh kill I        SIGKILL node I
+#   ./cluster.sh restart I     start node I again on its data directory (stopping it first)
+#   ./cluster.sh pause I       SIGSTOP node I
+#   ./cluster.sh resume I      SIGCONT node I
+#   ./cluster.sh logs I        the last lines of node I's log
+#   ./cluster.sh clean         stop and delete the cluster's data
+#
+# Ports of node I: client 127.0.0.1:710I, peer 127.0.0.1:720I, metrics 127.0.0.1:730I.
+# Data, logs and process ids live under .cluster/ in the checkout. The script acts
+# only on the process ids it recorded, never on process names.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/scripts/env.sh"
+
+CLUSTER_DIR="${LEASEHOLD_CLUSTER_DIR:-$LEASEHOLD_ROOT/.cluster}"
+CLUSTER_NAME="local"
+SERVER="$LEASEHOLD_BIN/leasehold-server"
+CLI="$LEASEHOLD_BIN/leasehold"
+
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+
+size() { cat "$CLUSTER_DIR/size" 2>/dev/null || echo 3; }
+client_addr() { echo "127.0.0.1:710$1"; }
+peer_addr() { echo "127.0.0.1:720$1"; }
+metrics_addr() { echo "127.0.0.1:730$1"; }
+endpoints() {
+  local n list=""
+  n=$(size)
+  for i in $(seq 1 "$n"); do list="$list${list:+,}$(client_addr "$i")"; done
+  echo "$list"
+}
+
+# The recorded pid of node I if that process is still our leasehold-server.
+live_pid() {
+  local file="$CLUSTER_DIR/node$1.pid" pid
+  [ -f "$file" ] || return 1
+  pid=$(cat "$file")
+  [ -r "/proc/$pid/cmdline" ] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "leasehold-server .*--node-id $1 " || return 1
+  echo "$pid"
+}
+
+check_node() {
+  [[ "${1:-}" =~ ^[1-5]$ ]] || die "node number must be 1 to 5, got '${1:-}'"
+  [ "$1" -le "$(size)" ] || die "node $1 is not part of this $(size)-node cluster"
+}
+
+build() {
+  if [ ! -x "$SERVER" ] || [ ! -x "$CLI" ] || [ -n "$(find "$LEASEHOLD_ROOT"/{server,client,proto,jepsen-like-tests} "$LEASEHOLD_ROOT/Cargo.toml" "$LEASEHOLD_ROOT/Cargo.lock" -newer "$SERVER" -print -quit 2>/dev/null)" ]; then
+    "$LEASEHOLD_ROOT/scripts/setup.sh"
+    echo "cluster.sh: building (release; the first build compiles RocksDB and takes about 25 minutes on 2 cores)…"
+    leasehold_build
+  fi
+}
+
+start_node() {
+  local i=$1 n members=() pid
+  n=$(size)
+  if pid=$(live_pid "$i"); then echo "node $i is already running (pid $pid)"; return 0; fi
+  for j in $(seq 1 "$n"); do members+=(--initial-member "$j=$(client_addr "$j"),$(peer_addr "$j")"); done
+  mkdir -p "$CLUSTER_DIR"
+  setsid "$SERVER" --node-id "$i" --cluster-name "$CLUSTER_NAME" --data-dir "$CLUSTER_DIR/node$i" \
+    --metrics-addr "$(metrics_addr "$i")" "${members[@]}" \
+    >>"$CLUSTER_DIR/node$i.log" 2>&1 </dev/null &
+  echo $! >"$CLUSTER_DIR/node$i.pid"
+  echo "node $i started (pid $!): client $(client_addr "$i"), peer $(peer_addr "$i"), metrics http://$(metrics_addr "$i")/metrics"
+}
+
+wait_for_leader() {
+  local deadline=$((SECONDS + ${1:-20})) leader
+  while [ $SECONDS -lt $deadline ]; do
+    leader=$("$CLI" --endpoints "$(endpoints)" status --json 2>/dev/null |
+      python3 -c 'import json,sys; d=json.load(sys.stdin); l=[n["node_id"] for n in d["nodes"] if n.get("state")=="leader"]; print(l[0] if l else "")' 2>/dev/null || true)
+    if [ -n "$leader" ]; then echo "$leader"; return 0; fi
+    sleep 0.2
+  done
+  return 1
+}
+
+stop_node() {
+  local i=$1 pid
+  pid=$(live_pid "$i") || { rm -f "$CLUSTER_DIR/node$i.pid"; return 0; }
+  kill -CONT "$pid" 2>/dev/null || true
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do live_pid "$i" >/dev/null || break; sleep 0.1; done
+  if live_pid "$i" >/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  rm -f "$CLUSTER_DIR/node$i.pid"
+  echo "node $i stopped"
+}
+
+demo() {
+  echo
+  echo "== a fenced lock =="
+  echo "\$ leasehold lock demo/orders-42 --try -- sh -c 'echo \"charging order 42 with fencing token \$LEASEHOLD_FENCING_TOKEN\"'"
+  "$CLI" --endpoints "$(endpoints)" lock demo/orders-42 --try -- sh -c 'echo "charging order 42 with fencing token $LEASEHOLD_FENCING_TOKEN"'
+  "$CLI" --endpoints "$(endpoints)" lock demo/orders-42 --try -- sh -c 'echo "a later holder gets a larger token: $LEASEHOLD_FENCING_TOKEN"'
+  echo "A storage that keeps the highest token per order rejects a write that carries an older one."
+}
+
+command=${1:-help}
+case "$command" in
+  start)
+    n=${2:-3}
+    [[ "$n" =~ ^[35]$ ]] || die "start takes 3 or 5 nodes, got '$n'"
+    if [ -f "$CLUSTER_DIR/size" ] && [ "$(size)" != "$n" ]; then
+      die "a $(size)-node cluster exists in $CLUSTER_DIR; run './cluster.sh clean' first"
+    fi
+    build
+    mkdir -p "$CLUSTER_DIR"
+    echo "$n" >"$CLUSTER_DIR/size"
+    for i in $(seq 1 "$n"); do start_node "$i"; done
+    leader=$(wait_for_leader 30) || die "no leader after 30 s; see ./cluster.sh logs 1"
+    echo "leader: node $leader"
+    echo "endpoints: $(endpoints)   (export LEASEHOLD_ENDPOINTS=$(endpoints))"
+    echo "CLI: $CLI"
+    demo
+    ;;
+  stop)
+    for i in $(seq 1 "$(size)"); do stop_node "$i"; done
+    ;;
+  status)
+    for i in $(seq 1 "$(size)"); do
+      if pid=$(live_pid "$i"); then
+        state=$(awk '{print $3}' "/proc/$pid/stat")
+        [ "$state" = "T" ] && echo "node $i: pid $pid (paused)" || echo "node $i: pid $pid"
+      else
+        echo "node $i: not running"
+      fi
+    done
+    echo
+    "$CLI" --endpoints "$(endpoints)" status
+    ;;
+  kill)
+    check_node "${2:-}"
+    pid=$(live_pid "$2") || die "node $2 is not running"
+    kill -KILL "$pid"
+    echo "node $2 killed (SIGKILL, pid $pid)"
+    ;;
+  restart)
+    check_node "${2:-}"
+    stop_node "$2" >/dev/null
+    build
+    start_node "$2"
+    ;;
+  pause)
+    check_node "${2:-}"
+    pid=$(live_pid "$2") || die "node $2 is not running"
+    kill -STOP "$pid"
+    echo "node $2 paused (SIGSTOP, pid $pid)"
+    ;;
+  resume)
+    check_node "${2:-}"
+    pid=$(live_pid "$2") || die "node $2 is not running"
+    kill -CONT "$pid"
+    echo "node $2 resumed (SIGCONT, pid $pid)"
+    ;;
+  logs)
+    check_node "${2:-}"
+    tail -n "${LINES_SHOWN:-60}" "$CLUSTER_DIR/node$2.log"
+    ;;
+  clean)
+    if [ -d "$CLUSTER_DIR" ]; then
+      for i in $(seq 1 "$(size)"); do stop_node "$i" >/dev/null; done
+      rm -rf "$CLUSTER_DIR"
+    fi
+    echo "cluster data removed"
+    ;;
+  demo)
+    demo
+    ;;
+  *)
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    [ "$command" = help ] || exit 2
+    ;;
+esac

@@ -1,0 +1,344 @@
+//! Real `leasehold-server` processes on loopback, for tests and the fault suite.
+//!
+//! Every node is its own process in its own process group, killed with SIGKILL,
+//! paused with SIGSTOP and restarted on the same data directory by process id.
+//! When a test panics, the last lines of every node's log are printed.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use leasehold::proto::StatusResponse;
+use leasehold::Client;
+
+use crate::wait;
+
+/// Lines of each node's log printed when a test fails.
+pub const LOG_TAIL_LINES: usize = 40;
+
+/// Where the workspace's binaries are: next to the running test or tool (tests run
+/// from `target/<profile>/deps/`), or `LEASEHOLD_BIN_DIR`.
+pub fn binary(name: &str) -> PathBuf {
+    if let Ok(directory) = std::env::var("LEASEHOLD_BIN_DIR") {
+        return Path::new(&directory).join(name);
+    }
+    let executable = std::env::current_exe().expect("current executable");
+    let mut directory = executable
+        .parent()
+        .expect("executable directory")
+        .to_path_buf();
+    if directory.ends_with("deps") {
+        directory.pop();
+    }
+    directory.join(name)
+}
+
+/// Picks a free loopback port (bound and released; the server binds it next).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind an ephemeral port")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub nodes: u64,
+    pub snapshot_every_entries: Option<u64>,
+    pub heartbeat_ms: Option<u64>,
+    pub election_timeout_min_ms: Option<u64>,
+    pub election_timeout_max_ms: Option<u64>,
+    pub extra_arguments: Vec<String>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            nodes: 3,
+            snapshot_every_entries: None,
+            heartbeat_ms: None,
+            election_timeout_min_ms: None,
+            election_timeout_max_ms: None,
+            extra_arguments: Vec::new(),
+        }
+    }
+}
+
+pub struct NodeProcess {
+    pub id: u64,
+    pub client_addr: String,
+    pub peer_addr: String,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    /// False for a node started to join an existing cluster.
+    pub initial: bool,
+    child: Option<Child>,
+}
+
+pub struct TestCluster {
+    pub options: ClusterOptions,
+    pub nodes: BTreeMap<u64, NodeProcess>,
+    pub cluster_name: String,
+    directory: tempfile::TempDir,
+}
+
+impl TestCluster {
+    /// Starts `options.nodes` nodes as the initial members. Call `wait_for_leader`.
+    pub fn start(options: ClusterOptions) -> TestCluster {
+        let directory = tempfile::Builder::new()
+            .prefix("leasehold-cluster-")
+            .tempdir()
+            .expect("temporary directory");
+        let mut cluster = TestCluster {
+            options,
+            nodes: BTreeMap::new(),
+            cluster_name: "test".into(),
+            directory,
+        };
+        for id in 1..=cluster.options.nodes {
+            cluster.define_node(id, true);
+        }
+        let ids: Vec<u64> = cluster.nodes.keys().copied().collect();
+        for id in ids {
+            cluster.spawn(id);
+        }
+        cluster
+    }
+
+    fn define_node(&mut self, id: u64, initial: bool) {
+        let node = NodeProcess {
+            id,
+            client_addr: format!("127.0.0.1:{}", free_port()),
+            peer_addr: format!("127.0.0.1:{}", free_port()),
+            data_dir: self.directory.path().join(format!("node{id}")),
+            log: self.directory.path().join(format!("node{id}.log")),
+            initial,
+            child: None,
+        };
+        self.nodes.insert(id, node);
+    }
+
+    /// The arguments node `id` is started with.
+    pub fn arguments(&self, id: u64) -> Vec<String> {
+        let node = &self.nodes[&id];
+        let mut arguments = vec![
+            "--node-id".into(),
+            id.to_string(),
+            "--cluster-name".into(),
+            self.cluster_name.clone(),
+            "--data-dir".into(),
+            node.data_dir.display().to_string(),
+            "--client-addr".into(),
+            node.client_addr.clone(),
+            "--peer-addr".into(),
+            node.peer_addr.clone(),
+        ];
+        if node.initial {
+            for member in self.nodes.values().filter(|member| member.initial) {
+                arguments.push("--initial-member".into());
+                arguments.push(format!(
+                    "{}={},{}",
+                    member.id, member.client_addr, member.peer_addr
+                ));
+            }
+        }
+        let options = &self.options;
+        for (flag, value) in [
+            ("--snapshot-every-entries", options.snapshot_every_entries),
+            ("--heartbeat-ms", options.heartbeat_ms),
+            ("--election-timeout-min-ms", options.election_timeout_min_ms),
+            ("--election-timeout-max-ms", options.election_timeout_max_ms),
+        ] {
+            if let Some(value) = value {
+                arguments.push(flag.into());
+                arguments.push(value.to_string());
+            }
+        }
+        arguments.extend(options.extra_arguments.iter().cloned());
+        arguments
+    }
+
+    fn spawn(&mut self, id: u64) {
+        let arguments = self.arguments(id);
+        let node = self.nodes.get_mut(&id).expect("node defined");
+        assert!(node.child.is_none(), "node {id} is already running");
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .expect("open node log");
+        let child = Command::new(binary("leasehold-server"))
+            .args(&arguments)
+            .env(
+                "RUST_LOG",
+                std::env::var("LEASEHOLD_TEST_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|error| {
+                panic!(
+                    "cannot start {}: {error}",
+                    binary("leasehold-server").display()
+                )
+            });
+        node.child = Some(child);
+    }
+
+    /// Starts a node that is not an initial member; add it with `Client::add_member`.
+    pub fn start_joining_node(&mut self, id: u64) -> &NodeProcess {
+        self.define_node(id, false);
+        self.spawn(id);
+        &self.nodes[&id]
+    }
+
+    pub fn pid(&self, id: u64) -> Option<i32> {
+        self.nodes[&id]
+            .child
+            .as_ref()
+            .map(|child| child.id() as i32)
+    }
+
+    fn signal(&self, id: u64, signal: i32) {
+        let pid = self
+            .pid(id)
+            .unwrap_or_else(|| panic!("node {id} is not running"));
+        // SAFETY: signalling a child process we started, by its id.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self, id: u64) {
+        let node = self.nodes.get_mut(&id).expect("node defined");
+        if let Some(mut child) = node.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a killed node again on the same data directory with the same flags.
+    pub fn restart(&mut self, id: u64) {
+        self.kill(id);
+        self.spawn(id);
+    }
+
+    pub fn pause(&self, id: u64) {
+        self.signal(id, libc::SIGSTOP);
+    }
+
+    pub fn resume(&self, id: u64) {
+        self.signal(id, libc::SIGCONT);
+    }
+
+    /// Whether node `id`'s process is still running (it exits when removed).
+    pub fn is_running(&mut self, id: u64) -> bool {
+        let node = self.nodes.get_mut(&id).expect("node defined");
+        match node.child.as_mut() {
+            None => false,
+            Some(child) => match child.try_wait() {
+                Ok(None) => true,
+                _ => {
+                    node.child = None;
+                    false
+                }
+            },
+        }
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.nodes
+            .values()
+            .map(|node| node.client_addr.clone())
+            .collect()
+    }
+
+    pub fn client(&self) -> Client {
+        Client::lazy(self.endpoints()).expect("endpoints are valid")
+    }
+
+    pub fn client_of(&self, id: u64) -> Client {
+        Client::lazy([self.nodes[&id].client_addr.clone()]).expect("endpoint is valid")
+    }
+
+    pub async fn status(&self, id: u64) -> Option<StatusResponse> {
+        let client = self.client_of(id);
+        client.status_of(&self.nodes[&id].client_addr).await.ok()
+    }
+
+    /// The node that says it leads, among the running ones, if exactly one does
+    /// in the highest term.
+    pub async fn leader(&self) -> Option<u64> {
+        let mut best: Option<(u64, u64)> = None;
+        for (id, node) in &self.nodes {
+            if node.child.is_none() {
+                continue;
+            }
+            if let Some(status) = self.status(*id).await {
+                if status.state == "leader" && best.is_none_or(|(term, _)| status.term > term) {
+                    best = Some((status.term, *id));
+                }
+            }
+        }
+        best.map(|(_, id)| id)
+    }
+
+    pub async fn wait_for_leader(&self, deadline: Duration) -> u64 {
+        wait::until(deadline, "a leader to be elected", || self.leader()).await
+    }
+
+    /// Waits until node `id` applied at least `index`.
+    pub async fn wait_applied(&self, id: u64, index: u64, deadline: Duration) -> StatusResponse {
+        wait::until(
+            deadline,
+            &format!("node {id} to apply index {index}"),
+            || async move {
+                self.status(id)
+                    .await
+                    .filter(|status| status.applied_index >= index)
+            },
+        )
+        .await
+    }
+
+    pub fn log_tail(&self, id: u64) -> String {
+        let text = std::fs::read_to_string(&self.nodes[&id].log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+    }
+
+    pub fn data_dir(&self, id: u64) -> &Path {
+        &self.nodes[&id].data_dir
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for id in self.nodes.keys() {
+                eprintln!(
+                    "---- node {id} log (last {LOG_TAIL_LINES} lines) ----\n{}",
+                    self.log_tail(*id)
+                );
+            }
+        }
+        for node in self.nodes.values_mut() {
+            if let Some(mut child) = node.child.take() {
+                // SAFETY: resuming a child we may have paused, so it can die.
+                unsafe {
+                    libc::kill(child.id() as i32, libc::SIGCONT);
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! The `Admin` gRPC service: a node's status and membership changes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use leasehold_proto as pb;
+use leasehold_proto::admin_server::Admin;
+use leasehold_proto::peer_client::PeerClient;
+use openraft::{ChangeMembers, ServerState};
+use tonic::{Request, Response, Status};
+
+use crate::config::MEMBERS_MAX;
+use crate::network;
+use crate::raft_types::{Node, RaftMetrics};
+use crate::replica::Replica;
+
+pub struct AdminService {
+    pub replica: Arc<Replica>,
+}
+
+fn state_name(state: ServerState) -> &'static str {
+    match state {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+pub fn members(metrics: &RaftMetrics) -> Vec<pb::Member> {
+    let membership = metrics.membership_config.membership();
+    let voters: BTreeSet<u64> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, node)| pb::Member {
+            node_id: *id,
+            client_addr: node.client_addr.clone(),
+            peer_addr: node.peer_addr.clone(),
+            role: if voters.contains(id) {
+                "voter"
+            } else {
+                "learner"
+            }
+            .to_string(),
+        })
+        .collect()
+}
+
+impl AdminService {
+    fn require_leader(&self) -> Result<(), Status> {
+        if self.replica.is_leader() {
+            Ok(())
+        } else {
+            Err(self.replica.leader_hint())
+        }
+    }
+
+    fn members_now(&self) -> Vec<pb::Member> {
+        members(&self.replica.raft.metrics().borrow())
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn status(
+        &self,
+        _request: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let metrics = self.replica.raft.metrics().borrow().clone();
+        let commit_index = self
+            .replica
+            .raft
+            .with_raft_state(|state| state.committed.map(|log_id| log_id.index).unwrap_or(0))
+            .await
+            .unwrap_or(0);
+        let leader_client_addr = metrics
+            .current_leader
+            .and_then(|id| self.replica.member_client_addr(id))
+            .unwrap_or_default();
+        let (sessions, locks) = {
+            let applied = self.replica.shared.applied.read().unwrap();
+            (
+                applied.machine.session_count() as u64,
+                applied.machine.lock_count() as u64,
+            )
+        };
+        Ok(Response::new(pb::StatusResponse {
+            node_id: metrics.id,
+            state: state_name(metrics.state).to_string(),
+            term: metrics.current_term,
+            leader_id: metrics.current_leader.unwrap_or(0),
+            leader_client_addr,
+            last_log_index: metrics.last_log_index.unwrap_or(0),
+            commit_index,
+            applied_index: metrics.last_applied.map(|log_id| log_id.index).unwrap_or(0),
+            snapshot_index: metrics.snapshot.map(|log_id| log_id.index).unwrap_or(0),
+            members: members(&metrics),
+            cluster_name: self.replica.cluster_name.clone(),
+            sessions,
+            locks,
+        }))
+    }
+
+    async fn add_member(
+        &self,
+        request: Request<pb::AddMemberRequest>,
+    ) -> Result<Response<pb::AddMemberResponse>, Status> {
+        self.require_leader()?;
+        let request = request.into_inner();
+        if request.node_id == 0 {
+            return Err(Status::invalid_argument(
+                "node_id must be a positive integer",
+            ));
+        }
+        for (what, address) in [
+            ("client_addr", &request.client_addr),
+            ("peer_addr", &request.peer_addr),
+        ] {
+            if std::net::ToSocketAddrs::to_socket_addrs(address.as_str()).is_err() {
+                return Err(Status::invalid_argument(format!(
+                    "{what} {address:?} is not a host:port address"
+                )));
+            }
+        }
+        let current = self.members_now();
+        if current
+            .iter()
+            .any(|member| member.node_id == request.node_id && member.role == "voter")
+        {
+            return Err(Status::already_exists(format!(
+                "node {} is already a voter",
+                request.node_id
+            )));
+        }
+        if current.len() >= MEMBERS_MAX
+            && !current
+                .iter()
+                .any(|member| member.node_id == request.node_id)
+        {
+            return Err(Status::resource_exhausted(format!(
+                "the cluster has {MEMBERS_MAX} members, the most supported"
+            )));
+        }
+        let node = Node {
+            client_addr: request.client_addr,
+            peer_addr: request.peer_addr,
+        };
+        tracing::info!(node_id = request.node_id, %node, "adding a learner and waiting for it to catch up");
+        self.replica
+            .raft
+            .add_learner(request.node_id, node, true)
+            .await
+            .map_err(|error| {
+                Status::failed_precondition(format!("cannot add node {}: {error}", request.node_id))
+            })?;
+        if !request.learner_only {
+            tracing::info!(node_id = request.node_id, "promoting the learner to voter");
+            let voters = BTreeSet::from([request.node_id]);
+            self.replica
+                .raft
+                .change_membership(ChangeMembers::AddVoterIds(voters), true)
+                .await
+                .map_err(|error| {
+                    Status::failed_precondition(format!(
+                        "cannot promote node {}: {error}",
+                        request.node_id
+                    ))
+                })?;
+        }
+        Ok(Response::new(pb::AddMemberResponse {
+            members: self.members_now(),
+        }))
+    }
+
+    async fn remove_member(
+        &self,
+        request: Request<pb::RemoveMemberRequest>,
+    ) -> Result<Response<pb::RemoveMemberResponse>, Status> {
+        self.require_leader()?;
+        let node_id = request.into_inner().node_id;
+        let current = self.members_now();
+        let Some(removed) = current
+            .iter()
+            .find(|member| member.node_id == node_id)
+            .cloned()
+        else {
+            return Err(Status::not_found(format!("node {node_id} is not a member")));
+        };
+        let voters = current
+            .iter()
+            .filter(|member| member.role == "voter")
+            .count();
+        if removed.role == "voter" && voters <= 1 {
+            return Err(Status::failed_precondition("cannot remove the last voter"));
+        }
+        let change = if removed.role == "voter" {
+            ChangeMembers::RemoveVoters(BTreeSet::from([node_id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([node_id]))
+        };
+        tracing::info!(node_id, "removing a member");
+        self.replica
+            .raft
+            .change_membership(change, false)
+            .await
+            .map_err(|error| {
+                Status::failed_precondition(format!("cannot remove node {node_id}: {error}"))
+            })?;
+        // A voter removed with `retain = false` may still be listed as a learner by
+        // an older config; drop it entirely.
+        if self
+            .members_now()
+            .iter()
+            .any(|member| member.node_id == node_id)
+        {
+            let _ = self
+                .replica
+                .raft
+                .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node_id])), false)
+                .await;
+        }
+        // Tell the removed node to stop serving; it may be down, which is fine.
+        if let Ok(endpoint) = network::peer_endpoint(&removed.peer_addr, None) {
+            if let Ok(channel) = endpoint.connect().await {
+                let mut peer = PeerClient::new(channel);
+                let notice = pb::RetireRequest {
+                    cluster_name: self.replica.cluster_name.clone(),
+                };
+                if let Err(status) = peer.retire(notice).await {
+                    tracing::warn!(node_id, %status, "the removed node did not take the retire notice");
+                }
+            }
+        }
+        Ok(Response::new(pb::RemoveMemberResponse {
+            members: self.members_now(),
+        }))
+    }
+}

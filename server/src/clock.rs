@@ -1,0 +1,146 @@
+//! The only place where Leasehold reads a clock.
+//!
+//! Session deadlines use a monotonic clock. For the fault-injection suite the clock
+//! can be skewed through a test-only knob: a rate (how fast this node's time passes
+//! relative to real time) and an offset (a forward jump). Everything else is handed
+//! a `Clock` and never calls `Instant::now()` itself, so tests drive time instead of
+//! sleeping.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A point on a node's (possibly skewed) monotonic clock, in milliseconds since the
+/// node started.
+pub type MonotonicMs = u64;
+
+/// The clock fault knob's unit: a rate of `RATE_PER_MILLE_NORMAL` is real time.
+pub const RATE_PER_MILLE_NORMAL: u64 = 1_000;
+/// A skewed clock runs at most this many times faster than real time.
+pub const RATE_PER_MILLE_MAX: u64 = 10_000;
+
+#[derive(Clone)]
+pub struct Clock {
+    inner: Arc<ClockInner>,
+}
+
+struct ClockInner {
+    origin: Instant,
+    /// When the rate last changed (real milliseconds since origin) and the skewed time
+    /// at that moment, so a rate change never makes time jump backwards.
+    rate_per_mille: AtomicU64,
+    anchor_real_ms: AtomicU64,
+    anchor_skewed_ms: AtomicU64,
+    /// Forward jumps added by the clock fault knob.
+    offset_ms: AtomicI64,
+    /// For tests that drive time by hand: when set, real time is ignored.
+    manual_ms: Option<AtomicU64>,
+}
+
+impl Clock {
+    /// The node's real clock.
+    pub fn system() -> Self {
+        Self::build(None)
+    }
+
+    /// A clock that stands still until `advance` is called (tests).
+    pub fn manual() -> Self {
+        Self::build(Some(AtomicU64::new(0)))
+    }
+
+    fn build(manual_ms: Option<AtomicU64>) -> Self {
+        Self {
+            inner: Arc::new(ClockInner {
+                origin: Instant::now(),
+                rate_per_mille: AtomicU64::new(RATE_PER_MILLE_NORMAL),
+                anchor_real_ms: AtomicU64::new(0),
+                anchor_skewed_ms: AtomicU64::new(0),
+                offset_ms: AtomicI64::new(0),
+                manual_ms,
+            }),
+        }
+    }
+
+    fn real_ms(&self) -> u64 {
+        match &self.inner.manual_ms {
+            Some(manual) => manual.load(Ordering::SeqCst),
+            None => self.inner.origin.elapsed().as_millis() as u64,
+        }
+    }
+
+    /// Monotonic milliseconds on this node's clock, with any injected skew.
+    pub fn now_ms(&self) -> MonotonicMs {
+        let real = self.real_ms();
+        let anchor_real = self.inner.anchor_real_ms.load(Ordering::SeqCst);
+        let anchor_skewed = self.inner.anchor_skewed_ms.load(Ordering::SeqCst);
+        let rate = self.inner.rate_per_mille.load(Ordering::SeqCst);
+        let skewed =
+            anchor_skewed + real.saturating_sub(anchor_real) * rate / RATE_PER_MILLE_NORMAL;
+        let offset = self.inner.offset_ms.load(Ordering::SeqCst);
+        (skewed as i64 + offset).max(0) as u64
+    }
+
+    /// Wall-clock milliseconds since the Unix epoch, for display only.
+    pub fn unix_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_millis() as u64)
+            .unwrap_or(0)
+    }
+
+    /// Advances a manual clock (tests only).
+    pub fn advance(&self, by: Duration) {
+        let manual = self
+            .inner
+            .manual_ms
+            .as_ref()
+            .expect("advance is for manual clocks");
+        manual.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// The clock fault knob: from now on this node's time passes at `rate_per_mille`
+    /// thousandths of real time, after jumping forward by `jump_ms`.
+    pub fn skew(&self, rate_per_mille: u64, jump_ms: u64) {
+        assert!(rate_per_mille > 0 && rate_per_mille <= RATE_PER_MILLE_MAX);
+        let now_skewed = self.now_ms() as i64 - self.inner.offset_ms.load(Ordering::SeqCst);
+        self.inner
+            .anchor_real_ms
+            .store(self.real_ms(), Ordering::SeqCst);
+        self.inner
+            .anchor_skewed_ms
+            .store(now_skewed.max(0) as u64, Ordering::SeqCst);
+        self.inner
+            .rate_per_mille
+            .store(rate_per_mille, Ordering::SeqCst);
+        self.inner
+            .offset_ms
+            .fetch_add(jump_ms as i64, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_moves_only_when_advanced() {
+        let clock = Clock::manual();
+        assert_eq!(clock.now_ms(), 0);
+        clock.advance(Duration::from_millis(1_500));
+        assert_eq!(clock.now_ms(), 1_500);
+    }
+
+    #[test]
+    fn skew_scales_and_jumps_without_going_back() {
+        let clock = Clock::manual();
+        clock.advance(Duration::from_millis(1_000));
+        clock.skew(2 * RATE_PER_MILLE_NORMAL, 500);
+        assert_eq!(clock.now_ms(), 1_500);
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(clock.now_ms(), 1_700);
+        clock.skew(RATE_PER_MILLE_NORMAL / 2, 0);
+        assert_eq!(clock.now_ms(), 1_700);
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(clock.now_ms(), 1_750);
+    }
+}

@@ -1,0 +1,446 @@
+//! Node configuration: read from flags and an optional TOML file, validated once at
+//! start into a `Config` that cannot be invalid. Each error names the rule it broke.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::raft_types::{Node, NodeId};
+
+pub const HEARTBEAT_MS_DEFAULT: u64 = 100;
+pub const ELECTION_TIMEOUT_MIN_MS_DEFAULT: u64 = 500;
+pub const ELECTION_TIMEOUT_MAX_MS_DEFAULT: u64 = 1_000;
+pub const HEARTBEAT_MS_MIN: u64 = 10;
+pub const ELECTION_TIMEOUT_MS_MAX: u64 = 60_000;
+pub const SNAPSHOT_EVERY_ENTRIES_DEFAULT: u64 = 10_000;
+pub const SNAPSHOT_EVERY_ENTRIES_MIN: u64 = 10;
+pub const CLUSTER_NAME_BYTES_MAX: usize = 64;
+pub const MEMBERS_MAX: usize = 7;
+pub const CLUSTER_NAME_DEFAULT: &str = "leasehold";
+
+const _: () = assert!(HEARTBEAT_MS_DEFAULT < ELECTION_TIMEOUT_MIN_MS_DEFAULT);
+const _: () = assert!(ELECTION_TIMEOUT_MIN_MS_DEFAULT < ELECTION_TIMEOUT_MAX_MS_DEFAULT);
+
+/// Configuration as given: every field optional, merged from the TOML file and the
+/// flags (flags win). Nothing in it has been checked yet.
+#[derive(Debug, Default, Clone, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// This node's id (a positive integer, unique in the cluster).
+    #[arg(long)]
+    pub node_id: Option<u64>,
+    /// Address for clients (the `Leasehold` and `Admin` gRPC services), host:port.
+    /// Defaults to this node's entry in the initial members.
+    #[arg(long)]
+    pub client_addr: Option<String>,
+    /// Address for peers (Raft RPCs), host:port. Never expose it to clients.
+    /// Defaults to this node's entry in the initial members.
+    #[arg(long)]
+    pub peer_addr: Option<String>,
+    /// Directory for the Raft log, vote and snapshots. Created if missing.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Name of the cluster; a data directory of another cluster is refused.
+    #[arg(long)]
+    pub cluster_name: Option<String>,
+    /// Initial members, `ID=CLIENT_ADDR,PEER_ADDR`, repeated. Every initial member
+    /// is started with the same list; a node added later is started without it.
+    #[arg(long = "initial-member", value_name = "ID=CLIENT_ADDR,PEER_ADDR")]
+    #[serde(default)]
+    pub initial_members: Vec<String>,
+    /// Leader heartbeat interval.
+    #[arg(long)]
+    pub heartbeat_ms: Option<u64>,
+    /// A follower that hears no leader for a random time in [min, max] starts an election.
+    #[arg(long)]
+    pub election_timeout_min_ms: Option<u64>,
+    #[arg(long)]
+    pub election_timeout_max_ms: Option<u64>,
+    /// Build a snapshot (and purge the log behind it) every this many applied entries.
+    #[arg(long)]
+    pub snapshot_every_entries: Option<u64>,
+    /// Address of the Prometheus text endpoint (`/metrics`), host:port. Off if unset.
+    #[arg(long)]
+    pub metrics_addr: Option<String>,
+    /// Accept the clock fault knob (`LEASEHOLD_TEST_CLOCK` signals). For the
+    /// fault-injection suite only.
+    #[arg(long)]
+    #[serde(default)]
+    pub test_clock_knob: bool,
+}
+
+impl RawConfig {
+    /// Fills every unset field of `self` from `file`.
+    pub fn merged_over(self, file: RawConfig) -> RawConfig {
+        RawConfig {
+            node_id: self.node_id.or(file.node_id),
+            client_addr: self.client_addr.or(file.client_addr),
+            peer_addr: self.peer_addr.or(file.peer_addr),
+            data_dir: self.data_dir.or(file.data_dir),
+            cluster_name: self.cluster_name.or(file.cluster_name),
+            initial_members: if self.initial_members.is_empty() {
+                file.initial_members
+            } else {
+                self.initial_members
+            },
+            heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
+            election_timeout_min_ms: self
+                .election_timeout_min_ms
+                .or(file.election_timeout_min_ms),
+            election_timeout_max_ms: self
+                .election_timeout_max_ms
+                .or(file.election_timeout_max_ms),
+            snapshot_every_entries: self.snapshot_every_entries.or(file.snapshot_every_entries),
+            metrics_addr: self.metrics_addr.or(file.metrics_addr),
+            test_clock_knob: self.test_clock_knob || file.test_clock_knob,
+        }
+    }
+
+    pub fn from_toml_file(path: &std::path::Path) -> Result<RawConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            ConfigError(format!(
+                "cannot read config file {}: {error}",
+                path.display()
+            ))
+        })?;
+        toml::from_str(&text)
+            .map_err(|error| ConfigError(format!("config file {}: {error}", path.display())))
+    }
+}
+
+/// A configuration that passed every check.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node_id: NodeId,
+    pub client_addr: String,
+    pub peer_addr: String,
+    pub client_bind: SocketAddr,
+    pub peer_bind: SocketAddr,
+    pub data_dir: PathBuf,
+    pub cluster_name: String,
+    /// Empty for a node that waits to be added by `leasehold member add`.
+    pub initial_members: BTreeMap<NodeId, Node>,
+    pub heartbeat_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    pub snapshot_every_entries: u64,
+    pub metrics_bind: Option<SocketAddr>,
+    pub test_clock_knob: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+fn fail<T>(message: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(message.into()))
+}
+
+fn resolve(what: &str, address: &str) -> Result<SocketAddr, ConfigError> {
+    match address.to_socket_addrs() {
+        Ok(mut addresses) => match addresses.next() {
+            Some(resolved) => Ok(resolved),
+            None => fail(format!("{what} {address:?} resolves to no address")),
+        },
+        Err(error) => fail(format!(
+            "{what} {address:?} is not a host:port address ({error})"
+        )),
+    }
+}
+
+fn parse_member(text: &str) -> Result<(NodeId, Node), ConfigError> {
+    let rule = "an initial member is written ID=CLIENT_ADDR,PEER_ADDR, e.g. 1=127.0.0.1:7101,127.0.0.1:7201";
+    let Some((id_text, addresses)) = text.split_once('=') else {
+        return fail(format!("initial member {text:?}: {rule}"));
+    };
+    let Some((client_addr, peer_addr)) = addresses.split_once(',') else {
+        return fail(format!("initial member {text:?}: {rule}"));
+    };
+    let node_id: NodeId = match id_text.trim().parse() {
+        Ok(id) if id > 0 => id,
+        _ => {
+            return fail(format!(
+                "initial member {text:?}: the id must be a positive integer"
+            ))
+        }
+    };
+    let node = Node {
+        client_addr: client_addr.trim().to_string(),
+        peer_addr: peer_addr.trim().to_string(),
+    };
+    resolve("initial member client address", &node.client_addr)?;
+    resolve("initial member peer address", &node.peer_addr)?;
+    Ok((node_id, node))
+}
+
+impl Config {
+    pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+        let node_id = match raw.node_id {
+            None => return fail("--node-id is required"),
+            Some(0) => return fail("--node-id must be a positive integer (0 is reserved)"),
+            Some(id) => id,
+        };
+
+        let mut initial_members = BTreeMap::new();
+        for text in &raw.initial_members {
+            let (id, node) = parse_member(text)?;
+            if initial_members.insert(id, node).is_some() {
+                return fail(format!("initial member id {id} is listed twice"));
+            }
+        }
+        if initial_members.len() > MEMBERS_MAX {
+            return fail(format!(
+                "{} initial members; at most {MEMBERS_MAX} are supported",
+                initial_members.len()
+            ));
+        }
+        let own_entry = initial_members.get(&node_id).cloned();
+        if !initial_members.is_empty() && own_entry.is_none() {
+            let ids: Vec<String> = initial_members.keys().map(|id| id.to_string()).collect();
+            return fail(format!(
+                "unknown node id {node_id}: it is not among the initial members ({}); \
+                 a node that joins later is started without --initial-member",
+                ids.join(", ")
+            ));
+        }
+        let client_addr = match (raw.client_addr, &own_entry) {
+            (Some(address), Some(entry)) if address != entry.client_addr => {
+                return fail(format!(
+                    "--client-addr {address} differs from this node's initial member entry ({})",
+                    entry.client_addr
+                ))
+            }
+            (Some(address), _) => address,
+            (None, Some(entry)) => entry.client_addr.clone(),
+            (None, None) => {
+                return fail("--client-addr is required for a node that is not an initial member")
+            }
+        };
+        let peer_addr = match (raw.peer_addr, &own_entry) {
+            (Some(address), Some(entry)) if address != entry.peer_addr => {
+                return fail(format!(
+                    "--peer-addr {address} differs from this node's initial member entry ({})",
+                    entry.peer_addr
+                ))
+            }
+            (Some(address), _) => address,
+            (None, Some(entry)) => entry.peer_addr.clone(),
+            (None, None) => {
+                return fail("--peer-addr is required for a node that is not an initial member")
+            }
+        };
+        let client_bind = resolve("--client-addr", &client_addr)?;
+        let peer_bind = resolve("--peer-addr", &peer_addr)?;
+        if client_bind == peer_bind {
+            return fail(format!(
+                "the client and peer addresses must differ (both are {client_addr})"
+            ));
+        }
+        let mut seen = BTreeMap::new();
+        for (id, node) in &initial_members {
+            for address in [&node.client_addr, &node.peer_addr] {
+                if let Some(other) = seen.insert(address.clone(), *id) {
+                    return fail(format!("address {address} is used twice in the initial members (nodes {other} and {id})"));
+                }
+            }
+        }
+
+        let Some(data_dir) = raw.data_dir else {
+            return fail("--data-dir is required");
+        };
+
+        let cluster_name = raw
+            .cluster_name
+            .unwrap_or_else(|| CLUSTER_NAME_DEFAULT.to_string());
+        if cluster_name.is_empty() || cluster_name.len() > CLUSTER_NAME_BYTES_MAX {
+            return fail(format!(
+                "--cluster-name must be 1 to {CLUSTER_NAME_BYTES_MAX} bytes"
+            ));
+        }
+        if !cluster_name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        {
+            return fail(format!("--cluster-name {cluster_name:?} may contain only letters, digits, '-', '_' and '.'"));
+        }
+
+        let heartbeat_ms = raw.heartbeat_ms.unwrap_or(HEARTBEAT_MS_DEFAULT);
+        let election_timeout_min_ms = raw
+            .election_timeout_min_ms
+            .unwrap_or(ELECTION_TIMEOUT_MIN_MS_DEFAULT);
+        let election_timeout_max_ms = raw.election_timeout_max_ms.unwrap_or_else(|| {
+            election_timeout_min_ms.max(ELECTION_TIMEOUT_MAX_MS_DEFAULT / 2) * 2
+        });
+        if heartbeat_ms < HEARTBEAT_MS_MIN {
+            return fail(format!(
+                "--heartbeat-ms {heartbeat_ms} is below the minimum of {HEARTBEAT_MS_MIN}"
+            ));
+        }
+        if election_timeout_min_ms <= heartbeat_ms {
+            return fail(format!(
+                "the election timeout ({election_timeout_min_ms} ms) must be above the heartbeat interval \
+                 ({heartbeat_ms} ms), or followers start elections against a live leader"
+            ));
+        }
+        if election_timeout_max_ms <= election_timeout_min_ms {
+            return fail(format!(
+                "--election-timeout-max-ms ({election_timeout_max_ms}) must be above \
+                 --election-timeout-min-ms ({election_timeout_min_ms})"
+            ));
+        }
+        if election_timeout_max_ms > ELECTION_TIMEOUT_MS_MAX {
+            return fail(format!(
+                "--election-timeout-max-ms is above the maximum of {ELECTION_TIMEOUT_MS_MAX}"
+            ));
+        }
+        let snapshot_every_entries = raw
+            .snapshot_every_entries
+            .unwrap_or(SNAPSHOT_EVERY_ENTRIES_DEFAULT);
+        if snapshot_every_entries < SNAPSHOT_EVERY_ENTRIES_MIN {
+            return fail(format!(
+                "--snapshot-every-entries {snapshot_every_entries} is below the minimum of {SNAPSHOT_EVERY_ENTRIES_MIN}"
+            ));
+        }
+        let metrics_bind = match &raw.metrics_addr {
+            Some(address) => Some(resolve("--metrics-addr", address)?),
+            None => None,
+        };
+
+        Ok(Config {
+            node_id,
+            client_addr,
+            peer_addr,
+            client_bind,
+            peer_bind,
+            data_dir,
+            cluster_name,
+            initial_members,
+            heartbeat_ms,
+            election_timeout_min_ms,
+            election_timeout_max_ms,
+            snapshot_every_entries,
+            metrics_bind,
+            test_clock_knob: raw.test_clock_knob,
+        })
+    }
+
+    pub fn raft_config(&self) -> openraft::Config {
+        openraft::Config {
+            cluster_name: self.cluster_name.clone(),
+            heartbeat_interval: self.heartbeat_ms,
+            election_timeout_min: self.election_timeout_min_ms,
+            election_timeout_max: self.election_timeout_max_ms,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every_entries),
+            // Keep enough log behind a snapshot that a follower installing it can
+            // still catch up from the log instead of needing another snapshot.
+            max_in_snapshot_log_to_keep: self.snapshot_every_entries,
+            install_snapshot_timeout: 2_000,
+            snapshot_max_chunk_size: 1024 * 1024,
+            max_payload_entries: 1_000,
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three_members() -> Vec<String> {
+        (1..=3)
+            .map(|id| format!("{id}=127.0.0.1:71{id:02},127.0.0.1:72{id:02}"))
+            .collect()
+    }
+
+    fn raw(node_id: u64) -> RawConfig {
+        RawConfig {
+            node_id: Some(node_id),
+            data_dir: Some("/tmp/unused".into()),
+            initial_members: three_members(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn addresses_come_from_the_initial_member_entry() {
+        let config = Config::validate(raw(2)).unwrap();
+        assert_eq!(config.client_addr, "127.0.0.1:7102");
+        assert_eq!(config.peer_addr, "127.0.0.1:7202");
+        assert_eq!(config.initial_members.len(), 3);
+    }
+
+    #[test]
+    fn each_broken_rule_is_named() {
+        let cases: Vec<(RawConfig, &str)> = vec![
+            (raw(7), "unknown node id 7"),
+            (
+                RawConfig {
+                    node_id: Some(0),
+                    ..raw(1)
+                },
+                "positive integer",
+            ),
+            (
+                RawConfig {
+                    heartbeat_ms: Some(500),
+                    election_timeout_min_ms: Some(400),
+                    ..raw(1)
+                },
+                "above the heartbeat",
+            ),
+            (
+                RawConfig {
+                    election_timeout_min_ms: Some(800),
+                    election_timeout_max_ms: Some(700),
+                    ..raw(1)
+                },
+                "must be above",
+            ),
+            (
+                RawConfig {
+                    data_dir: None,
+                    ..raw(1)
+                },
+                "--data-dir is required",
+            ),
+            (
+                RawConfig {
+                    initial_members: vec!["x=1".into()],
+                    ..raw(1)
+                },
+                "ID=CLIENT_ADDR,PEER_ADDR",
+            ),
+            (
+                RawConfig {
+                    cluster_name: Some("a b".into()),
+                    ..raw(1)
+                },
+                "may contain only",
+            ),
+            (
+                RawConfig {
+                    client_addr: Some("127.0.0.1:9999".into()),
+                    ..raw(1)
+                },
+                "differs from",
+            ),
+            (
+                RawConfig {
+                    snapshot_every_entries: Some(1),
+                    ..raw(1)
+                },
+                "below the minimum",
+            ),
+        ];
+        for (config, expected) in cases {
+            let error = Config::validate(config).unwrap_err();
+            assert!(
+                error.0.contains(expected),
+                "{:?} does not mention {expected:?}",
+                error.0
+            );
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The gRPC boundary: protobuf requests become domain commands here, with every
+//! limit checked on the way in; domain errors become gRPC statuses. Nothing past
+//! this module sees a prost type.
+
+use leasehold_proto as pb;
+use tonic::Status;
+
+use crate::limits::{
+    CLIENT_NAME_BYTES_MAX, LOCK_NAME_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
+};
+use crate::state_machine::{Command, CommandError, ErrorKind, RequestId, SessionId};
+
+/// A blocking acquire waits at most this long per request; a client that wants to
+/// wait longer sends the same request again.
+pub const ACQUIRE_WAIT_MS_MAX: u64 = 3_600_000;
+/// Request sequences with these bits set are reserved for commands the server
+/// derives from a client request: the `CancelWait` of a timed-out or abandoned
+/// acquire, and the `Release` of an abandoned acquire that won the race.
+pub const SERVER_SEQUENCE_BITS: u64 = 0b11 << 62;
+const CANCEL_SEQUENCE_BITS: u64 = 0b10 << 62;
+const ABANDON_SEQUENCE_BITS: u64 = 0b11 << 62;
+
+pub fn request_id(request_id: Option<pb::RequestId>) -> Result<RequestId, Status> {
+    let Some(pb::RequestId {
+        client_id,
+        sequence,
+    }) = request_id
+    else {
+        return Err(Status::invalid_argument(
+            "request_id is required on every mutating request",
+        ));
+    };
+    if client_id == 0 {
+        return Err(Status::invalid_argument(
+            "request_id.client_id must not be 0",
+        ));
+    }
+    if sequence & SERVER_SEQUENCE_BITS != 0 {
+        return Err(Status::invalid_argument(
+            "request_id.sequence must be below 2^62",
+        ));
+    }
+    Ok(RequestId {
+        client_id,
+        sequence,
+    })
+}
+
+/// The request id of the `CancelWait` the server proposes when the acquire with
+/// `acquire` timed out: derived, so that a retried acquire cancels idempotently.
+pub fn cancel_request_id(acquire: RequestId) -> RequestId {
+    RequestId {
+        client_id: acquire.client_id,
+        sequence: acquire.sequence | CANCEL_SEQUENCE_BITS,
+    }
+}
+
+/// The request id of the `Release` of an abandoned acquire that was granted.
+pub fn abandon_request_id(acquire: RequestId) -> RequestId {
+    RequestId {
+        client_id: acquire.client_id,
+        sequence: acquire.sequence | ABANDON_SEQUENCE_BITS,
+    }
+}
+
+pub fn lock_name(name: &str) -> Result<String, Status> {
+    if name.is_empty() {
+        return Err(Status::invalid_argument(
+            "lock name is empty; a name is 1 to 256 bytes",
+        ));
+    }
+    if name.len() > LOCK_NAME_BYTES_MAX {
+        return Err(Status::invalid_argument(format!(
+            "lock name is {} bytes; the limit is {LOCK_NAME_BYTES_MAX} (LOCK_NAME_BYTES_MAX)",
+            name.len()
+        )));
+    }
+    Ok(name.to_string())
+}
+
+pub fn session_id(session_id: u64) -> Result<SessionId, Status> {
+    if session_id == 0 {
+        return Err(Status::invalid_argument(
+            "session_id is required (0 is never a session)",
+        ));
+    }
+    Ok(session_id)
+}
+
+pub fn create_session(request: pb::CreateSessionRequest) -> Result<Command, Status> {
+    let request_id = request_id(request.request_id)?;
+    if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(&request.ttl_ms) {
+        return Err(Status::invalid_argument(format!(
+            "ttl_ms {} is out of range: a session TTL is {SESSION_TTL_MS_MIN} to {SESSION_TTL_MS_MAX} ms",
+            request.ttl_ms
+        )));
+    }
+    if request.client_name.len() > CLIENT_NAME_BYTES_MAX {
+        return Err(Status::invalid_argument(format!(
+            "client_name is {} bytes; the limit is {CLIENT_NAME_BYTES_MAX} (CLIENT_NAME_BYTES_MAX)",
+            request.client_name.len()
+        )));
+    }
+    Ok(Command::CreateSession {
+        request: request_id,
+        ttl_ms: request.ttl_ms,
+        client_name: request.client_name,
+    })
+}
+
+pub fn close_session(request: pb::CloseSessionRequest) -> Result<Command, Status> {
+    Ok(Command::CloseSession {
+        request: request_id(request.request_id)?,
+        session: session_id(request.session_id)?,
+    })
+}
+
+/// The command and how long to wait in the queue.
+pub fn acquire(request: pb::AcquireRequest) -> Result<(Command, u64), Status> {
+    let request_id = request_id(request.request_id)?;
+    let session = session_id(request.session_id)?;
+    let name = lock_name(&request.name)?;
+    if request.wait_ms > ACQUIRE_WAIT_MS_MAX {
+        return Err(Status::invalid_argument(format!(
+            "wait_ms {} is above the limit of {ACQUIRE_WAIT_MS_MAX} (ACQUIRE_WAIT_MS_MAX)",
+            request.wait_ms
+        )));
+    }
+    let command = Command::Acquire {
+        request: request_id,
+        session,
+        name,
+        wait: request.wait_ms > 0,
+    };
+    Ok((command, request.wait_ms))
+}
+
+pub fn release(request: pb::ReleaseRequest) -> Result<Command, Status> {
+    let request_id = request_id(request.request_id)?;
+    let session = session_id(request.session_id)?;
+    let name = lock_name(&request.name)?;
+    if request.token == 0 {
+        return Err(Status::invalid_argument(
+            "token is required (0 is never a fencing token)",
+        ));
+    }
+    Ok(Command::Release {
+        request: request_id,
+        session,
+        name,
+        token: request.token,
+    })
+}
+
+pub fn command_error(error: CommandError) -> Status {
+    match error.kind {
+        ErrorKind::InvalidArgument => Status::invalid_argument(error.message),
+        ErrorKind::UnknownSession => Status::not_found(error.message),
+        ErrorKind::LimitExceeded => Status::resource_exhausted(error.message),
+        ErrorKind::RequestIdReused => Status::already_exists(error.message),
+        ErrorKind::NotHolder => Status::failed_precondition(error.message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> Option<pb::RequestId> {
+        Some(pb::RequestId {
+            client_id: 9,
+            sequence: 1,
+        })
+    }
+
+    #[test]
+    fn bad_input_is_named() {
+        let cases: Vec<(Result<Command, Status>, &str)> = vec![
+            (
+                create_session(pb::CreateSessionRequest {
+                    request_id: id(),
+                    ttl_ms: 0,
+                    client_name: String::new(),
+                }),
+                "ttl_ms 0 is out of range",
+            ),
+            (
+                create_session(pb::CreateSessionRequest {
+                    request_id: id(),
+                    ttl_ms: SESSION_TTL_MS_MAX + 1,
+                    client_name: String::new(),
+                }),
+                "out of range",
+            ),
+            (
+                create_session(pb::CreateSessionRequest {
+                    request_id: None,
+                    ttl_ms: 5_000,
+                    client_name: String::new(),
+                }),
+                "request_id is required",
+            ),
+            (
+                acquire(pb::AcquireRequest {
+                    request_id: id(),
+                    session_id: 5,
+                    name: String::new(),
+                    wait_ms: 0,
+                })
+                .map(|(command, _)| command),
+                "lock name is empty",
+            ),
+            (
+                acquire(pb::AcquireRequest {
+                    request_id: id(),
+                    session_id: 5,
+                    name: "x".repeat(257),
+                    wait_ms: 0,
+                })
+                .map(|(command, _)| command),
+                "257 bytes",
+            ),
+            (
+                acquire(pb::AcquireRequest {
+                    request_id: id(),
+                    session_id: 0,
+                    name: "a".into(),
+                    wait_ms: 0,
+                })
+                .map(|(command, _)| command),
+                "session_id is required",
+            ),
+            (
+                release(pb::ReleaseRequest {
+                    request_id: id(),
+                    session_id: 5,
+                    name: "a".into(),
+                    token: 0,
+                }),
+                "token is required",
+            ),
+        ];
+        for (result, expected) in cases {
+            let status = result.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument);
+            assert!(
+                status.message().contains(expected),
+                "{:?} lacks {expected:?}",
+                status.message()
+            );
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Named limits of the replicated state.
+//!
+//! The state machine rejects a command that would cross one of these, and the gRPC
+//! conversion layer checks the same constants on the way in, so that a client gets a
+//! clear error early and no client can make a replica's memory, or the work of one log
+//! entry, grow without bound. Every replica must agree on these values: changing one
+//! changes which commands are rejected, so it must be rolled out like a change of the
+//! state machine itself.
+
+/// A lock name is kept twice per grant (in the lock table and in the holder's list) and
+/// is echoed in every event and error about it; 256 bytes fits a path-like resource name.
+pub const LOCK_NAME_BYTES_MAX: usize = 256;
+
+/// The client name is informational only (it is shown by describe queries), so it stays
+/// short.
+pub const CLIENT_NAME_BYTES_MAX: usize = 128;
+
+/// Below a second, the keepalive round trip through the leader and a leader change would
+/// expire healthy sessions.
+pub const SESSION_TTL_MS_MIN: u64 = 1_000;
+
+/// An hour: a longer lease keeps the locks of a dead client for longer than anyone would
+/// wait for them.
+pub const SESSION_TTL_MS_MAX: u64 = 3_600_000;
+
+/// Bounds the memory of the replicated state and of the leader's deadline timers, which
+/// keep one entry per session.
+pub const SESSIONS_MAX: usize = 1_000_000;
+
+/// Locks a session holds plus locks it waits on. Bounds the work of closing or expiring
+/// one session, which releases and leaves all of them in one log entry.
+pub const LOCKS_PER_SESSION_MAX: usize = 1_024;
+
+/// Bounds one lock's FIFO queue, which is scanned when a waiter leaves it.
+pub const WAITERS_PER_LOCK_MAX: usize = 4_096;
+
+/// Stored answers kept per session for retries, oldest evicted first. A client retries
+/// only its last few requests, so a small window makes retries safe without letting the
+/// table grow with the age of the session.
+pub const REQUESTS_REMEMBERED_PER_SESSION_MAX: usize = 16;
+
+/// Sessions one `ExpireSessions` entry may end, so that one entry's work (releasing and
+/// handing over all their locks) stays bounded; the leader splits larger batches.
+pub const EXPIRE_SESSIONS_PER_COMMAND_MAX: usize = 1_024;
+
+const _: () = assert!(LOCK_NAME_BYTES_MAX > 0);
+const _: () = assert!(CLIENT_NAME_BYTES_MAX > 0);
+const _: () = assert!(SESSION_TTL_MS_MIN > 0);
+const _: () = assert!(SESSION_TTL_MS_MIN <= SESSION_TTL_MS_MAX);
+const _: () = assert!(SESSIONS_MAX > 0);
+const _: () = assert!(LOCKS_PER_SESSION_MAX > 0);
+// A waiter's queue position is reported as a `u32`.
+const _: () = assert!(WAITERS_PER_LOCK_MAX as u64 <= u32::MAX as u64);
+// Waiters of one lock are distinct live sessions other than the holder, so a larger
+// limit could never be reached.
+const _: () = assert!(WAITERS_PER_LOCK_MAX < SESSIONS_MAX);
+// A new session remembers the answer to the command that created it.
+const _: () = assert!(REQUESTS_REMEMBERED_PER_SESSION_MAX > 0);
+const _: () = assert!(EXPIRE_SESSIONS_PER_COMMAND_MAX > 0);
+const _: () = assert!(EXPIRE_SESSIONS_PER_COMMAND_MAX <= SESSIONS_MAX);

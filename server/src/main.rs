@@ -1,0 +1,81 @@
+//! `leasehold-server`: runs one Leasehold node.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use leasehold_server::clock::Clock;
+use leasehold_server::config::{Config, RawConfig};
+use leasehold_server::node;
+use tokio::signal::unix::{signal, SignalKind};
+
+#[derive(Parser, Debug)]
+#[command(name = "leasehold-server", version, about = "Runs one Leasehold node.")]
+struct Arguments {
+    /// A TOML file with any of the settings below (flags override it).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Log format: text or json. The level comes from RUST_LOG (default info).
+    #[arg(long, default_value = "text")]
+    log_format: String,
+    #[command(flatten)]
+    settings: RawConfig,
+}
+
+fn main() -> ExitCode {
+    let arguments = Arguments::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    match arguments.log_format.as_str() {
+        "json" => tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init(),
+        "text" => tracing_subscriber::fmt().with_env_filter(filter).init(),
+        other => {
+            eprintln!("leasehold-server: invalid configuration: --log-format {other:?} is neither text nor json");
+            return ExitCode::from(2);
+        }
+    }
+    let raw = match &arguments.config {
+        Some(path) => match RawConfig::from_toml_file(path) {
+            Ok(file) => arguments.settings.merged_over(file),
+            Err(error) => {
+                eprintln!("leasehold-server: {error}");
+                return ExitCode::from(2);
+            }
+        },
+        None => arguments.settings,
+    };
+    let config = match Config::validate(raw) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("leasehold-server: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(run(config))
+}
+
+async fn run(config: Config) -> ExitCode {
+    let mut running = match node::start(config, Clock::system()).await {
+        Ok(running) => running,
+        Err(error) => {
+            eprintln!("leasehold-server: cannot start: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut terminate = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut interrupt = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+        _ = running.retired() => tracing::warn!("removed from the cluster: shutting down"),
+    }
+    running.shutdown().await;
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,320 @@
+//! Assembles and runs one Leasehold node: listeners, data directory, RocksDB,
+//! openraft, the gRPC services, the lease timers and the metrics endpoint.
+//!
+//! Start-up order matters for "a bad start changes nothing": the configuration is
+//! already valid, then the listeners are bound (a port in use fails here), then the
+//! data directory is inspected, and only then is anything written.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_proto::admin_server::AdminServer;
+use leasehold_proto::leasehold_server::LeaseholdServer;
+use leasehold_proto::peer_server::PeerServer;
+use openraft::ServerState;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::admin_service::AdminService;
+use crate::client_service::LeaseholdService;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::data_dir::{self, Claim};
+use crate::leases::{Leases, EXPIRY_SCAN_INTERVAL_MS};
+use crate::log_store::LogStore;
+use crate::metrics;
+use crate::network::{Network, PEER_MESSAGE_BYTES_MAX};
+use crate::peer_service::PeerService;
+use crate::raft_types::Raft;
+use crate::replica::Replica;
+use crate::state_machine::Command;
+use crate::state_machine_store::StateMachineStore;
+use crate::storage;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartError(pub String);
+
+/// A node that is running; dropping it does not stop it, `shutdown` does.
+pub struct RunningNode {
+    pub replica: Arc<Replica>,
+    pub client_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    retired: watch::Receiver<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn bind(what: &str, address: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
+    let listener = std::net::TcpListener::bind(address).map_err(|error| {
+        StartError(format!(
+            "cannot listen on the {what} address {address}: {error}"
+        ))
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|error| StartError(format!("{what} listener: {error}")))?;
+    tokio::net::TcpListener::from_std(listener)
+        .map_err(|error| StartError(format!("{what} listener: {error}")))
+}
+
+pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartError> {
+    let client_listener = bind("client", config.client_bind)?;
+    let peer_listener = bind("peer", config.peer_bind)?;
+    let metrics_listener = match config.metrics_bind {
+        Some(address) => Some(bind("metrics", address)?),
+        None => None,
+    };
+    let client_addr = client_listener
+        .local_addr()
+        .map_err(|error| StartError(error.to_string()))?;
+    let peer_addr = peer_listener
+        .local_addr()
+        .map_err(|error| StartError(error.to_string()))?;
+
+    let claim = data_dir::inspect(&config.data_dir, &config.cluster_name, config.node_id)
+        .map_err(|error| StartError(error.to_string()))?;
+    if claim == Claim::Fresh {
+        data_dir::claim(&config.data_dir, &config.cluster_name, config.node_id)
+            .map_err(|error| StartError(error.to_string()))?;
+    }
+    let db = storage::open(
+        &config.data_dir.join(data_dir::DATABASE_DIR),
+        claim == Claim::Fresh,
+    )
+    .map_err(|error| {
+        StartError(format!(
+            "data directory {}: {error}",
+            config.data_dir.display()
+        ))
+    })?;
+
+    let leases = Leases::new(clock.clone());
+    let state_machine = StateMachineStore::open(db.clone(), leases).map_err(|error| {
+        StartError(format!(
+            "data directory {}: {error}",
+            config.data_dir.display()
+        ))
+    })?;
+    let shared = state_machine.shared();
+    let log_store = LogStore::new(db);
+    let raft_config = config
+        .raft_config()
+        .validate()
+        .map_err(|error| StartError(format!("raft configuration: {error}")))?;
+    let network = Network::new(Some(config.peer_bind.ip()));
+    let raft = Raft::new(
+        config.node_id,
+        Arc::new(raft_config),
+        network,
+        log_store,
+        state_machine,
+    )
+    .await
+    .map_err(|error| StartError(format!("cannot start raft: {error}")))?;
+
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|error| StartError(error.to_string()))?;
+    if !initialized && !config.initial_members.is_empty() {
+        tracing::info!(members = ?config.initial_members.keys().collect::<Vec<_>>(), "bootstrapping the cluster");
+        if let Err(error) = raft.initialize(config.initial_members.clone()).await {
+            // Another initial member may have bootstrapped first; that is the goal.
+            tracing::info!(%error, "initialize declined");
+        }
+    }
+
+    let replica = Replica::new(
+        raft.clone(),
+        shared,
+        config.node_id,
+        config.cluster_name.clone(),
+        clock.clone(),
+    );
+    let (stop, stopped) = watch::channel(false);
+    let (retired_sender, retired) = watch::channel(false);
+    let mut tasks = Vec::new();
+
+    let client_server = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(Duration::from_secs(5)))
+        .add_service(LeaseholdServer::new(LeaseholdService {
+            replica: replica.clone(),
+        }))
+        .add_service(AdminServer::new(AdminService {
+            replica: replica.clone(),
+        }));
+    let mut stop_client = stopped.clone();
+    tasks.push(tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop_client.wait_for(|stop| *stop).await;
+        };
+        if let Err(error) = client_server
+            .serve_with_incoming_shutdown(TcpListenerStream::new(client_listener), shutdown)
+            .await
+        {
+            tracing::error!(%error, "client server stopped");
+        }
+    }));
+
+    let peer_service = PeerService {
+        raft: raft.clone(),
+        cluster_name: config.cluster_name.clone(),
+        retired: retired_sender.clone(),
+    };
+    let peer_server = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(
+            PeerServer::new(peer_service)
+                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
+        );
+    let mut stop_peer = stopped.clone();
+    tasks.push(tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop_peer.wait_for(|stop| *stop).await;
+        };
+        if let Err(error) = peer_server
+            .serve_with_incoming_shutdown(TcpListenerStream::new(peer_listener), shutdown)
+            .await
+        {
+            tracing::error!(%error, "peer server stopped");
+        }
+    }));
+
+    let metrics_addr = match metrics_listener {
+        Some(listener) => {
+            let address = listener.local_addr().ok();
+            tasks.push(tokio::spawn(metrics::serve(
+                listener,
+                replica.clone(),
+                stopped.clone(),
+            )));
+            address
+        }
+        None => None,
+    };
+    tasks.push(tokio::spawn(run_expiry(replica.clone(), stopped.clone())));
+    tasks.push(tokio::spawn(watch_membership(
+        raft.clone(),
+        config.node_id,
+        retired_sender,
+        stopped,
+    )));
+
+    tracing::info!(
+        node_id = config.node_id,
+        %client_addr,
+        %peer_addr,
+        data_dir = %config.data_dir.display(),
+        cluster = %config.cluster_name,
+        "node started"
+    );
+    Ok(RunningNode {
+        replica,
+        client_addr,
+        peer_addr,
+        metrics_addr,
+        stop,
+        retired,
+        tasks,
+    })
+}
+
+impl RunningNode {
+    /// Resolves when the leader removed this node from the cluster.
+    pub async fn retired(&mut self) {
+        let _ = self.retired.wait_for(|retired| *retired).await;
+    }
+
+    pub async fn shutdown(self) {
+        self.stop.send_replace(true);
+        if let Err(error) = self.replica.raft.shutdown().await {
+            tracing::warn!(?error, "raft shutdown");
+        }
+        for task in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        }
+    }
+}
+
+/// The leader's side of leases: when a deadline passes, propose the expiry.
+async fn run_expiry(replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
+    let leases = &replica.shared.leases;
+    let mut leading_term = None;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(EXPIRY_SCAN_INTERVAL_MS)) => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+        let (state, term) = {
+            let metrics = replica.raft.metrics();
+            let metrics = metrics.borrow();
+            (metrics.state, metrics.current_term)
+        };
+        if state != ServerState::Leader {
+            leading_term = None;
+            continue;
+        }
+        if leading_term != Some(term) {
+            // A new leader starts every deadline afresh: a leader change may
+            // lengthen a lease, never shorten it.
+            leases.restart_deadlines();
+            leading_term = Some(term);
+            tracing::info!(
+                term,
+                sessions = leases.len(),
+                "leading: session deadlines restarted"
+            );
+            continue;
+        }
+        let expired = leases.take_expired();
+        if expired.is_empty() {
+            continue;
+        }
+        tracing::info!(sessions = ?expired, "session deadlines passed; proposing expiry");
+        if let Err(error) = replica
+            .propose_quietly(Command::ExpireSessions {
+                sessions: expired.clone(),
+            })
+            .await
+        {
+            tracing::warn!(%error, "could not propose the expiry");
+            leases.expiry_not_proposed(&expired);
+        }
+    }
+}
+
+/// A node that was a member and is no longer in the membership stops serving.
+async fn watch_membership(
+    raft: Raft,
+    node_id: u64,
+    retired: watch::Sender<bool>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut metrics = raft.metrics();
+    let mut was_member = false;
+    loop {
+        let is_member = metrics
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&node_id)
+            .is_some();
+        if is_member {
+            was_member = true;
+        } else if was_member {
+            tracing::warn!("this node is no longer in the cluster's membership; it stops serving");
+            retired.send_replace(true);
+            return;
+        }
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+    }
+}

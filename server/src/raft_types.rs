@@ -1,0 +1,67 @@
+//! openraft's type configuration for Leasehold, and the payload of a log entry.
+
+use std::fmt;
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+
+use crate::state_machine::{Command, Response};
+
+/// A cluster member as Raft's membership records it. Both addresses travel with the
+/// membership so that every node can tell a client where the leader is and reach
+/// every peer, wherever the nodes run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Node {
+    /// Where clients reach the node (`Leasehold` and `Admin` services).
+    pub client_addr: String,
+    /// Where peers reach the node (`Peer` service). Never given to clients.
+    pub peer_addr: String,
+}
+
+impl fmt::Display for Node {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            formatter,
+            "client={} peer={}",
+            self.client_addr, self.peer_addr
+        )
+    }
+}
+
+/// The application payload of a normal log entry.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Proposal {
+    /// The leader's wall clock when it proposed the entry, milliseconds since the Unix
+    /// epoch. Informational only ("since" in describe output); no decision uses it.
+    pub stamp_ms: u64,
+    pub command: Command,
+}
+
+impl fmt::Display for Proposal {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{:?}", self.command)
+    }
+}
+
+pub type NodeId = u64;
+
+openraft::declare_raft_types!(
+    /// Leasehold's Raft types.
+    pub TypeConfig:
+        D = Proposal,
+        // None for entries that carry no command (blank, membership).
+        R = Option<Response>,
+        NodeId = NodeId,
+        Node = Node,
+        SnapshotData = Cursor<Vec<u8>>,
+);
+
+pub type Raft = openraft::Raft<TypeConfig>;
+pub type Entry = openraft::Entry<TypeConfig>;
+pub type LogId = openraft::LogId<NodeId>;
+pub type Vote = openraft::Vote<NodeId>;
+pub type StoredMembership = openraft::StoredMembership<NodeId, Node>;
+pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, Node>;
+pub type Snapshot = openraft::Snapshot<TypeConfig>;
+pub type StorageError = openraft::StorageError<NodeId>;
+pub type RaftMetrics = openraft::RaftMetrics<NodeId, Node>;

@@ -1,0 +1,228 @@
+//! One node's view of the replicated state, as the gRPC services use it: propose a
+//! command and get its applied response, confirm leadership (batched), and read the
+//! state linearizably.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use openraft::ServerState;
+use tokio::sync::{mpsc, oneshot};
+use tonic::metadata::MetadataValue;
+use tonic::Status;
+
+use crate::clock::Clock;
+use crate::raft_types::{Node, NodeId, Proposal, Raft};
+use crate::state_machine::{Command, Response, StateMachine};
+use crate::state_machine_store::Shared;
+
+/// The metadata key that carries the leader's client address on a not-leader error.
+pub const LEADER_METADATA_KEY: &str = "leasehold-leader";
+/// Leadership confirmations waiting for the next quorum round at most.
+pub const LEADER_CHECKS_QUEUED_MAX: usize = 65_536;
+/// How long a linearizable read waits for this node to apply up to the read index.
+pub const READ_APPLY_WAIT_MS_MAX: u64 = 5_000;
+
+type LeaderCheckReply = oneshot::Sender<Result<u64, Status>>;
+
+pub struct Replica {
+    pub raft: Raft,
+    pub shared: Arc<Shared>,
+    pub node_id: NodeId,
+    pub cluster_name: String,
+    pub clock: Clock,
+    leader_checks: mpsc::Sender<LeaderCheckReply>,
+}
+
+impl Replica {
+    pub fn new(
+        raft: Raft,
+        shared: Arc<Shared>,
+        node_id: NodeId,
+        cluster_name: String,
+        clock: Clock,
+    ) -> Arc<Self> {
+        let (leader_checks, queue) = mpsc::channel(LEADER_CHECKS_QUEUED_MAX);
+        tokio::spawn(run_leader_checks(raft.clone(), queue));
+        Arc::new(Self {
+            raft,
+            shared,
+            node_id,
+            cluster_name,
+            clock,
+            leader_checks,
+        })
+    }
+
+    /// Appends `command` to the log and returns what applying it answered.
+    pub async fn propose(&self, command: Command) -> Result<Response, Status> {
+        let proposal = Proposal {
+            stamp_ms: self.clock.unix_ms(),
+            command,
+        };
+        match self.raft.client_write(proposal).await {
+            Ok(written) => written
+                .data
+                .ok_or_else(|| Status::internal("a command entry applied without a response")),
+            Err(error) => Err(self.write_error(error)),
+        }
+    }
+
+    /// Proposes a command on behalf of the cluster (session expiry): no client waits.
+    pub async fn propose_quietly(&self, command: Command) -> Result<Option<Response>, String> {
+        let proposal = Proposal {
+            stamp_ms: self.clock.unix_ms(),
+            command,
+        };
+        self.raft
+            .client_write(proposal)
+            .await
+            .map(|written| written.data)
+            .map_err(|error| error.to_string())
+    }
+
+    fn write_error(&self, error: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> Status {
+        if let Some(forward) = error.forward_to_leader() {
+            return self.not_leader(forward);
+        }
+        match error {
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {
+                Status::failed_precondition(error.to_string())
+            }
+            other => {
+                Status::unavailable(format!("node {} cannot commit now: {other}", self.node_id))
+            }
+        }
+    }
+
+    /// UNAVAILABLE with the leader's client address, for the client to follow.
+    pub fn not_leader(&self, forward: &ForwardToLeader<NodeId, Node>) -> Status {
+        let leader_addr = match (&forward.leader_node, forward.leader_id) {
+            (Some(node), _) => Some(node.client_addr.clone()),
+            (None, Some(id)) => self.member_client_addr(id),
+            (None, None) => None,
+        };
+        not_leader_status(self.node_id, forward.leader_id, leader_addr)
+    }
+
+    pub fn member_client_addr(&self, node_id: NodeId) -> Option<String> {
+        let metrics = self.raft.metrics();
+        let membership = metrics.borrow().membership_config.clone();
+        membership
+            .membership()
+            .get_node(&node_id)
+            .map(|node| node.client_addr.clone())
+    }
+
+    /// The leader as this node knows it.
+    pub fn leader_hint(&self) -> Status {
+        let leader_id = self.raft.metrics().borrow().current_leader;
+        let leader_addr = leader_id.and_then(|id| self.member_client_addr(id));
+        not_leader_status(self.node_id, leader_id, leader_addr)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// Confirms with a quorum that this node is still the leader and returns the read
+    /// index. Concurrent callers share one confirmation round.
+    pub async fn confirm_leadership(&self) -> Result<u64, Status> {
+        let (reply, answer) = oneshot::channel();
+        self.leader_checks
+            .send(reply)
+            .await
+            .map_err(|_| Status::unavailable("the node is shutting down"))?;
+        answer
+            .await
+            .map_err(|_| Status::unavailable("the node is shutting down"))?
+    }
+
+    /// Runs `read` on the state after confirming leadership and applying up to the
+    /// read index (linearizable), or at once on this node's state when `stale`.
+    pub async fn read<T>(
+        &self,
+        stale: bool,
+        read: impl FnOnce(&StateMachine) -> T,
+    ) -> Result<T, Status> {
+        if !stale {
+            let read_index = self.confirm_leadership().await?;
+            let mut applied = self.shared.applied_index.subscribe();
+            let caught_up =
+                tokio::time::timeout(Duration::from_millis(READ_APPLY_WAIT_MS_MAX), async {
+                    applied.wait_for(|index| *index >= read_index).await.is_ok()
+                })
+                .await;
+            if caught_up != Ok(true) {
+                return Err(Status::unavailable(
+                    "the leader did not apply up to the read index in time",
+                ));
+            }
+        }
+        let applied = self.shared.applied.read().unwrap();
+        Ok(read(&applied.machine))
+    }
+}
+
+pub fn not_leader_status(
+    node_id: NodeId,
+    leader_id: Option<NodeId>,
+    leader_addr: Option<String>,
+) -> Status {
+    let message = match (&leader_id, &leader_addr) {
+        (Some(id), Some(address)) => {
+            format!("node {node_id} is not the leader; the leader is node {id} at {address}")
+        }
+        _ => format!("node {node_id} is not the leader and knows no leader yet; retry shortly"),
+    };
+    let mut status = Status::unavailable(message);
+    if let Some(address) = leader_addr {
+        if let Ok(value) = MetadataValue::try_from(address.as_str()) {
+            status.metadata_mut().insert(LEADER_METADATA_KEY, value);
+        }
+    }
+    status
+}
+
+/// Serves leadership confirmations: every request that queued while a round was in
+/// flight is answered by the next single round.
+async fn run_leader_checks(raft: Raft, mut queue: mpsc::Receiver<LeaderCheckReply>) {
+    while let Some(first) = queue.recv().await {
+        let mut batch = vec![first];
+        while let Ok(more) = queue.try_recv() {
+            batch.push(more);
+        }
+        let result = match raft.get_read_log_id().await {
+            Ok((read_log_id, _)) => Ok(read_log_id.map(|log_id| log_id.index).unwrap_or(0)),
+            Err(error) => Err(check_error(&raft, error)),
+        };
+        for reply in batch {
+            let _ = reply.send(result.clone());
+        }
+    }
+}
+
+fn check_error(raft: &Raft, error: RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>) -> Status {
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow();
+    if let Some(forward) = error.forward_to_leader() {
+        let leader_addr = forward
+            .leader_node
+            .as_ref()
+            .map(|node| node.client_addr.clone())
+            .or_else(|| {
+                forward.leader_id.and_then(|id| {
+                    metrics
+                        .membership_config
+                        .membership()
+                        .get_node(&id)
+                        .map(|node| node.client_addr.clone())
+                })
+            });
+        return not_leader_status(metrics.id, forward.leader_id, leader_addr);
+    }
+    Status::unavailable(format!(
+        "node {} could not confirm its leadership: {error}",
+        metrics.id
+    ))
+}

@@ -1,0 +1,196 @@
+//! The commands that travel through the Raft log, and the fingerprint that tells a retry
+//! from a reuse of its request id.
+
+use serde::{Deserialize, Serialize};
+
+use super::{SessionId, Token};
+
+/// Names one mutating request of one client, so that a retry after a lost response gets
+/// the original answer instead of a second effect.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId {
+    /// Chosen at random by the client library, so that two clients do not collide.
+    pub client_id: u64,
+    /// Increases with every new request of that client; a retry repeats it.
+    pub sequence: u64,
+}
+
+/// One committed entry's instruction to the state machine.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    CreateSession {
+        request: RequestId,
+        ttl_ms: u64,
+        client_name: String,
+    },
+    CloseSession {
+        request: RequestId,
+        session: SessionId,
+    },
+    /// Proposed by the leader when its monotonic deadlines passed. No request id: the
+    /// leader proposes it again for sessions that still exist, and sessions that are
+    /// already gone are ignored, so a duplicate is harmless.
+    ExpireSessions { sessions: Vec<SessionId> },
+    /// `wait = false` is try-lock: `Busy` instead of queueing.
+    Acquire {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+        wait: bool,
+    },
+    /// The leader proposes this when a waiting acquire's `wait_ms` ran out.
+    CancelWait {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+    },
+    Release {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+        token: Token,
+    },
+}
+
+impl Command {
+    /// The request id of a command a client asked for; `None` for the leader's own
+    /// `ExpireSessions`.
+    pub fn request(&self) -> Option<RequestId> {
+        match self {
+            Command::CreateSession { request, .. }
+            | Command::CloseSession { request, .. }
+            | Command::Acquire { request, .. }
+            | Command::CancelWait { request, .. }
+            | Command::Release { request, .. } => Some(*request),
+            Command::ExpireSessions { .. } => None,
+        }
+    }
+
+    /// The existing session the command acts on; `None` for the commands that create
+    /// sessions or list several.
+    pub fn session(&self) -> Option<SessionId> {
+        match self {
+            Command::CloseSession { session, .. }
+            | Command::Acquire { session, .. }
+            | Command::CancelWait { session, .. }
+            | Command::Release { session, .. } => Some(*session),
+            Command::CreateSession { .. } | Command::ExpireSessions { .. } => None,
+        }
+    }
+
+    /// A hash of everything in the command except its request id.
+    ///
+    /// It is stored in the replicated state beside a remembered answer, so it must be the
+    /// same on every replica, platform and version: it is FNV-1a 64 over an encoding
+    /// written out here field by field (a tag byte per kind of command, integers as
+    /// 8 little-endian bytes, strings as their length and then their bytes), not
+    /// std's randomly seeded hasher nor a serialization format that may change.
+    pub fn fingerprint(&self) -> u64 {
+        let mut hasher = Fnv1a::new();
+        match self {
+            Command::CreateSession {
+                request: _,
+                ttl_ms,
+                client_name,
+            } => {
+                hasher.write_tag(1);
+                hasher.write_u64(*ttl_ms);
+                hasher.write_str(client_name);
+            }
+            Command::CloseSession {
+                request: _,
+                session,
+            } => {
+                hasher.write_tag(2);
+                hasher.write_u64(*session);
+            }
+            Command::ExpireSessions { sessions } => {
+                hasher.write_tag(3);
+                hasher.write_u64(sessions.len() as u64);
+                for session in sessions {
+                    hasher.write_u64(*session);
+                }
+            }
+            Command::Acquire {
+                request: _,
+                session,
+                name,
+                wait,
+            } => {
+                hasher.write_tag(4);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+                hasher.write_tag(u8::from(*wait));
+            }
+            Command::CancelWait {
+                request: _,
+                session,
+                name,
+            } => {
+                hasher.write_tag(5);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+            }
+            Command::Release {
+                request: _,
+                session,
+                name,
+                token,
+            } => {
+                hasher.write_tag(6);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+                hasher.write_u64(*token);
+            }
+        }
+        hasher.finish()
+    }
+}
+
+/// The 64-bit FNV-1a hash: a few lines, no seed, the same result everywhere.
+struct Fnv1a {
+    state: u64,
+}
+
+impl Fnv1a {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    fn new() -> Self {
+        Fnv1a {
+            state: Self::OFFSET_BASIS,
+        }
+    }
+
+    fn write_bytes(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.state ^= u64::from(*byte);
+            self.state = self.state.wrapping_mul(Self::PRIME);
+        }
+    }
+
+    fn write_tag(&mut self, tag: u8) {
+        self.write_bytes(&[tag]);
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.write_bytes(&value.to_le_bytes());
+    }
+
+    /// The length comes first so that ("ab", "c") and ("a", "bc") differ.
+    fn write_str(&mut self, value: &str) {
+        self.write_u64(value.len() as u64);
+        self.write_bytes(value.as_bytes());
+    }
+
+    fn finish(&self) -> u64 {
+        self.state
+    }
+}
+
+#[cfg(test)]
+pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hasher = Fnv1a::new();
+    hasher.write_bytes(bytes);
+    hasher.finish()
+}

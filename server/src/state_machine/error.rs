@@ -1,0 +1,184 @@
+//! Rejections: what a client can get wrong, each with a message that names the broken
+//! rule and the values involved.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::{RequestId, SessionId, Token};
+use crate::limits::{
+    CLIENT_NAME_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
+    LOCK_NAME_BYTES_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
+    WAITERS_PER_LOCK_MAX,
+};
+
+/// Why a command was rejected. A rejected command changed nothing but the last applied
+/// index, so the client may fix it and send it again.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct CommandError {
+    pub kind: ErrorKind,
+    /// Names the rule and the values, for people reading logs and client errors.
+    pub message: String,
+}
+
+/// The class of a rejection, for the gRPC layer to map onto a status code.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ErrorKind {
+    InvalidArgument,
+    UnknownSession,
+    LimitExceeded,
+    RequestIdReused,
+    /// Release with a token that is not this session's current grant of this name.
+    NotHolder,
+}
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{:?}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for CommandError {}
+
+impl CommandError {
+    fn new(kind: ErrorKind, message: String) -> Self {
+        assert!(!message.is_empty());
+        CommandError { kind, message }
+    }
+}
+
+pub(super) fn validate_lock_name(name: &str) -> Result<(), CommandError> {
+    if name.is_empty() {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            "lock name is empty; a lock name needs at least one byte".to_owned(),
+        ));
+    }
+    if name.len() > LOCK_NAME_BYTES_MAX {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "lock name is {} bytes; the limit is {LOCK_NAME_BYTES_MAX} (LOCK_NAME_BYTES_MAX)",
+                name.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn validate_client_name(client_name: &str) -> Result<(), CommandError> {
+    if client_name.len() > CLIENT_NAME_BYTES_MAX {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "client name is {} bytes; the limit is {CLIENT_NAME_BYTES_MAX} \
+                 (CLIENT_NAME_BYTES_MAX)",
+                client_name.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn validate_ttl_ms(ttl_ms: u64) -> Result<(), CommandError> {
+    if ttl_ms < SESSION_TTL_MS_MIN {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "session ttl is {ttl_ms} ms; the minimum is {SESSION_TTL_MS_MIN} ms \
+                 (SESSION_TTL_MS_MIN)"
+            ),
+        ));
+    }
+    if ttl_ms > SESSION_TTL_MS_MAX {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "session ttl is {ttl_ms} ms; the maximum is {SESSION_TTL_MS_MAX} ms \
+                 (SESSION_TTL_MS_MAX)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn sessions_full(count: usize) -> CommandError {
+    CommandError::new(
+        ErrorKind::LimitExceeded,
+        format!("there are {count} sessions; the limit is {SESSIONS_MAX} (SESSIONS_MAX)"),
+    )
+}
+
+pub(super) fn unknown_session(session: SessionId) -> CommandError {
+    CommandError::new(
+        ErrorKind::UnknownSession,
+        format!("session {session} does not exist: it was never created, was closed, or expired"),
+    )
+}
+
+pub(super) fn session_locks_full(session: SessionId, count: usize) -> CommandError {
+    CommandError::new(
+        ErrorKind::LimitExceeded,
+        format!(
+            "session {session} holds or waits on {count} locks; the limit is \
+             {LOCKS_PER_SESSION_MAX} (LOCKS_PER_SESSION_MAX)"
+        ),
+    )
+}
+
+pub(super) fn waiters_full(name: &str, count: usize) -> CommandError {
+    CommandError::new(
+        ErrorKind::LimitExceeded,
+        format!(
+            "lock {name:?} has {count} waiters; the limit is {WAITERS_PER_LOCK_MAX} \
+             (WAITERS_PER_LOCK_MAX)"
+        ),
+    )
+}
+
+pub(super) fn expire_batch_too_large(count: usize) -> CommandError {
+    CommandError::new(
+        ErrorKind::LimitExceeded,
+        format!(
+            "expire command lists {count} sessions; the limit is \
+             {EXPIRE_SESSIONS_PER_COMMAND_MAX} (EXPIRE_SESSIONS_PER_COMMAND_MAX)"
+        ),
+    )
+}
+
+pub(super) fn request_id_reused(request: RequestId) -> CommandError {
+    CommandError::new(
+        ErrorKind::RequestIdReused,
+        format!(
+            "request id (client {}, sequence {}) was already used for a different command; \
+             a retry must repeat its command unchanged, and a new command needs a new \
+             sequence number",
+            request.client_id, request.sequence
+        ),
+    )
+}
+
+/// `current` is the lock's holder and token, `None` when the lock is free.
+pub(super) fn not_holder(
+    session: SessionId,
+    name: &str,
+    token: Token,
+    current: Option<(SessionId, Token)>,
+) -> CommandError {
+    let state = match current {
+        None => "the lock is free".to_owned(),
+        Some((holder, current_token)) if holder == session => {
+            format!("this session holds it with token {current_token}")
+        }
+        Some((holder, current_token)) => {
+            format!("session {holder} holds it with token {current_token}")
+        }
+    };
+    CommandError::new(
+        ErrorKind::NotHolder,
+        format!(
+            "session {session} cannot release lock {name:?} with token {token}: {state}; only \
+             the holder can release, with the token of its current grant"
+        ),
+    )
+}

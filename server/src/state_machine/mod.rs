@@ -1,0 +1,699 @@
+//! The replicated lock state machine: pure and deterministic.
+//!
+//! Every replica applies the same committed commands in log order and must end in the
+//! same state, so nothing here reads a clock, draws a random number, does IO or iterates
+//! a randomly seeded map. Time enters only as data: the leader decides that a session
+//! expired and commits `ExpireSessions`; the entry's wall-clock stamp is kept for display
+//! and never decides anything. A fencing token is the log index of the entry whose
+//! application granted the lock, so tokens of one lock strictly increase and are never
+//! handed out twice, whatever happens to leaders and nodes.
+//!
+//! `apply` returns the answer for the proposing client and the effects for the async
+//! shell as data (`Event`); the shell wakes waiting RPCs with them.
+//!
+//! # Layout
+//!
+//! - `mod.rs`: `StateMachine`, `apply` and the queries.
+//! - `command.rs`: `Command`, `RequestId` and the fingerprint that tells a retry from a
+//!   reuse of its request id.
+//! - `response.rs`: `Response` and the outcomes of acquire and cancel.
+//! - `event.rs`: `Event`, the effects of an entry.
+//! - `error.rs`: `CommandError`, one constructor per broken rule.
+//! - `session.rs`: `Session` and its remembered answers.
+//! - `lock.rs`: `Lock`, one entry of the lock table.
+//! - `view.rs`: the read-only answers of the queries.
+//! - `invariants.rs`: `check_invariants`.
+//! - `tests.rs`: table tests of every rule; `model_tests.rs`: random command sequences
+//!   against a naive model.
+
+mod command;
+mod error;
+mod event;
+mod invariants;
+mod lock;
+mod response;
+mod session;
+mod view;
+
+#[cfg(test)]
+mod model_tests;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::{
+    EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX,
+    SESSIONS_MAX, WAITERS_PER_LOCK_MAX,
+};
+
+pub use command::{Command, RequestId};
+pub use error::{CommandError, ErrorKind};
+pub use event::{Event, WaitFailure};
+pub use response::{AcquireOutcome, CancelOutcome, Response};
+pub use session::Session;
+pub use view::{FenceStatus, HeldLock, HolderView, LockView, SessionView, WaiterView};
+
+use error::{
+    expire_batch_too_large, not_holder, request_id_reused, session_locks_full, sessions_full,
+    unknown_session, validate_client_name, validate_lock_name, validate_ttl_ms, waiters_full,
+};
+use lock::{Holder, Lock};
+use session::{push_compact, Answer, Remembered};
+
+/// The log index of the entry that created the session: unique and deterministic.
+pub type SessionId = u64;
+
+/// A fencing token: the log index of the entry whose application granted the lock.
+pub type Token = u64;
+
+/// The whole replicated state. Snapshots serialize it as it is, and replicas that applied
+/// the same entries compare equal.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct StateMachine {
+    /// `None` before the first entry. Openraft's first entry, the initial membership,
+    /// sits at index 0, so 0 cannot mean "nothing applied".
+    last_applied: Option<u64>,
+    sessions: BTreeMap<SessionId, Session>,
+    /// Only held locks have an entry; see `Lock`.
+    locks: BTreeMap<String, Lock>,
+    /// Which session remembers the answer to each request id, so that a retry is found
+    /// without scanning the sessions, including a retry of `CreateSession`, whose client
+    /// does not know its session yet.
+    requests: BTreeMap<RequestId, SessionId>,
+}
+
+impl StateMachine {
+    pub fn new() -> Self {
+        StateMachine::default()
+    }
+
+    /// Applies the command of the entry at `index`. `stamp_ms` is the leader's wall-clock
+    /// stamp of the entry: informational only, used for "since" fields, never for
+    /// decisions.
+    ///
+    /// A rejected command changes nothing but the last applied index. A command whose
+    /// request id was applied before changes nothing either: it gets the stored answer,
+    /// or `RequestIdReused` if its body differs.
+    ///
+    /// # Panics
+    ///
+    /// If `index` is not after the last applied index: entries must come in log order,
+    /// and a replica that sees otherwise must stop rather than diverge.
+    pub fn apply(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        command: &Command,
+    ) -> (Response, Vec<Event>) {
+        self.advance(index);
+        let mut events = Vec::new();
+        let response = match command.request() {
+            None => self.execute(index, stamp_ms, command, &mut events),
+            Some(request) => {
+                let fingerprint = command.fingerprint();
+                match self.recall(request, fingerprint, command) {
+                    Some(response) => response,
+                    None => {
+                        let response = self.execute(index, stamp_ms, command, &mut events);
+                        self.remember(request, fingerprint, command, &response);
+                        response
+                    }
+                }
+            }
+        };
+        if matches!(response, Response::Rejected(_)) {
+            assert!(events.is_empty(), "a rejected command has no effects");
+        }
+        (response, events)
+    }
+
+    /// Applied for log entries that carry no command (openraft's blank and membership
+    /// entries), so that the last applied index stays exact.
+    ///
+    /// # Panics
+    ///
+    /// If `index` is not after the last applied index.
+    pub fn apply_empty(&mut self, index: u64) {
+        self.advance(index);
+    }
+
+    /// The index of the last applied entry, 0 before any. `last_applied` tells the two
+    /// meanings of 0 apart.
+    pub fn last_applied_index(&self) -> u64 {
+        self.last_applied.unwrap_or(0)
+    }
+
+    /// The index of the last applied entry, `None` before any.
+    pub fn last_applied(&self) -> Option<u64> {
+        self.last_applied
+    }
+
+    pub fn describe_lock(&self, name: &str) -> Option<LockView> {
+        let lock = self.locks.get(name)?;
+        Some(LockView {
+            name: name.to_owned(),
+            holder: HolderView {
+                session: lock.holder.session,
+                client_name: self.session(lock.holder.session).client_name.clone(),
+                token: lock.holder.token,
+                since_ms: lock.holder.since_ms,
+            },
+            waiters: lock
+                .waiters
+                .iter()
+                .map(|waiter| WaiterView {
+                    session: *waiter,
+                    client_name: self.session(*waiter).client_name.clone(),
+                })
+                .collect(),
+        })
+    }
+
+    pub fn describe_session(&self, session: SessionId) -> Option<SessionView> {
+        let session = self.sessions.get(&session)?;
+        Some(SessionView {
+            id: session.id,
+            ttl_ms: session.ttl_ms,
+            client_name: session.client_name.clone(),
+            created_index: session.created_index(),
+            held: session
+                .held
+                .iter()
+                .map(|name| {
+                    let holder = &self.lock(name).holder;
+                    HeldLock {
+                        name: name.clone(),
+                        token: holder.token,
+                        since_ms: holder.since_ms,
+                    }
+                })
+                .collect(),
+            waiting: session.waiting.clone(),
+        })
+    }
+
+    /// Every live session, ordered by id. The leader walks this to arm every session's
+    /// deadline afresh when it takes office.
+    pub fn sessions(&self) -> impl Iterator<Item = &Session> + '_ {
+        self.sessions.values()
+    }
+
+    pub fn session_ttl_ms(&self, session: SessionId) -> Option<u64> {
+        self.sessions.get(&session).map(|session| session.ttl_ms)
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Held locks; free locks are not stored.
+    pub fn lock_count(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// Whether a write fenced with `token` may still proceed on the resource `name`.
+    pub fn check_fence(&self, name: &str, token: Token) -> FenceStatus {
+        match self.locks.get(name) {
+            Some(lock) if lock.holder.token == token => FenceStatus::Current,
+            _ => FenceStatus::Superseded,
+        }
+    }
+
+    fn advance(&mut self, index: u64) {
+        if let Some(last_applied) = self.last_applied {
+            assert!(
+                index > last_applied,
+                "entries are applied in log order: index {index} after {last_applied}"
+            );
+        }
+        self.last_applied = Some(index);
+    }
+
+    /// The answer to a request id seen before, or `None` for a new request.
+    fn recall(&self, request: RequestId, fingerprint: u64, command: &Command) -> Option<Response> {
+        let owner = *self.requests.get(&request)?;
+        let remembered = self
+            .session(owner)
+            .remembered
+            .iter()
+            .find(|remembered| remembered.request == request)
+            .expect("the request index points at a session that remembers the request");
+        if remembered.fingerprint != fingerprint {
+            return Some(Response::Rejected(request_id_reused(request)));
+        }
+        if let (
+            Answer::Acquire(AcquireOutcome::Queued { .. }),
+            Command::Acquire { session, name, .. },
+        ) = (remembered.answer, command)
+        {
+            // A wait moves on after its answer was given: tell the retry where it stands
+            // now, so that it neither queues twice nor waits for a grant that came and
+            // went.
+            return Some(Response::Acquire(self.wait_outcome(*session, name)));
+        }
+        Some(remembered.answer.to_response())
+    }
+
+    fn wait_outcome(&self, session: SessionId, name: &str) -> AcquireOutcome {
+        let Some(lock) = self.locks.get(name) else {
+            return AcquireOutcome::TimedOut;
+        };
+        if lock.holder.session == session {
+            return AcquireOutcome::Granted {
+                token: lock.holder.token,
+            };
+        }
+        match queue_position(lock, session) {
+            Some(position) => AcquireOutcome::Queued { position },
+            None => AcquireOutcome::TimedOut,
+        }
+    }
+
+    fn remember(
+        &mut self,
+        request: RequestId,
+        fingerprint: u64,
+        command: &Command,
+        response: &Response,
+    ) {
+        let Some(answer) = Answer::from_response(response) else {
+            return;
+        };
+        let owner = match answer {
+            Answer::SessionCreated { session, .. } => session,
+            _ => command
+                .session()
+                .expect("every command with a remembered answer names its session"),
+        };
+        let session = self
+            .sessions
+            .get_mut(&owner)
+            .expect("a command that took effect leaves its session alive");
+        if session.remembered.len() == REQUESTS_REMEMBERED_PER_SESSION_MAX {
+            let evicted = session.remembered.remove(0);
+            let evicted_owner = self.requests.remove(&evicted.request);
+            assert_eq!(evicted_owner, Some(owner));
+        }
+        push_compact(
+            &mut session.remembered,
+            Remembered {
+                request,
+                fingerprint,
+                answer,
+            },
+        );
+        let previous = self.requests.insert(request, owner);
+        assert!(previous.is_none(), "a new request id is not remembered yet");
+    }
+
+    /// Carries out a command that is not a retry.
+    fn execute(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        command: &Command,
+        events: &mut Vec<Event>,
+    ) -> Response {
+        let result = match command {
+            Command::CreateSession {
+                request: _,
+                ttl_ms,
+                client_name,
+            } => self.create_session(index, *ttl_ms, client_name),
+            Command::CloseSession {
+                request: _,
+                session,
+            } => self.close_session(index, stamp_ms, *session, events),
+            Command::ExpireSessions { sessions } => {
+                self.expire_sessions(index, stamp_ms, sessions, events)
+            }
+            Command::Acquire {
+                request: _,
+                session,
+                name,
+                wait,
+            } => self
+                .acquire(index, stamp_ms, *session, name, *wait, events)
+                .map(Response::Acquire),
+            Command::CancelWait {
+                request: _,
+                session,
+                name,
+            } => self
+                .cancel_wait(*session, name, events)
+                .map(Response::WaitCancelled),
+            Command::Release {
+                request: _,
+                session,
+                name,
+                token,
+            } => self.release(index, stamp_ms, *session, name, *token, events),
+        };
+        result.unwrap_or_else(Response::Rejected)
+    }
+
+    fn create_session(
+        &mut self,
+        index: u64,
+        ttl_ms: u64,
+        client_name: &str,
+    ) -> Result<Response, CommandError> {
+        validate_client_name(client_name)?;
+        validate_ttl_ms(ttl_ms)?;
+        if self.sessions.len() >= SESSIONS_MAX {
+            return Err(sessions_full(self.sessions.len()));
+        }
+        let session = Session {
+            id: index,
+            ttl_ms,
+            client_name: client_name.to_owned(),
+            held: Vec::new(),
+            waiting: Vec::new(),
+            remembered: Vec::new(),
+        };
+        let previous = self.sessions.insert(index, session);
+        assert!(
+            previous.is_none(),
+            "session ids are log indexes, which are never reused"
+        );
+        Ok(Response::SessionCreated {
+            session: index,
+            ttl_ms,
+        })
+    }
+
+    fn close_session(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        session: SessionId,
+        events: &mut Vec<Event>,
+    ) -> Result<Response, CommandError> {
+        if !self.sessions.contains_key(&session) {
+            return Err(unknown_session(session));
+        }
+        self.end_sessions(index, stamp_ms, &[session], false, events);
+        Ok(Response::SessionClosed)
+    }
+
+    fn expire_sessions(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        sessions: &[SessionId],
+        events: &mut Vec<Event>,
+    ) -> Result<Response, CommandError> {
+        if sessions.len() > EXPIRE_SESSIONS_PER_COMMAND_MAX {
+            return Err(expire_batch_too_large(sessions.len()));
+        }
+        // Sessions already gone were closed, or expired by an earlier proposal of the
+        // same deadline; either way there is nothing left to do for them.
+        let mut seen = BTreeSet::new();
+        let expired: Vec<SessionId> = sessions
+            .iter()
+            .copied()
+            .filter(|session| self.sessions.contains_key(session) && seen.insert(*session))
+            .collect();
+        self.end_sessions(index, stamp_ms, &expired, true, events);
+        Ok(Response::SessionsExpired { expired })
+    }
+
+    fn acquire(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        session_id: SessionId,
+        name: &str,
+        wait: bool,
+        events: &mut Vec<Event>,
+    ) -> Result<AcquireOutcome, CommandError> {
+        validate_lock_name(name)?;
+        let Some(session) = self.sessions.get(&session_id) else {
+            return Err(unknown_session(session_id));
+        };
+        let Some(lock) = self.locks.get(name) else {
+            if session.lock_count() >= LOCKS_PER_SESSION_MAX {
+                return Err(session_locks_full(session_id, session.lock_count()));
+            }
+            self.locks.insert(
+                name.to_owned(),
+                Lock {
+                    holder: Holder {
+                        session: session_id,
+                        token: index,
+                        since_ms: stamp_ms,
+                    },
+                    waiters: Vec::new(),
+                },
+            );
+            push_compact(&mut self.session_mut(session_id).held, name.to_owned());
+            events.push(Event::Granted {
+                name: name.to_owned(),
+                session: session_id,
+                token: index,
+            });
+            return Ok(AcquireOutcome::Granted { token: index });
+        };
+        if lock.holder.session == session_id {
+            // Not a new grant: the token must stay the one the holder already fences with.
+            return Ok(AcquireOutcome::Granted {
+                token: lock.holder.token,
+            });
+        }
+        if !wait {
+            // Even when this session also waits in the queue: a try-lock asks whether it
+            // holds the lock now, and it does not.
+            return Ok(AcquireOutcome::Busy {
+                holder: lock.holder.session,
+                token: lock.holder.token,
+            });
+        }
+        if let Some(position) = queue_position(lock, session_id) {
+            return Ok(AcquireOutcome::Queued { position });
+        }
+        if session.lock_count() >= LOCKS_PER_SESSION_MAX {
+            return Err(session_locks_full(session_id, session.lock_count()));
+        }
+        if lock.waiters.len() >= WAITERS_PER_LOCK_MAX {
+            return Err(waiters_full(name, lock.waiters.len()));
+        }
+        let position = position_u32(lock.waiters.len());
+        push_compact(&mut self.lock_mut(name).waiters, session_id);
+        push_compact(&mut self.session_mut(session_id).waiting, name.to_owned());
+        Ok(AcquireOutcome::Queued { position })
+    }
+
+    fn cancel_wait(
+        &mut self,
+        session_id: SessionId,
+        name: &str,
+        events: &mut Vec<Event>,
+    ) -> Result<CancelOutcome, CommandError> {
+        validate_lock_name(name)?;
+        let Some(session) = self.sessions.get_mut(&session_id) else {
+            return Err(unknown_session(session_id));
+        };
+        let Some(lock) = self.locks.get_mut(name) else {
+            return Ok(CancelOutcome::NotWaiting);
+        };
+        if lock.holder.session == session_id {
+            return Ok(CancelOutcome::AlreadyGranted {
+                token: lock.holder.token,
+            });
+        }
+        let Some(position) = lock.waiters.iter().position(|waiter| *waiter == session_id) else {
+            return Ok(CancelOutcome::NotWaiting);
+        };
+        // The lock keeps its holder, so no one is granted here.
+        lock.waiters.remove(position);
+        remove_name(&mut session.waiting, name);
+        events.push(Event::WaitFailed {
+            name: name.to_owned(),
+            session: session_id,
+            reason: WaitFailure::Cancelled,
+        });
+        Ok(CancelOutcome::Cancelled)
+    }
+
+    fn release(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        session_id: SessionId,
+        name: &str,
+        token: Token,
+        events: &mut Vec<Event>,
+    ) -> Result<Response, CommandError> {
+        validate_lock_name(name)?;
+        let Some(session) = self.sessions.get_mut(&session_id) else {
+            return Err(unknown_session(session_id));
+        };
+        let current = self
+            .locks
+            .get(name)
+            .map(|lock| (lock.holder.session, lock.holder.token));
+        if current != Some((session_id, token)) {
+            // A stale token must not release a later grant of the same session either:
+            // the release may come from the paused process that held the earlier grant.
+            return Err(not_holder(session_id, name, token, current));
+        }
+        remove_name(&mut session.held, name);
+        events.push(Event::Released {
+            name: name.to_owned(),
+            session: session_id,
+            token,
+        });
+        self.hand_over(index, stamp_ms, name, events);
+        Ok(Response::Released { token })
+    }
+
+    /// Ends live, distinct sessions in one entry: releases what they hold, ends their
+    /// waits, grants the freed locks to the next waiters and forgets their answers.
+    ///
+    /// Events come in this order: every ended wait, then for each session in the given
+    /// order its releases (each followed by the grant it caused) and its end.
+    fn end_sessions(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        ending: &[SessionId],
+        expired: bool,
+        events: &mut Vec<Event>,
+    ) {
+        let ending_set: BTreeSet<SessionId> = ending.iter().copied().collect();
+        assert_eq!(
+            ending_set.len(),
+            ending.len(),
+            "each ending session is listed once"
+        );
+
+        // First every ending session leaves every queue, so that a lock freed below goes
+        // straight to a survivor: granting it to an ending waiter would hand that waiter's
+        // lock on again in the same entry, and two grants of one name would share this
+        // entry's index as their token.
+        let mut queues_left: BTreeSet<&str> = BTreeSet::new();
+        for session_id in ending {
+            let session = self
+                .sessions
+                .get(session_id)
+                .expect("only live sessions are ended");
+            for name in &session.waiting {
+                events.push(Event::WaitFailed {
+                    name: name.clone(),
+                    session: *session_id,
+                    reason: WaitFailure::SessionEnded,
+                });
+                queues_left.insert(name);
+            }
+        }
+        for name in queues_left {
+            let lock = self
+                .locks
+                .get_mut(name)
+                .expect("a session waits only on held locks");
+            lock.waiters.retain(|waiter| !ending_set.contains(waiter));
+        }
+
+        // Then release and hand over. A lock has one holder, so each lock is freed, and
+        // granted, at most once in this entry.
+        for session_id in ending {
+            let session = self
+                .sessions
+                .remove(session_id)
+                .expect("only live sessions are ended");
+            for name in &session.held {
+                let token = self.lock(name).holder.token;
+                events.push(Event::Released {
+                    name: name.clone(),
+                    session: *session_id,
+                    token,
+                });
+                self.hand_over(index, stamp_ms, name, events);
+            }
+            for remembered in &session.remembered {
+                let owner = self.requests.remove(&remembered.request);
+                assert_eq!(owner, Some(*session_id));
+            }
+            events.push(Event::SessionEnded {
+                session: *session_id,
+                expired,
+            });
+        }
+    }
+
+    /// The holder of `name` has left (and no longer lists it): the first waiter gets the
+    /// lock with this entry's index as its token, or the entry goes if no one waits.
+    fn hand_over(&mut self, index: u64, stamp_ms: u64, name: &str, events: &mut Vec<Event>) {
+        let lock = self.lock_mut(name);
+        if lock.waiters.is_empty() {
+            self.locks.remove(name);
+            return;
+        }
+        assert!(
+            index > lock.holder.token,
+            "tokens of one lock strictly increase: {index} after {}",
+            lock.holder.token
+        );
+        let next = lock.waiters.remove(0);
+        lock.holder = Holder {
+            session: next,
+            token: index,
+            since_ms: stamp_ms,
+        };
+        let session = self.session_mut(next);
+        remove_name(&mut session.waiting, name);
+        push_compact(&mut session.held, name.to_owned());
+        events.push(Event::Granted {
+            name: name.to_owned(),
+            session: next,
+            token: index,
+        });
+    }
+
+    fn session(&self, session: SessionId) -> &Session {
+        self.sessions
+            .get(&session)
+            .unwrap_or_else(|| panic!("session {session} is referenced but does not exist"))
+    }
+
+    fn session_mut(&mut self, session: SessionId) -> &mut Session {
+        self.sessions
+            .get_mut(&session)
+            .unwrap_or_else(|| panic!("session {session} is referenced but does not exist"))
+    }
+
+    fn lock(&self, name: &str) -> &Lock {
+        self.locks
+            .get(name)
+            .unwrap_or_else(|| panic!("lock {name:?} is referenced but not held"))
+    }
+
+    fn lock_mut(&mut self, name: &str) -> &mut Lock {
+        self.locks
+            .get_mut(name)
+            .unwrap_or_else(|| panic!("lock {name:?} is referenced but not held"))
+    }
+}
+
+fn queue_position(lock: &Lock, session: SessionId) -> Option<u32> {
+    lock.waiters
+        .iter()
+        .position(|waiter| *waiter == session)
+        .map(position_u32)
+}
+
+fn position_u32(position: usize) -> u32 {
+    u32::try_from(position).expect("WAITERS_PER_LOCK_MAX fits a u32")
+}
+
+/// Removes `name` from a session's list, keeping the order of the rest.
+fn remove_name(names: &mut Vec<String>, name: &str) {
+    let position = names
+        .iter()
+        .position(|listed| listed == name)
+        .unwrap_or_else(|| panic!("lock {name:?} is missing from the session's list"));
+    names.remove(position);
+}

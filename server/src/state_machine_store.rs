@@ -1,0 +1,312 @@
+//! openraft's state machine: the pure `StateMachine` in memory, its snapshots in
+//! RocksDB, and the shell that acts on its effects (waking waiting acquires,
+//! tracking session deadlines).
+//!
+//! After a restart the state is the latest snapshot; openraft then re-applies the
+//! committed entries after it from the log, so nothing acknowledged is lost.
+
+use std::io::Cursor;
+use std::sync::{Arc, RwLock};
+
+use openraft::storage::RaftStateMachine;
+use openraft::{
+    AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder,
+    StorageIOError,
+};
+use rocksdb::DB;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::codec;
+use crate::leases::Leases;
+use crate::raft_types::{
+    Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
+use crate::state_machine::{Event, Response, SessionId, StateMachine, WaitFailure};
+use crate::storage::{self, COLUMN_FAMILY_META, KEY_SNAPSHOT};
+use crate::waiters::{WaitOutcome, Waiters};
+
+/// The replicated state as applied on this node.
+#[derive(Clone, Default)]
+pub struct Applied {
+    pub machine: StateMachine,
+    pub last_applied: Option<LogId>,
+    pub membership: StoredMembership,
+}
+
+/// What a snapshot holds besides its metadata.
+#[derive(Serialize, Deserialize)]
+struct SnapshotBody {
+    machine: StateMachine,
+}
+
+/// The latest snapshot as stored under `KEY_SNAPSHOT`.
+#[derive(Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta,
+    data: Vec<u8>,
+}
+
+/// State shared between the Raft state-machine worker and the gRPC handlers.
+pub struct Shared {
+    pub applied: RwLock<Applied>,
+    pub waiters: Waiters,
+    pub leases: Leases,
+    /// The last applied index, for handlers that wait for the state to catch up.
+    pub applied_index: watch::Sender<u64>,
+}
+
+impl Shared {
+    /// The session's live leases as (id, ttl) pairs, from the applied state.
+    pub fn session_ttls(machine: &StateMachine) -> Vec<(SessionId, u64)> {
+        machine
+            .sessions()
+            .map(|session| (session.id(), session.ttl_ms()))
+            .collect()
+    }
+}
+
+#[derive(Clone)]
+pub struct StateMachineStore {
+    shared: Arc<Shared>,
+    db: Arc<DB>,
+}
+
+fn snapshot_error(error: impl std::error::Error + 'static) -> StorageError {
+    StorageIOError::new(
+        ErrorSubject::Snapshot(None),
+        ErrorVerb::Write,
+        AnyError::new(&error),
+    )
+    .into()
+}
+
+impl StateMachineStore {
+    /// Loads the latest snapshot, if any, as the starting state.
+    pub fn open(db: Arc<DB>, leases: Leases) -> Result<Self, String> {
+        let meta = db
+            .cf_handle(COLUMN_FAMILY_META)
+            .expect("meta column family exists");
+        let mut applied = Applied::default();
+        let stored = db
+            .get_cf(meta, KEY_SNAPSHOT)
+            .map_err(|error| format!("cannot read the snapshot: {error}"))?;
+        if let Some(bytes) = stored {
+            let stored: StoredSnapshot = codec::decode(&bytes)
+                .map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
+            let body: SnapshotBody = codec::decode(&stored.data)
+                .map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
+            applied = Applied {
+                machine: body.machine,
+                last_applied: stored.meta.last_log_id,
+                membership: stored.meta.last_membership,
+            };
+        }
+        leases.restart_all(Shared::session_ttls(&applied.machine));
+        let last_index = applied.last_applied.map(|log_id| log_id.index).unwrap_or(0);
+        let shared = Arc::new(Shared {
+            applied: RwLock::new(applied),
+            waiters: Waiters::default(),
+            leases,
+            applied_index: watch::Sender::new(last_index),
+        });
+        Ok(Self { shared, db })
+    }
+
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    fn dispatch(&self, events: Vec<Event>) {
+        for event in events {
+            match event {
+                Event::Granted {
+                    name,
+                    session,
+                    token,
+                } => self
+                    .shared
+                    .waiters
+                    .wake(session, &name, WaitOutcome::Granted { token }),
+                Event::WaitFailed {
+                    name,
+                    session,
+                    reason,
+                } => {
+                    let outcome = match reason {
+                        WaitFailure::SessionEnded => WaitOutcome::SessionEnded,
+                        WaitFailure::Cancelled => WaitOutcome::Cancelled,
+                    };
+                    self.shared.waiters.wake(session, &name, outcome)
+                }
+                Event::SessionEnded { session, .. } => self.shared.leases.session_ended(session),
+                Event::Released { .. } => {}
+            }
+        }
+    }
+
+    fn persist_snapshot(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), StorageError> {
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: data.to_vec(),
+        };
+        let cf = self
+            .db
+            .cf_handle(COLUMN_FAMILY_META)
+            .expect("meta column family exists");
+        self.db
+            .put_cf_opt(cf, KEY_SNAPSHOT, codec::encode(&stored), &storage::synced())
+            .map_err(snapshot_error)
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        let (body, last_applied, membership) = {
+            let applied = self.shared.applied.read().unwrap();
+            (
+                SnapshotBody {
+                    machine: applied.machine.clone(),
+                },
+                applied.last_applied,
+                applied.membership.clone(),
+            )
+        };
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let data = codec::encode(&body);
+            let snapshot_id = match last_applied {
+                Some(log_id) => format!(
+                    "{}-{}-{}",
+                    log_id.leader_id.term, log_id.leader_id.node_id, log_id.index
+                ),
+                None => "empty".to_string(),
+            };
+            let meta = SnapshotMeta {
+                last_log_id: last_applied,
+                last_membership: membership,
+                snapshot_id,
+            };
+            store.persist_snapshot(&meta, &data)?;
+            Ok(Snapshot {
+                meta,
+                snapshot: Box::new(Cursor::new(data)),
+            })
+        })
+        .await
+        .expect("snapshot task does not panic")
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let applied = self.shared.applied.read().unwrap();
+        Ok((applied.last_applied, applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Option<Response>>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut responses = Vec::new();
+        let mut events = Vec::new();
+        let mut created = Vec::new();
+        let last_index;
+        {
+            let mut applied = self.shared.applied.write().unwrap();
+            for entry in entries {
+                let index = entry.log_id.index;
+                applied.last_applied = Some(entry.log_id);
+                match entry.payload {
+                    EntryPayload::Blank => {
+                        applied.machine.apply_empty(index);
+                        responses.push(None);
+                    }
+                    EntryPayload::Membership(membership) => {
+                        applied.membership = StoredMembership::new(Some(entry.log_id), membership);
+                        applied.machine.apply_empty(index);
+                        responses.push(None);
+                    }
+                    EntryPayload::Normal(proposal) => {
+                        let (response, entry_events) =
+                            applied
+                                .machine
+                                .apply(index, proposal.stamp_ms, &proposal.command);
+                        if let Response::SessionCreated { session, ttl_ms } = &response {
+                            created.push((*session, *ttl_ms));
+                        }
+                        events.extend(entry_events);
+                        responses.push(Some(response));
+                    }
+                }
+            }
+            last_index = applied.last_applied.map(|log_id| log_id.index).unwrap_or(0);
+        }
+        for (session, ttl_ms) in created {
+            self.shared.leases.session_created(session, ttl_ms);
+        }
+        self.dispatch(events);
+        self.shared.applied_index.send_replace(last_index);
+        Ok(responses)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let body: SnapshotBody = codec::decode(&data).map_err(|error| {
+            StorageIOError::new(
+                ErrorSubject::Snapshot(Some(meta.signature())),
+                ErrorVerb::Read,
+                AnyError::new(&error),
+            )
+        })?;
+        self.persist_snapshot(meta, &data)?;
+        let last_index = meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0);
+        let sessions = Shared::session_ttls(&body.machine);
+        {
+            let mut applied = self.shared.applied.write().unwrap();
+            *applied = Applied {
+                machine: body.machine,
+                last_applied: meta.last_log_id,
+                membership: meta.last_membership.clone(),
+            };
+        }
+        self.shared.leases.restart_all(sessions);
+        let shared = self.shared.clone();
+        self.shared.waiters.wake_decided(|session, name| {
+            let applied = shared.applied.read().unwrap();
+            crate::waiters::decision(&applied.machine, session, name)
+        });
+        self.shared.applied_index.send_replace(last_index);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
+        let cf = self
+            .db
+            .cf_handle(COLUMN_FAMILY_META)
+            .expect("meta column family exists");
+        let Some(bytes) = self.db.get_cf(cf, KEY_SNAPSHOT).map_err(snapshot_error)? else {
+            return Ok(None);
+        };
+        let stored: StoredSnapshot = codec::decode(&bytes).map_err(snapshot_error)?;
+        Ok(Some(Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data)),
+        }))
+    }
+}

@@ -1,0 +1,65 @@
+//! RocksDB as Leasehold's disk: one database per node with two column families.
+//!
+//! * `logs`: Raft log entries, keyed by big-endian index so that key order is log order.
+//! * `meta`: the vote, the committed log id, the last purged log id and the latest
+//!   snapshot.
+//!
+//! Every value is a versioned postcard blob (see `codec`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rocksdb::{ColumnFamilyDescriptor, DBCompressionType, Options, WriteOptions, DB};
+
+pub const COLUMN_FAMILY_LOGS: &str = "logs";
+pub const COLUMN_FAMILY_META: &str = "meta";
+
+pub const KEY_VOTE: &[u8] = b"vote";
+pub const KEY_COMMITTED: &[u8] = b"committed";
+pub const KEY_LAST_PURGED: &[u8] = b"last_purged";
+pub const KEY_SNAPSHOT: &[u8] = b"snapshot";
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open the database at {path}: {source}")]
+pub struct OpenError {
+    pub path: String,
+    pub source: rocksdb::Error,
+}
+
+/// Opens (or, for a fresh data directory, creates) the node's database.
+pub fn open(path: &Path, create: bool) -> Result<Arc<DB>, OpenError> {
+    let mut options = Options::default();
+    options.create_if_missing(create);
+    options.create_missing_column_families(create);
+    options.set_paranoid_checks(true);
+    // Without an explicit choice RocksDB silently stores uncompressed when snappy is
+    // not compiled in; lz4 is.
+    options.set_compression_type(DBCompressionType::Lz4);
+    options.set_keep_log_file_num(4);
+    let descriptors = [COLUMN_FAMILY_LOGS, COLUMN_FAMILY_META].map(|name| {
+        let mut cf_options = Options::default();
+        cf_options.set_compression_type(DBCompressionType::Lz4);
+        ColumnFamilyDescriptor::new(name, cf_options)
+    });
+    DB::open_cf_descriptors(&options, path, descriptors)
+        .map(Arc::new)
+        .map_err(|source| OpenError {
+            path: path.display().to_string(),
+            source,
+        })
+}
+
+/// A write that is on disk when it returns.
+pub fn synced() -> WriteOptions {
+    let mut options = WriteOptions::default();
+    options.set_sync(true);
+    options
+}
+
+pub fn index_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+pub fn index_from_key(key: &[u8]) -> u64 {
+    u64::from_be_bytes(key.try_into().expect("log keys are 8 bytes"))
+}
