@@ -42,6 +42,17 @@ pub struct Session {
     pub(crate) inner: Arc<SessionInner>,
 }
 
+impl std::fmt::Debug for Session {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Session")
+            .field("id", &self.inner.id)
+            .field("ttl", &self.inner.ttl)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
 pub(crate) struct SessionInner {
     pub(crate) client: Client,
     pub(crate) id: u64,

@@ -160,7 +160,9 @@ async fn a_wait_survives_the_leader_being_killed_without_a_double_grant() {
             .await
             .unwrap()
             .expect("granted");
-        (waiter.id(), guard.detach())
+        // The session stays alive with the test; dropping it would close it.
+        let token = guard.detach();
+        (waiter, token)
     });
     leasehold_jepsen::wait::until(Duration::from_secs(5), "the waiter to queue", || {
         let client = client.clone();
@@ -181,7 +183,7 @@ async fn a_wait_survives_the_leader_being_killed_without_a_double_grant() {
     cluster.wait_for_leader(LEADER_DEADLINE).await;
     let held_token = held.token();
     held.release().await.expect("release after failover");
-    let (waiter_id, token) = tokio::time::timeout(Duration::from_secs(30), waiting)
+    let (waiter, token) = tokio::time::timeout(Duration::from_secs(30), waiting)
         .await
         .unwrap()
         .unwrap();
@@ -190,7 +192,7 @@ async fn a_wait_survives_the_leader_being_killed_without_a_double_grant() {
     let current = lock.holder.expect("held by the waiter");
     assert_eq!(
         (current.session_id, current.token),
-        (waiter_id, token),
+        (waiter.id(), token),
         "exactly one holder, the waiter"
     );
     assert!(
