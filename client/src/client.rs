@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use leasehold_proto as pb;
 use leasehold_proto::admin_client::AdminClient;
+use leasehold_proto::elections_client::ElectionsClient;
 use leasehold_proto::leasehold_client::LeaseholdClient;
+use leasehold_proto::semaphores_client::SemaphoresClient;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -49,10 +51,7 @@ pub(crate) struct ClientInner {
 
 /// Parses "a:1,b:2" (or a list) into endpoints.
 pub fn parse_endpoints(text: &str) -> Vec<String> {
-    text.split(',')
-        .map(|endpoint| endpoint.trim().to_string())
-        .filter(|endpoint| !endpoint.is_empty())
-        .collect()
+    text.split(',').map(|endpoint| endpoint.trim().to_string()).filter(|endpoint| !endpoint.is_empty()).collect()
 }
 
 fn strip_scheme(endpoint: &str) -> String {
@@ -88,10 +87,7 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let endpoints: Vec<String> = endpoints
-            .into_iter()
-            .map(|endpoint| strip_scheme(endpoint.as_ref()))
-            .collect();
+        let endpoints: Vec<String> = endpoints.into_iter().map(|endpoint| strip_scheme(endpoint.as_ref())).collect();
         if endpoints.is_empty() {
             return Err(Error::InvalidArgument("no endpoints given".into()));
         }
@@ -103,10 +99,7 @@ impl Client {
         };
         let client_name = format!(
             "{}:{}",
-            std::env::var("HOSTNAME")
-                .ok()
-                .filter(|name| !name.is_empty())
-                .unwrap_or_else(|| "host".into()),
+            std::env::var("HOSTNAME").ok().filter(|name| !name.is_empty()).unwrap_or_else(|| "host".into()),
             std::process::id()
         );
         Ok(Client {
@@ -124,17 +117,13 @@ impl Client {
 
     /// Sets how long each request keeps retrying across leader changes.
     pub fn with_request_deadline(mut self, deadline: Duration) -> Self {
-        Arc::get_mut(&mut self.inner)
-            .expect("set before cloning")
-            .request_deadline = deadline;
+        Arc::get_mut(&mut self.inner).expect("set before cloning").request_deadline = deadline;
         self
     }
 
     /// Sets the name shown for this client's sessions in describe output.
     pub fn with_client_name(mut self, name: impl Into<String>) -> Self {
-        Arc::get_mut(&mut self.inner)
-            .expect("set before cloning")
-            .client_name = name.into();
+        Arc::get_mut(&mut self.inner).expect("set before cloning").client_name = name.into();
         self
     }
 
@@ -143,10 +132,7 @@ impl Client {
     }
 
     pub(crate) fn next_request_id(&self) -> pb::RequestId {
-        pb::RequestId {
-            client_id: self.inner.client_id,
-            sequence: self.inner.sequence.fetch_add(1, Ordering::Relaxed),
-        }
+        pb::RequestId { client_id: self.inner.client_id, sequence: self.inner.sequence.fetch_add(1, Ordering::Relaxed) }
     }
 
     pub(crate) fn channel(&self, endpoint: &str) -> Result<Channel> {
@@ -173,12 +159,7 @@ impl Client {
 
     fn prefer(&self, endpoint: Option<&str>) {
         let mut preferred = self.inner.preferred.lock().unwrap();
-        match endpoint.and_then(|endpoint| {
-            self.inner
-                .endpoints
-                .iter()
-                .position(|known| known == endpoint)
-        }) {
+        match endpoint.and_then(|endpoint| self.inner.endpoints.iter().position(|known| known == endpoint)) {
             Some(position) => *preferred = position,
             None => *preferred = (*preferred + 1) % self.inner.endpoints.len(),
         }
@@ -186,10 +167,7 @@ impl Client {
 
     /// Points the next attempt at the leader a status names, or at the next node.
     pub(crate) fn follow_hint(&self, status: &Status) {
-        let leader = status
-            .metadata()
-            .get(LEADER_METADATA_KEY)
-            .and_then(|value| value.to_str().ok());
+        let leader = status.metadata().get(LEADER_METADATA_KEY).and_then(|value| value.to_str().ok());
         match leader.and_then(|leader| self.learn_endpoint(leader)) {
             Some(leader) => self.prefer(Some(&leader)),
             None => self.prefer(None),
@@ -214,23 +192,12 @@ impl Client {
     /// Runs `call` against the leader, following redirects and retrying lost
     /// attempts until the request deadline. `call` must be safe to repeat: mutating
     /// calls carry the same request id on every attempt.
-    pub(crate) async fn with_leader<T, F, Fut>(
-        &self,
-        what: &str,
-        deadline: Duration,
-        call: F,
-    ) -> Result<T>
+    pub(crate) async fn with_leader<T, F, Fut>(&self, what: &str, deadline: Duration, call: F) -> Result<T>
     where
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = std::result::Result<T, Status>>,
     {
-        self.with_leader_patient(
-            what,
-            deadline,
-            Duration::from_millis(ATTEMPT_TIMEOUT_MS),
-            call,
-        )
-        .await
+        self.with_leader_patient(what, deadline, Duration::from_millis(ATTEMPT_TIMEOUT_MS), call).await
     }
 
     /// `with_leader` for calls that may legitimately take long (a blocking acquire):
@@ -258,10 +225,7 @@ impl Client {
             let attempt = match tokio::time::timeout(limit, call(channel)).await {
                 Ok(Ok(value)) => Attempt::Done(value),
                 Ok(Err(status)) => classify(&status, &endpoint),
-                Err(_) => Attempt::Lost(format!(
-                    "{endpoint} did not answer within {} ms",
-                    limit.as_millis()
-                )),
+                Err(_) => Attempt::Lost(format!("{endpoint} did not answer within {} ms", limit.as_millis())),
             };
             match attempt {
                 Attempt::Done(value) => {
@@ -271,10 +235,7 @@ impl Client {
                 Attempt::Failed(error) => return Err(error),
                 Attempt::Redirect(leader) => {
                     last_error = format!("{endpoint} is not the leader");
-                    match leader
-                        .as_deref()
-                        .and_then(|leader| self.learn_endpoint(leader))
-                    {
+                    match leader.as_deref().and_then(|leader| self.learn_endpoint(leader)) {
                         Some(leader) if leader != endpoint => {
                             self.prefer(Some(&leader));
                             redirect = Some(leader);
@@ -325,17 +286,9 @@ impl Client {
         let mut admin = AdminClient::new(self.channel(endpoint)?);
         let mut request = tonic::Request::new(pb::StatusRequest {});
         request.set_timeout(Duration::from_millis(ATTEMPT_TIMEOUT_MS));
-        match tokio::time::timeout(
-            Duration::from_millis(ATTEMPT_TIMEOUT_MS),
-            admin.status(request),
-        )
-        .await
-        {
+        match tokio::time::timeout(Duration::from_millis(ATTEMPT_TIMEOUT_MS), admin.status(request)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(Error::Unavailable(format!(
-                "{endpoint}: {}",
-                status.message()
-            ))),
+            Ok(Err(status)) => Err(Error::Unavailable(format!("{endpoint}: {}", status.message()))),
             Err(_) => Err(Error::Unavailable(format!("{endpoint}: no answer"))),
         }
     }
@@ -350,78 +303,58 @@ impl Client {
         LeaseholdClient::new(channel)
     }
 
+    pub(crate) fn semaphores(channel: Channel) -> SemaphoresClient<Channel> {
+        SemaphoresClient::new(channel)
+    }
+
+    pub(crate) fn elections(channel: Channel) -> ElectionsClient<Channel> {
+        ElectionsClient::new(channel)
+    }
+
     pub(crate) fn admin(channel: Channel) -> AdminClient<Channel> {
         AdminClient::new(channel)
     }
 
     /// Whether `token` is still the current grant of lock `name` (linearizable).
     pub async fn check_fence(&self, name: &str, token: u64) -> Result<pb::CheckFenceResponse> {
-        let request = pb::CheckFenceRequest {
-            name: name.to_string(),
-            token,
-        };
+        let request = pb::CheckFenceRequest { name: name.to_string(), token };
         self.with_leader("check fence", self.inner.request_deadline, |channel| {
             let request = request.clone();
-            async move {
-                Client::leasehold(channel)
-                    .check_fence(request)
-                    .await
-                    .map(|response| response.into_inner())
-            }
+            async move { Client::leasehold(channel).check_fence(request).await.map(|response| response.into_inner()) }
         })
         .await
     }
 
     pub async fn describe_lock(&self, name: &str, stale: bool) -> Result<pb::DescribeLockResponse> {
-        let request = pb::DescribeLockRequest {
-            name: name.to_string(),
-            stale,
-        };
+        let request = pb::DescribeLockRequest { name: name.to_string(), stale };
         self.with_leader("describe lock", self.inner.request_deadline, |channel| {
             let request = request.clone();
-            async move {
-                Client::leasehold(channel)
-                    .describe_lock(request)
-                    .await
-                    .map(|response| response.into_inner())
-            }
+            async move { Client::leasehold(channel).describe_lock(request).await.map(|response| response.into_inner()) }
         })
         .await
     }
 
     pub async fn describe_session(&self, session_id: u64) -> Result<pb::SessionInfo> {
-        let request = pb::DescribeSessionRequest {
-            session_id,
-            stale: false,
-        };
+        let request = pb::DescribeSessionRequest { session_id, stale: false };
         let response = self
             .with_leader("describe session", self.inner.request_deadline, |channel| {
                 let request = request.clone();
                 async move {
-                    Client::leasehold(channel)
-                        .describe_session(request)
-                        .await
-                        .map(|response| response.into_inner())
+                    Client::leasehold(channel).describe_session(request).await.map(|response| response.into_inner())
                 }
             })
             .await?;
-        response
-            .session
-            .ok_or_else(|| Error::NotFound(format!("session {session_id}")))
+        response.session.ok_or_else(|| Error::NotFound(format!("session {session_id}")))
     }
 
     pub async fn list_sessions(&self) -> Result<Vec<pb::SessionInfo>> {
         let response = self
-            .with_leader(
-                "list sessions",
-                self.inner.request_deadline,
-                |channel| async move {
-                    Client::leasehold(channel)
-                        .list_sessions(pb::ListSessionsRequest { stale: false })
-                        .await
-                        .map(|response| response.into_inner())
-                },
-            )
+            .with_leader("list sessions", self.inner.request_deadline, |channel| async move {
+                Client::leasehold(channel)
+                    .list_sessions(pb::ListSessionsRequest { stale: false })
+                    .await
+                    .map(|response| response.into_inner())
+            })
             .await?;
         Ok(response.sessions)
     }
@@ -445,14 +378,22 @@ impl Client {
                 async move {
                     let mut request = tonic::Request::new(request);
                     request.set_timeout(Duration::from_secs(60));
-                    Client::admin(channel)
-                        .add_member(request)
-                        .await
-                        .map(|response| response.into_inner())
+                    Client::admin(channel).add_member(request).await.map(|response| response.into_inner())
                 }
             })
             .await?;
         Ok(response.members)
+    }
+
+    /// The fault suite's clock knob on one node (refused unless it runs with
+    /// --test-clock-knob).
+    pub async fn skew_clock(&self, endpoint: &str, rate_per_mille: u64, jump_ms: u64) -> Result<()> {
+        let mut admin = Client::admin(self.channel(endpoint)?);
+        admin
+            .skew_clock(pb::SkewClockRequest { rate_per_mille, jump_ms })
+            .await
+            .map(|_| ())
+            .map_err(|status| Error::from_status(&status))
     }
 
     pub async fn remove_member(&self, node_id: u64) -> Result<Vec<pb::Member>> {
@@ -460,12 +401,7 @@ impl Client {
         let response = self
             .with_leader("remove member", Duration::from_secs(30), |channel| {
                 let request = request.clone();
-                async move {
-                    Client::admin(channel)
-                        .remove_member(request)
-                        .await
-                        .map(|response| response.into_inner())
-                }
+                async move { Client::admin(channel).remove_member(request).await.map(|response| response.into_inner()) }
             })
             .await?;
         Ok(response.members)

@@ -4,23 +4,15 @@ use std::time::Duration;
 
 pub fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 10s, 2m)"))?;
+    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 10s, 2m)"))?;
     let seconds = match unit {
         "ms" => value / 1_000.0,
         "" | "s" => value,
         "m" => value * 60.0,
         "h" => value * 3_600.0,
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?} (use ms, s, m or h)"
-            ))
-        }
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (use ms, s, m or h)")),
     };
     if !seconds.is_finite() || seconds < 0.0 {
         return Err(format!("{text:?} is not a duration"));

@@ -28,17 +28,25 @@
 //! * `client` — endpoints, leader following, retries with the same request id.
 //! * `session` — the lease and its keepalive task, conservative deadline, jeopardy.
 //! * `lock` — lock guards and the fencing token.
+//! * `semaphore` — at most K holders per name; permit guards.
+//! * `election` — campaigns, leadership handles, observing changes.
 //! * `error` — errors; `Indeterminate` for requests that may have taken effect.
 //! * `duration` — human durations for the CLI ("10s", "500ms").
 
 pub mod client;
 pub mod duration;
+pub mod election;
 pub mod error;
+pub mod fence;
 pub mod lock;
+pub mod semaphore;
 pub mod session;
 
 pub use client::{parse_endpoints, Client, DEFAULT_ENDPOINTS};
+pub use election::{Leader, Leadership, Observation};
 pub use error::{Error, Result};
+pub use fence::FencingToken;
 pub use leasehold_proto as proto;
 pub use lock::{Acquired, LockGuard, NotAcquired};
+pub use semaphore::{PermitGuard, Semaphore, SemaphoreFull};
 pub use session::{Session, SessionState};

@@ -61,17 +61,18 @@ impl std::fmt::Debug for LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(session: Session, name: String, token: u64) -> Self {
-        Self {
-            session,
-            name,
-            token,
-            released: false,
-        }
+        Self { session, name, token, released: false }
     }
 
     /// The fencing token: the Raft log index of the entry that granted this lock.
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// The fencing token as a type that converts to an SQL BIGINT and a header
+    /// value; see the `fence` module for how the storage must check it.
+    pub fn fencing_token(&self) -> crate::fence::FencingToken {
+        crate::fence::FencingToken::new(self.token)
     }
 
     pub fn name(&self) -> &str {
@@ -98,37 +99,17 @@ impl LockGuard {
     /// was no longer this grant's (the session expired and it passed on).
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
-        release(
-            self.session.client(),
-            self.session.id(),
-            &self.name,
-            self.token,
-        )
-        .await
+        release(self.session.client(), self.session.id(), &self.name, self.token).await
     }
 }
 
-pub(crate) async fn release(
-    client: &Client,
-    session_id: u64,
-    name: &str,
-    token: u64,
-) -> Result<()> {
-    let request = pb::ReleaseRequest {
-        request_id: Some(client.next_request_id()),
-        session_id,
-        name: name.to_string(),
-        token,
-    };
+pub(crate) async fn release(client: &Client, session_id: u64, name: &str, token: u64) -> Result<()> {
+    let request =
+        pb::ReleaseRequest { request_id: Some(client.next_request_id()), session_id, name: name.to_string(), token };
     client
         .with_leader("release", client.inner.request_deadline, |channel| {
             let request = request.clone();
-            async move {
-                Client::leasehold(channel)
-                    .release(request)
-                    .await
-                    .map(|_| ())
-            }
+            async move { Client::leasehold(channel).release(request).await.map(|_| ()) }
         })
         .await
 }
@@ -140,11 +121,7 @@ impl Drop for LockGuard {
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let client = self.session.client().clone();
-            let (session_id, name, token) = (
-                self.session.id(),
-                std::mem::take(&mut self.name),
-                self.token,
-            );
+            let (session_id, name, token) = (self.session.id(), std::mem::take(&mut self.name), self.token);
             runtime.spawn(async move {
                 let _ = release(&client, session_id, &name, token).await;
             });

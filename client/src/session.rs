@@ -18,6 +18,12 @@ use crate::client::{Client, ATTEMPT_TIMEOUT_MS, RETRY_PAUSE_MS};
 use crate::error::{Error, Result};
 use crate::lock::{Acquired, LockGuard, NotAcquired};
 
+/// One answer of a request that may wait: granted with a token, or not (yet).
+pub(crate) enum WaitAnswer<Detail> {
+    Granted(u64),
+    NotYet { timed_out: bool, detail: Detail },
+}
+
 /// Keepalives are sent this many times per TTL.
 pub const KEEPALIVES_PER_TTL: u32 = 3;
 /// The session is in jeopardy when less than this fraction of the TTL is left.
@@ -79,21 +85,18 @@ impl Drop for SessionInner {
 }
 
 async fn close_session(client: &Client, session_id: u64) -> Result<()> {
-    let request = pb::CloseSessionRequest {
-        request_id: Some(client.next_request_id()),
-        session_id,
-    };
-    client
+    let request = pb::CloseSessionRequest { request_id: Some(client.next_request_id()), session_id };
+    let closed = client
         .with_leader("close session", client.inner.request_deadline, |channel| {
             let request = request.clone();
-            async move {
-                Client::leasehold(channel)
-                    .close_session(request)
-                    .await
-                    .map(|_| ())
-            }
+            async move { Client::leasehold(channel).close_session(request).await.map(|_| ()) }
         })
-        .await
+        .await;
+    match closed {
+        // A retried close whose first attempt took effect finds the session gone.
+        Err(Error::NotFound(_)) => Ok(()),
+        other => other,
+    }
 }
 
 impl Session {
@@ -104,35 +107,19 @@ impl Session {
             client_name: client.inner.client_name.clone(),
         };
         let sent_at = Instant::now();
-        let created = client
-            .with_leader("create session", client.inner.request_deadline, |channel| {
-                let request = request.clone();
-                async move {
-                    Client::leasehold(channel)
-                        .create_session(request)
-                        .await
-                        .map(|response| response.into_inner())
-                }
-            })
-            .await?;
+        let created =
+            client
+                .with_leader("create session", client.inner.request_deadline, |channel| {
+                    let request = request.clone();
+                    async move {
+                        Client::leasehold(channel).create_session(request).await.map(|response| response.into_inner())
+                    }
+                })
+                .await?;
         let ttl = Duration::from_millis(created.ttl_ms);
         let (state_sender, state) = watch::channel((SessionState::Alive, sent_at + ttl));
-        let keepalive = tokio::spawn(keep_alive(
-            client.clone(),
-            created.session_id,
-            ttl,
-            sent_at + ttl,
-            state_sender,
-        ));
-        Ok(Session {
-            inner: Arc::new(SessionInner {
-                client,
-                id: created.session_id,
-                ttl,
-                state,
-                keepalive,
-            }),
-        })
+        let keepalive = tokio::spawn(keep_alive(client.clone(), created.session_id, ttl, sent_at + ttl, state_sender));
+        Ok(Session { inner: Arc::new(SessionInner { client, id: created.session_id, ttl, state, keepalive }) })
     }
 
     pub fn id(&self) -> u64 {
@@ -160,19 +147,14 @@ impl Session {
     /// Resolves when the session is in jeopardy or lost.
     pub async fn jeopardy(&self) -> SessionState {
         let mut state = self.inner.state.clone();
-        let reached = state
-            .wait_for(|(state, _)| *state != SessionState::Alive)
-            .await
-            .map(|value| value.0);
+        let reached = state.wait_for(|(state, _)| *state != SessionState::Alive).await.map(|value| value.0);
         reached.unwrap_or(SessionState::Lost)
     }
 
     /// Resolves when the session is lost.
     pub async fn lost(&self) {
         let mut state = self.inner.state.clone();
-        let _ = state
-            .wait_for(|(state, _)| *state == SessionState::Lost)
-            .await;
+        let _ = state.wait_for(|(state, _)| *state == SessionState::Lost).await;
     }
 
     /// Closes the session: every lock it holds is released in one committed entry.
@@ -184,58 +166,74 @@ impl Session {
     /// Acquires `name`, waiting in the FIFO queue for at most `wait` (zero: answer
     /// at once). A retried request after a lost answer returns the same grant.
     pub async fn acquire(&self, name: &str, wait: Duration) -> Result<Acquired> {
+        let session_id = self.inner.id;
+        let answer = self
+            .wait_request("acquire", wait, |channel, request_id, wait_ms| {
+                let request =
+                    pb::AcquireRequest { request_id: Some(request_id), session_id, name: name.to_string(), wait_ms };
+                async move {
+                    let response = Client::leasehold(channel).acquire(request).await?.into_inner();
+                    Ok(match response.outcome {
+                        Some(pb::acquire_response::Outcome::Granted(granted)) => WaitAnswer::Granted(granted.token),
+                        Some(pb::acquire_response::Outcome::NotAcquired(not_acquired)) => WaitAnswer::NotYet {
+                            timed_out: not_acquired.timed_out,
+                            detail: NotAcquired {
+                                holder_session_id: not_acquired.holder_session_id,
+                                holder_client_name: not_acquired.holder_client_name,
+                                holder_token: not_acquired.holder_token,
+                                timed_out: not_acquired.timed_out,
+                            },
+                        },
+                        None => return Err(tonic::Status::internal("acquire answered with no outcome")),
+                    })
+                }
+            })
+            .await?;
+        Ok(match answer {
+            Ok(token) => Acquired::Granted(LockGuard::new(self.clone(), name.to_string(), token)),
+            Err(not_acquired) => Acquired::NotAcquired(not_acquired),
+        })
+    }
+
+    /// Sends a request that may wait on the server (acquire, semaphore acquire,
+    /// campaign) until it is granted or `wait` runs out. Each attempt tells the server
+    /// the time that is left; lost answers are retried with the same request id; a
+    /// wait the server cut short (it lost the waiting RPC) is retried as a new request
+    /// for the time that is left.
+    pub(crate) async fn wait_request<Detail, F, Fut>(
+        &self,
+        what: &str,
+        wait: Duration,
+        mut attempt: F,
+    ) -> Result<std::result::Result<u64, Detail>>
+    where
+        F: FnMut(tonic::transport::Channel, pb::RequestId, u64) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<WaitAnswer<Detail>, tonic::Status>>,
+    {
         let client = &self.inner.client;
         let give_up = Instant::now() + wait;
         loop {
             let request_id = client.next_request_id();
-            let session_id = self.inner.id;
-            let response = client
+            let answer = client
                 .with_leader_patient(
-                    "acquire",
+                    what,
                     wait + client.inner.request_deadline,
                     wait + Duration::from_millis(ATTEMPT_TIMEOUT_MS),
                     |channel| {
-                        let wait_ms = give_up
-                            .saturating_duration_since(Instant::now())
-                            .as_millis() as u64;
-                        let request = pb::AcquireRequest {
-                            request_id: Some(request_id),
-                            session_id,
-                            name: name.to_string(),
-                            wait_ms,
-                        };
-                        async move {
-                            Client::leasehold(channel)
-                                .acquire(request)
-                                .await
-                                .map(|response| response.into_inner())
-                        }
+                        let wait_ms = give_up.saturating_duration_since(Instant::now()).as_millis() as u64;
+                        attempt(channel, request_id, wait_ms)
                     },
                 )
                 .await?;
-            match response.outcome {
-                Some(pb::acquire_response::Outcome::Granted(granted)) => {
-                    return Ok(Acquired::Granted(LockGuard::new(
-                        self.clone(),
-                        name.to_string(),
-                        granted.token,
-                    )))
-                }
-                Some(pb::acquire_response::Outcome::NotAcquired(not_acquired)) => {
-                    // A wait cut short (the server lost the waiting RPC) is retried
-                    // for the time that is left, as a new request.
+            match answer {
+                WaitAnswer::Granted(token) => return Ok(Ok(token)),
+                WaitAnswer::NotYet { timed_out, detail } => {
                     let left = give_up.saturating_duration_since(Instant::now());
-                    if not_acquired.timed_out && left > Duration::from_millis(RETRY_PAUSE_MS) {
+                    if timed_out && left > Duration::from_millis(RETRY_PAUSE_MS) {
                         continue;
                     }
-                    return Ok(Acquired::NotAcquired(NotAcquired {
-                        holder_session_id: not_acquired.holder_session_id,
-                        holder_client_name: not_acquired.holder_client_name,
-                        holder_token: not_acquired.holder_token,
-                        timed_out: not_acquired.timed_out,
-                    }));
+                    return Ok(Err(detail));
                 }
-                None => return Err(Error::Other("acquire answered with no outcome".into())),
             }
         }
     }
@@ -246,21 +244,14 @@ impl Session {
     }
 
     /// Waits at most `timeout` in the queue.
-    pub async fn lock_with_timeout(
-        &self,
-        name: &str,
-        timeout: Duration,
-    ) -> Result<Option<LockGuard>> {
+    pub async fn lock_with_timeout(&self, name: &str, timeout: Duration) -> Result<Option<LockGuard>> {
         Ok(self.acquire(name, timeout).await?.granted())
     }
 
     /// Waits in the queue until granted (or the session is lost).
     pub async fn lock(&self, name: &str) -> Result<LockGuard> {
         loop {
-            if let Some(guard) = self
-                .lock_with_timeout(name, Duration::from_secs(60))
-                .await?
-            {
+            if let Some(guard) = self.lock_with_timeout(name, Duration::from_secs(60)).await? {
                 return Ok(guard);
             }
             if self.state() == SessionState::Lost {
@@ -359,11 +350,7 @@ async fn keep_alive(
                         continue 'connect;
                     }
                 } else {
-                    if requests
-                        .send(pb::KeepAliveRequest { session_id })
-                        .await
-                        .is_err()
-                    {
+                    if requests.send(pb::KeepAliveRequest { session_id }).await.is_err() {
                         continue 'connect;
                     }
                     sent_at = Some(now);

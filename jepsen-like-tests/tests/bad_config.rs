@@ -15,10 +15,7 @@ fn snapshot(path: &Path) -> BTreeMap<String, Vec<u8>> {
     }
     for entry in walk(path) {
         let contents = std::fs::read(&entry).unwrap_or_default();
-        files.insert(
-            entry.strip_prefix(path).unwrap().display().to_string(),
-            contents,
-        );
+        files.insert(entry.strip_prefix(path).unwrap().display().to_string(), contents);
     }
     files
 }
@@ -39,14 +36,8 @@ struct Outcome {
 }
 
 fn run_server(arguments: &[String]) -> Outcome {
-    let output = Command::new(binary("leasehold-server"))
-        .args(arguments)
-        .output()
-        .expect("run leasehold-server");
-    Outcome {
-        code: output.status.code(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    let output = Command::new(binary("leasehold-server")).args(arguments).output().expect("run leasehold-server");
+    Outcome { code: output.status.code(), stderr: String::from_utf8_lossy(&output.stderr).into_owned() }
 }
 
 fn members() -> (Vec<String>, String, String) {
@@ -54,40 +45,22 @@ fn members() -> (Vec<String>, String, String) {
     let peer = format!("127.0.0.1:{}", free_port());
     let mut arguments = vec!["--initial-member".to_string(), format!("1={client},{peer}")];
     arguments.push("--initial-member".into());
-    arguments.push(format!(
-        "2=127.0.0.1:{},127.0.0.1:{}",
-        free_port(),
-        free_port()
-    ));
+    arguments.push(format!("2=127.0.0.1:{},127.0.0.1:{}", free_port(), free_port()));
     (arguments, client, peer)
 }
 
 fn assert_refused(arguments: Vec<String>, data_dir: &Path, expected: &str) {
     let before = snapshot(data_dir);
     let outcome = run_server(&arguments);
-    assert_ne!(
-        outcome.code,
-        Some(0),
-        "the node must not start; stderr: {}",
-        outcome.stderr
-    );
+    assert_ne!(outcome.code, Some(0), "the node must not start; stderr: {}", outcome.stderr);
     assert!(outcome.code.is_some(), "the node must exit, not crash");
-    assert!(
-        outcome.stderr.contains(expected),
-        "stderr should mention {expected:?}: {}",
-        outcome.stderr
-    );
+    assert!(outcome.stderr.contains(expected), "stderr should mention {expected:?}: {}", outcome.stderr);
     assert_eq!(before, snapshot(data_dir), "the data directory changed");
 }
 
 fn base(data_dir: &Path, node_id: u64) -> Vec<String> {
     let (mut arguments, _, _) = members();
-    arguments.extend([
-        "--node-id".into(),
-        node_id.to_string(),
-        "--data-dir".into(),
-        data_dir.display().to_string(),
-    ]);
+    arguments.extend(["--node-id".into(), node_id.to_string(), "--data-dir".into(), data_dir.display().to_string()]);
     arguments
 }
 
@@ -104,12 +77,7 @@ fn election_timeout_not_above_heartbeat_is_refused() {
     let root = tempfile::tempdir().unwrap();
     let data_dir = root.path().join("data");
     let mut arguments = base(&data_dir, 1);
-    arguments.extend([
-        "--heartbeat-ms".into(),
-        "300".into(),
-        "--election-timeout-min-ms".into(),
-        "300".into(),
-    ]);
+    arguments.extend(["--heartbeat-ms".into(), "300".into(), "--election-timeout-min-ms".into(), "300".into()]);
     assert_refused(arguments, &data_dir, "must be above the heartbeat interval");
     assert!(!data_dir.exists());
 }
@@ -121,17 +89,8 @@ fn a_port_in_use_is_refused_before_the_data_directory_is_touched() {
     let (members, client, _) = members();
     let _occupant = std::net::TcpListener::bind(&client).expect("occupy the client port");
     let mut arguments = members;
-    arguments.extend([
-        "--node-id".into(),
-        "1".into(),
-        "--data-dir".into(),
-        data_dir.display().to_string(),
-    ]);
-    assert_refused(
-        arguments,
-        &data_dir,
-        &format!("cannot listen on the client address {client}"),
-    );
+    arguments.extend(["--node-id".into(), "1".into(), "--data-dir".into(), data_dir.display().to_string()]);
+    assert_refused(arguments, &data_dir, &format!("cannot listen on the client address {client}"));
     assert!(!data_dir.exists());
 }
 
@@ -141,11 +100,7 @@ fn a_foreign_data_directory_is_refused_and_left_alone() {
     let data_dir = root.path().join("photos");
     std::fs::create_dir(&data_dir).unwrap();
     std::fs::write(data_dir.join("holiday.jpg"), b"not leasehold data").unwrap();
-    assert_refused(
-        base(&data_dir, 1),
-        &data_dir,
-        "not a Leasehold data directory",
-    );
+    assert_refused(base(&data_dir, 1), &data_dir, "not a Leasehold data directory");
 }
 
 #[test]
@@ -154,16 +109,8 @@ fn a_data_directory_of_another_node_or_cluster_is_refused() {
     let data_dir = root.path().join("node");
     std::fs::create_dir(&data_dir).unwrap();
     std::fs::create_dir(data_dir.join("db")).unwrap();
-    std::fs::write(
-        data_dir.join("LEASEHOLD"),
-        "format = 1\ncluster_name = \"leasehold\"\nnode_id = 2\n",
-    )
-    .unwrap();
-    assert_refused(
-        base(&data_dir, 1),
-        &data_dir,
-        "belongs to node 2, not to node 1",
-    );
+    std::fs::write(data_dir.join("LEASEHOLD"), "format = 1\ncluster_name = \"leasehold\"\nnode_id = 2\n").unwrap();
+    assert_refused(base(&data_dir, 1), &data_dir, "belongs to node 2, not to node 1");
 
     let mut other_cluster = base(&data_dir, 2);
     other_cluster.extend(["--cluster-name".into(), "payments".into()]);

@@ -23,12 +23,7 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(
-        cluster: &TestCluster,
-        store: std::net::SocketAddr,
-        value: &str,
-        wait_for_go: bool,
-    ) -> Worker {
+    fn start(cluster: &TestCluster, store: std::net::SocketAddr, value: &str, wait_for_go: bool) -> Worker {
         let mut command = Command::new(binary("leasehold-jepsen"));
         command.args([
             "worker",
@@ -48,11 +43,7 @@ impl Worker {
         if wait_for_go {
             command.arg("--wait-for-go");
         }
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start a worker");
+        let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start a worker");
         let stdout: ChildStdout = child.stdout.take().unwrap();
         let (sender, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -64,9 +55,7 @@ impl Worker {
     }
 
     fn next_line(&self, reason: &str) -> String {
-        self.lines
-            .recv_timeout(LINE_DEADLINE)
-            .unwrap_or_else(|_| panic!("timed out waiting for {reason}"))
+        self.lines.recv_timeout(LINE_DEADLINE).unwrap_or_else(|_| panic!("timed out waiting for {reason}"))
     }
 
     fn signal(&self, signal: i32) {
@@ -77,12 +66,7 @@ impl Worker {
     }
 
     fn go(&mut self) {
-        self.child
-            .stdin
-            .as_mut()
-            .unwrap()
-            .write_all(b"go\n")
-            .unwrap();
+        self.child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
     }
 }
 
@@ -111,10 +95,7 @@ async fn run_story(fencing: bool) -> (Vec<leasehold_jepsen::fenced_store::Write>
     let acquired_b = worker_b.next_line("B to acquire after A's session expired");
     let token_a: u64 = acquired_a["acquired ".len()..].parse().unwrap();
     let token_b: u64 = acquired_b["acquired ".len()..].parse().unwrap();
-    assert!(
-        token_b > token_a,
-        "B's token {token_b} must exceed A's {token_a}"
-    );
+    assert!(token_b > token_a, "B's token {token_b} must exceed A's {token_a}");
     assert_eq!(worker_b.next_line("B's write"), "write ACCEPTED");
 
     tokio::time::sleep(PAUSE.saturating_sub(Duration::from_secs(2))).await; // A's pause lasts 5 s in all
@@ -127,10 +108,7 @@ async fn run_story(fencing: bool) -> (Vec<leasehold_jepsen::fenced_store::Write>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_cannot_charge_twice_through_the_fence() {
     let (accepted, late) = run_story(true).await;
-    assert!(
-        late.starts_with("write REJECTED"),
-        "A's stale write must be rejected, got {late:?}"
-    );
+    assert!(late.starts_with("write REJECTED"), "A's stale write must be rejected, got {late:?}");
     assert_eq!(accepted.len(), 1, "exactly one charge: {accepted:?}");
     assert_eq!(accepted[0].value, "charge-by-B");
 }
@@ -139,9 +117,5 @@ async fn a_paused_holder_cannot_charge_twice_through_the_fence() {
 async fn control_without_the_fence_check_the_order_is_charged_twice() {
     let (accepted, late) = run_story(false).await;
     assert_eq!(late, "write ACCEPTED");
-    assert_eq!(
-        accepted.len(),
-        2,
-        "without the fence both charges land: {accepted:?}"
-    );
+    assert_eq!(accepted.len(), 2, "without the fence both charges land: {accepted:?}");
 }

@@ -12,32 +12,19 @@ const LEADER_DEADLINE: Duration = Duration::from_secs(20);
 async fn raw_leader(cluster: &TestCluster) -> LeaseholdClient<Channel> {
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
     let address = format!("http://{}", cluster.nodes[&leader].client_addr);
-    LeaseholdClient::new(
-        Channel::from_shared(address)
-            .unwrap()
-            .connect()
-            .await
-            .expect("connect to the leader"),
-    )
+    LeaseholdClient::new(Channel::from_shared(address).unwrap().connect().await.expect("connect to the leader"))
 }
 
 fn request_id(sequence: u64) -> Option<pb::RequestId> {
-    Some(pb::RequestId {
-        client_id: 4242,
-        sequence,
-    })
+    Some(pb::RequestId { client_id: 4242, sequence })
 }
 
 async fn raw_session(raw: &mut LeaseholdClient<Channel>, sequence: u64, ttl_ms: u64) -> u64 {
-    raw.create_session(pb::CreateSessionRequest {
-        request_id: request_id(sequence),
-        ttl_ms,
-        client_name: "raw".into(),
-    })
-    .await
-    .expect("create session")
-    .into_inner()
-    .session_id
+    raw.create_session(pb::CreateSessionRequest { request_id: request_id(sequence), ttl_ms, client_name: "raw".into() })
+        .await
+        .expect("create session")
+        .into_inner()
+        .session_id
 }
 
 fn token_of(response: pb::AcquireResponse) -> Option<u64> {
@@ -62,11 +49,7 @@ async fn waiters_are_granted_in_fifo_order_with_increasing_tokens() {
         sessions.push(session.id());
         let grants = grants.clone();
         tokio::spawn(async move {
-            let guard = session
-                .lock_with_timeout("fifo", Duration::from_secs(20))
-                .await
-                .unwrap()
-                .expect("granted");
+            let guard = session.lock_with_timeout("fifo", Duration::from_secs(20)).await.unwrap().expect("granted");
             grants.send((position, guard.token())).unwrap();
             tokio::time::sleep(Duration::from_millis(100)).await;
             guard.release().await.unwrap();
@@ -82,26 +65,16 @@ async fn waiters_are_granted_in_fifo_order_with_increasing_tokens() {
         .await;
     }
     let lock = client.describe_lock("fifo", false).await.unwrap();
-    let waiting: Vec<u64> = lock
-        .waiters
-        .iter()
-        .map(|waiter| waiter.session_id)
-        .collect();
+    let waiting: Vec<u64> = lock.waiters.iter().map(|waiter| waiter.session_id).collect();
     assert_eq!(waiting, sessions, "describe lists waiters in FIFO order");
 
     let first_token = first.token();
     first.release().await.unwrap();
     let mut previous = first_token;
     for expected_position in 0..3 {
-        let (position, token) = tokio::time::timeout(Duration::from_secs(10), granted.recv())
-            .await
-            .unwrap()
-            .unwrap();
+        let (position, token) = tokio::time::timeout(Duration::from_secs(10), granted.recv()).await.unwrap().unwrap();
         assert_eq!(position, expected_position, "grants follow the queue order");
-        assert!(
-            token > previous,
-            "token {token} must exceed the previous grant's {previous}"
-        );
+        assert!(token > previous, "token {token} must exceed the previous grant's {previous}");
         previous = token;
     }
 }
@@ -128,21 +101,12 @@ async fn an_expired_holder_hands_the_lock_to_the_waiter() {
     let client = cluster.client();
     let waiter = client.session(Duration::from_secs(30)).await.unwrap();
     let started = Instant::now();
-    let guard = waiter
-        .lock_with_timeout("expiry", Duration::from_secs(15))
-        .await
-        .unwrap()
-        .expect("granted after expiry");
+    let guard =
+        waiter.lock_with_timeout("expiry", Duration::from_secs(15)).await.unwrap().expect("granted after expiry");
     assert!(guard.token() > doomed_token);
-    assert!(
-        started.elapsed() >= Duration::from_millis(500),
-        "granted only once the holder expired"
-    );
+    assert!(started.elapsed() >= Duration::from_millis(500), "granted only once the holder expired");
     let gone = client.describe_session(doomed).await;
-    assert!(
-        matches!(gone, Err(leasehold::Error::NotFound(_))),
-        "the expired session is gone: {gone:?}"
-    );
+    assert!(matches!(gone, Err(leasehold::Error::NotFound(_))), "the expired session is gone: {gone:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,27 +119,14 @@ async fn a_wait_survives_the_leader_being_killed_without_a_double_grant() {
 
     let waiter = client.session(Duration::from_secs(30)).await.unwrap();
     let waiting = tokio::spawn(async move {
-        let guard = waiter
-            .lock_with_timeout("failover", Duration::from_secs(30))
-            .await
-            .unwrap()
-            .expect("granted");
+        let guard = waiter.lock_with_timeout("failover", Duration::from_secs(30)).await.unwrap().expect("granted");
         // The session stays alive with the test; dropping it would close it.
         let token = guard.detach();
         (waiter, token)
     });
     leasehold_jepsen::wait::until(Duration::from_secs(5), "the waiter to queue", || {
         let client = client.clone();
-        async move {
-            (client
-                .describe_lock("failover", false)
-                .await
-                .ok()?
-                .waiters
-                .len()
-                == 1)
-                .then_some(())
-        }
+        async move { (client.describe_lock("failover", false).await.ok()?.waiters.len() == 1).then_some(()) }
     })
     .await;
 
@@ -183,23 +134,12 @@ async fn a_wait_survives_the_leader_being_killed_without_a_double_grant() {
     cluster.wait_for_leader(LEADER_DEADLINE).await;
     let held_token = held.token();
     held.release().await.expect("release after failover");
-    let (waiter, token) = tokio::time::timeout(Duration::from_secs(30), waiting)
-        .await
-        .unwrap()
-        .unwrap();
+    let (waiter, token) = tokio::time::timeout(Duration::from_secs(30), waiting).await.unwrap().unwrap();
     assert!(token > held_token);
     let lock = client.describe_lock("failover", false).await.unwrap();
     let current = lock.holder.expect("held by the waiter");
-    assert_eq!(
-        (current.session_id, current.token),
-        (waiter.id(), token),
-        "exactly one holder, the waiter"
-    );
-    assert!(
-        lock.waiters.is_empty(),
-        "no second queue entry: {:?}",
-        lock.waiters
-    );
+    assert_eq!((current.session_id, current.token), (waiter.id(), token), "exactly one holder, the waiter");
+    assert!(lock.waiters.is_empty(), "no second queue entry: {:?}", lock.waiters);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,39 +150,18 @@ async fn a_retried_acquire_returns_the_same_grant_and_a_reused_id_is_refused() {
     // A retried CreateSession returns the same session.
     assert_eq!(raw_session(&mut raw, 10, 30_000).await, session);
 
-    let acquire = pb::AcquireRequest {
-        request_id: request_id(11),
-        session_id: session,
-        name: "retry".into(),
-        wait_ms: 0,
-    };
-    let first =
-        token_of(raw.acquire(acquire.clone()).await.unwrap().into_inner()).expect("granted");
+    let acquire =
+        pb::AcquireRequest { request_id: request_id(11), session_id: session, name: "retry".into(), wait_ms: 0 };
+    let first = token_of(raw.acquire(acquire.clone()).await.unwrap().into_inner()).expect("granted");
     // The response was "lost": the client sends the same request again.
-    let again =
-        token_of(raw.acquire(acquire.clone()).await.unwrap().into_inner()).expect("same grant");
-    assert_eq!(
-        first, again,
-        "a retry returns the original grant, not a new token"
-    );
+    let again = token_of(raw.acquire(acquire.clone()).await.unwrap().into_inner()).expect("same grant");
+    assert_eq!(first, again, "a retry returns the original grant, not a new token");
 
-    let reused = pb::AcquireRequest {
-        name: "another".into(),
-        ..acquire
-    };
-    let status = raw
-        .acquire(reused)
-        .await
-        .expect_err("a reused request id for another request is refused");
+    let reused = pb::AcquireRequest { name: "another".into(), ..acquire };
+    let status = raw.acquire(reused).await.expect_err("a reused request id for another request is refused");
     assert_eq!(status.code(), tonic::Code::AlreadyExists, "{status:?}");
-    let lock = raw
-        .describe_lock(pb::DescribeLockRequest {
-            name: "another".into(),
-            stale: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let lock =
+        raw.describe_lock(pb::DescribeLockRequest { name: "another".into(), stale: false }).await.unwrap().into_inner();
     assert!(lock.holder.is_none(), "the refused request changed nothing");
 }
 
@@ -267,18 +186,11 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         let mut raw = raw.clone();
         async move {
             let lock = raw
-                .describe_lock(pb::DescribeLockRequest {
-                    name: "guarded".into(),
-                    stale: false,
-                })
+                .describe_lock(pb::DescribeLockRequest { name: "guarded".into(), stale: false })
                 .await
                 .unwrap()
                 .into_inner();
-            let sessions = raw
-                .list_sessions(pb::ListSessionsRequest { stale: false })
-                .await
-                .unwrap()
-                .into_inner();
+            let sessions = raw.list_sessions(pb::ListSessionsRequest { stale: false }).await.unwrap().into_inner();
             (format!("{lock:?}"), format!("{sessions:?}"))
         }
     };
@@ -300,7 +212,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
             .await
             .map(|_| ()),
             tonic::Code::InvalidArgument,
-            "lock name is empty",
+            "name is empty",
         ),
         (
             raw.acquire(pb::AcquireRequest {
@@ -315,13 +227,9 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
             "300 bytes",
         ),
         (
-            raw.create_session(pb::CreateSessionRequest {
-                request_id: next(),
-                ttl_ms: 0,
-                client_name: String::new(),
-            })
-            .await
-            .map(|_| ()),
+            raw.create_session(pb::CreateSessionRequest { request_id: next(), ttl_ms: 0, client_name: String::new() })
+                .await
+                .map(|_| ()),
             tonic::Code::InvalidArgument,
             "ttl_ms 0 is out of range",
         ),
@@ -376,43 +284,21 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     for (result, code, expected) in cases {
         let status = result.expect_err("bad input must be refused");
         assert_eq!(status.code(), code, "{status:?}");
-        assert!(
-            status.message().contains(expected),
-            "{:?} should mention {expected:?}",
-            status.message()
-        );
+        assert!(status.message().contains(expected), "{:?} should mention {expected:?}", status.message());
     }
-    assert_eq!(
-        before,
-        describe(&mut raw).await,
-        "bad input changed the state"
-    );
+    assert_eq!(before, describe(&mut raw).await, "bad input changed the state");
 
     // Garbage bytes on the wire: a malformed gRPC body is refused too.
-    let address = cluster.nodes[&cluster.wait_for_leader(LEADER_DEADLINE).await]
-        .client_addr
-        .clone();
-    let mut grpc = tonic::client::Grpc::new(
-        Channel::from_shared(format!("http://{address}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap(),
-    );
+    let address = cluster.nodes[&cluster.wait_for_leader(LEADER_DEADLINE).await].client_addr.clone();
+    let mut grpc =
+        tonic::client::Grpc::new(Channel::from_shared(format!("http://{address}")).unwrap().connect().await.unwrap());
     grpc.ready().await.unwrap();
-    let path =
-        tonic::codegen::http::uri::PathAndQuery::from_static("/leasehold.v1.Leasehold/Acquire");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/leasehold.v1.Leasehold/Acquire");
     // A RequestId's bytes, sent where an AcquireRequest is expected: field 1 arrives
     // as a varint where a message belongs.
     let codec = tonic_prost::ProstCodec::<pb::RequestId, pb::AcquireResponse>::default();
-    let garbage = pb::RequestId {
-        client_id: u64::MAX,
-        sequence: 7,
-    };
+    let garbage = pb::RequestId { client_id: u64::MAX, sequence: 7 };
     let refused = grpc.unary(tonic::Request::new(garbage), path, codec).await;
-    assert!(
-        refused.is_err(),
-        "garbage bytes must be refused: {refused:?}"
-    );
+    assert!(refused.is_err(), "garbage bytes must be refused: {refused:?}");
     assert_eq!(before, describe(&mut raw).await);
 }

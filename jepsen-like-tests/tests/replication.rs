@@ -17,11 +17,7 @@ async fn take_locks(session: &Session, prefix: &str, count: usize) -> Vec<(Strin
     let mut grants = Vec::new();
     for i in 0..count {
         let name = format!("{prefix}/{i}");
-        let guard = session
-            .try_lock(&name)
-            .await
-            .expect("acquire")
-            .expect("the lock is free");
+        let guard = session.try_lock(&name).await.expect("acquire").expect("the lock is free");
         grants.push((name, guard.detach()));
     }
     grants
@@ -29,18 +25,9 @@ async fn take_locks(session: &Session, prefix: &str, count: usize) -> Vec<(Strin
 
 async fn assert_held(client: &Client, session_id: u64, grants: &[(String, u64)]) {
     for (name, token) in grants {
-        let lock = client
-            .describe_lock(name, false)
-            .await
-            .expect("describe lock");
-        let holder = lock
-            .holder
-            .unwrap_or_else(|| panic!("acknowledged grant of {name} was lost"));
-        assert_eq!(
-            (holder.session_id, holder.token),
-            (session_id, *token),
-            "grant of {name} changed"
-        );
+        let lock = client.describe_lock(name, false).await.expect("describe lock");
+        let holder = lock.holder.unwrap_or_else(|| panic!("acknowledged grant of {name} was lost"));
+        assert_eq!((holder.session_id, holder.token), (session_id, *token), "grant of {name} changed");
     }
 }
 
@@ -59,11 +46,7 @@ async fn acknowledged_grants_survive_kill_of_the_leader() {
 
     // The killed node rejoins from its data directory and catches up.
     cluster.restart(leader);
-    let commit = cluster
-        .status(new_leader)
-        .await
-        .expect("leader status")
-        .commit_index;
+    let commit = cluster.status(new_leader).await.expect("leader status").commit_index;
     cluster.wait_applied(leader, commit, LEADER_DEADLINE).await;
 }
 
@@ -86,11 +69,7 @@ async fn killing_every_node_at_once_keeps_every_acknowledged_entry() {
     assert_held(&client, session.id(), &grants).await;
 
     // Tokens are never reused after a full restart: a new grant is above every old one.
-    let fresh = session
-        .try_lock("survive-all/after-restart")
-        .await
-        .expect("acquire")
-        .expect("free");
+    let fresh = session.try_lock("survive-all/after-restart").await.expect("acquire").expect("free");
     assert!(
         fresh.token() > highest_token,
         "token {} reused after restart (highest before: {highest_token})",
@@ -100,10 +79,7 @@ async fn killing_every_node_at_once_keeps_every_acknowledged_entry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_missed_compacted_entries_catches_up_by_snapshot() {
-    let options = ClusterOptions {
-        snapshot_every_entries: Some(50),
-        ..Default::default()
-    };
+    let options = ClusterOptions { snapshot_every_entries: Some(50), ..Default::default() };
     let mut cluster = TestCluster::start(options);
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
     let lagging = (1..=3).find(|id| *id != leader).unwrap();
@@ -114,21 +90,13 @@ async fn a_node_that_missed_compacted_entries_catches_up_by_snapshot() {
     let grants = take_locks(&session, "snapshot", 200).await;
     let leader_status = wait::until(LEADER_DEADLINE, "the leader to compact its log", || async {
         let leader = cluster.leader().await?;
-        cluster
-            .status(leader)
-            .await
-            .filter(|status| status.snapshot_index > 100)
+        cluster.status(leader).await.filter(|status| status.snapshot_index > 100)
     })
     .await;
 
     cluster.restart(lagging);
-    let caught_up = cluster
-        .wait_applied(lagging, leader_status.commit_index, LEADER_DEADLINE)
-        .await;
-    assert!(
-        caught_up.snapshot_index > 0,
-        "the lagging node should have installed a snapshot: {caught_up:?}"
-    );
+    let caught_up = cluster.wait_applied(lagging, leader_status.commit_index, LEADER_DEADLINE).await;
+    assert!(caught_up.snapshot_index > 0, "the lagging node should have installed a snapshot: {caught_up:?}");
     assert_eq!(caught_up.sessions, 1);
     // The caught-up node can lead with the same state.
     cluster.kill(cluster.leader().await.unwrap());
@@ -138,18 +106,13 @@ async fn a_node_that_missed_compacted_entries_catches_up_by_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_nodes_keep_serving_with_two_killed() {
-    let mut cluster = TestCluster::start(ClusterOptions {
-        nodes: 5,
-        ..Default::default()
-    });
+    let mut cluster = TestCluster::start(ClusterOptions { nodes: 5, ..Default::default() });
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
     let client = cluster.client();
     let session = client.session(SESSION_TTL).await.expect("session");
     let before = take_locks(&session, "five/before", 5).await;
 
-    let victims: Vec<u64> = std::iter::once(leader)
-        .chain((1..=5).filter(|id| *id != leader).take(1))
-        .collect();
+    let victims: Vec<u64> = std::iter::once(leader).chain((1..=5).filter(|id| *id != leader).take(1)).collect();
     for id in &victims {
         cluster.kill(*id);
     }
@@ -168,10 +131,7 @@ async fn members_are_added_and_removed_while_traffic_flows() {
     // Traffic: a worker cycling a lock the whole time.
     let traffic_client = client.clone();
     let traffic = tokio::spawn(async move {
-        let session = traffic_client
-            .session(SESSION_TTL)
-            .await
-            .expect("traffic session");
+        let session = traffic_client.session(SESSION_TTL).await.expect("traffic session");
         let mut tokens = Vec::new();
         let stop = tokio::time::Instant::now() + Duration::from_secs(8);
         while tokio::time::Instant::now() < stop {
@@ -181,57 +141,29 @@ async fn members_are_added_and_removed_while_traffic_flows() {
                 .expect("acquire during membership change");
             let guard = guard.expect("uncontended lock is granted");
             tokens.push(guard.token());
-            guard
-                .release()
-                .await
-                .expect("release during membership change");
+            guard.release().await.expect("release during membership change");
         }
         tokens
     });
 
     let new_node = cluster.start_joining_node(4);
     let (client_addr, peer_addr) = (new_node.client_addr.clone(), new_node.peer_addr.clone());
-    let members = client
-        .add_member(4, &client_addr, &peer_addr, false)
-        .await
-        .expect("add member 4");
-    assert!(
-        members
-            .iter()
-            .any(|member| member.node_id == 4 && member.role == "voter"),
-        "{members:?}"
-    );
+    let members = client.add_member(4, &client_addr, &peer_addr, false).await.expect("add member 4");
+    assert!(members.iter().any(|member| member.node_id == 4 && member.role == "voter"), "{members:?}");
 
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
     let removed = (1..=3).find(|id| *id != leader).unwrap();
-    let members = client
-        .remove_member(removed)
-        .await
-        .expect("remove a member");
-    assert!(
-        !members.iter().any(|member| member.node_id == removed),
-        "{members:?}"
-    );
-    wait::until(
-        Duration::from_secs(10),
-        "the removed node to stop serving",
-        || {
-            let running = cluster.is_running(removed);
-            async move { (!running).then_some(()) }
-        },
-    )
+    let members = client.remove_member(removed).await.expect("remove a member");
+    assert!(!members.iter().any(|member| member.node_id == removed), "{members:?}");
+    wait::until(Duration::from_secs(10), "the removed node to stop serving", || {
+        let running = cluster.is_running(removed);
+        async move { (!running).then_some(()) }
+    })
     .await;
 
     let tokens = traffic.await.expect("traffic task");
-    assert!(
-        tokens.len() > 5,
-        "traffic made progress: {} cycles",
-        tokens.len()
-    );
-    assert!(
-        tokens.windows(2).all(|pair| pair[0] < pair[1]),
-        "tokens strictly increase: {tokens:?}"
-    );
+    assert!(tokens.len() > 5, "traffic made progress: {} cycles", tokens.len());
+    assert!(tokens.windows(2).all(|pair| pair[0] < pair[1]), "tokens strictly increase: {tokens:?}");
     let status = cluster.status(4).await.expect("the new member answers");
     assert_eq!(status.members.len(), 3);
 }

@@ -9,6 +9,7 @@ use leasehold_proto::peer_client::PeerClient;
 use openraft::{ChangeMembers, ServerState};
 use tonic::{Request, Response, Status};
 
+use crate::clock::RATE_PER_MILLE_MAX;
 use crate::config::MEMBERS_MAX;
 use crate::network;
 use crate::raft_types::{Node, RaftMetrics};
@@ -16,6 +17,8 @@ use crate::replica::Replica;
 
 pub struct AdminService {
     pub replica: Arc<Replica>,
+    /// Whether the clock fault knob is enabled (--test-clock-knob).
+    pub clock_knob: bool,
 }
 
 fn state_name(state: ServerState) -> &'static str {
@@ -37,12 +40,7 @@ pub fn members(metrics: &RaftMetrics) -> Vec<pb::Member> {
             node_id: *id,
             client_addr: node.client_addr.clone(),
             peer_addr: node.peer_addr.clone(),
-            role: if voters.contains(id) {
-                "voter"
-            } else {
-                "learner"
-            }
-            .to_string(),
+            role: if voters.contains(id) { "voter" } else { "learner" }.to_string(),
         })
         .collect()
 }
@@ -63,10 +61,7 @@ impl AdminService {
 
 #[tonic::async_trait]
 impl Admin for AdminService {
-    async fn status(
-        &self,
-        _request: Request<pb::StatusRequest>,
-    ) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         let metrics = self.replica.raft.metrics().borrow().clone();
         let commit_index = self
             .replica
@@ -74,15 +69,16 @@ impl Admin for AdminService {
             .with_raft_state(|state| state.committed.map(|log_id| log_id.index).unwrap_or(0))
             .await
             .unwrap_or(0);
-        let leader_client_addr = metrics
-            .current_leader
-            .and_then(|id| self.replica.member_client_addr(id))
-            .unwrap_or_default();
-        let (sessions, locks) = {
+        let leader_client_addr =
+            metrics.current_leader.and_then(|id| self.replica.member_client_addr(id)).unwrap_or_default();
+        let (sessions, locks, semaphores, elections) = {
             let applied = self.replica.shared.applied.read().unwrap();
+            let machine = &applied.machine;
             (
-                applied.machine.session_count() as u64,
-                applied.machine.lock_count() as u64,
+                machine.session_count() as u64,
+                machine.lock_count() as u64,
+                machine.semaphore_count() as u64,
+                machine.election_count() as u64,
             )
         };
         Ok(Response::new(pb::StatusResponse {
@@ -99,6 +95,8 @@ impl Admin for AdminService {
             cluster_name: self.replica.cluster_name.clone(),
             sessions,
             locks,
+            semaphores,
+            elections,
         }))
     }
 
@@ -109,68 +107,56 @@ impl Admin for AdminService {
         self.require_leader()?;
         let request = request.into_inner();
         if request.node_id == 0 {
-            return Err(Status::invalid_argument(
-                "node_id must be a positive integer",
-            ));
+            return Err(Status::invalid_argument("node_id must be a positive integer"));
         }
-        for (what, address) in [
-            ("client_addr", &request.client_addr),
-            ("peer_addr", &request.peer_addr),
-        ] {
+        for (what, address) in [("client_addr", &request.client_addr), ("peer_addr", &request.peer_addr)] {
             if std::net::ToSocketAddrs::to_socket_addrs(address.as_str()).is_err() {
-                return Err(Status::invalid_argument(format!(
-                    "{what} {address:?} is not a host:port address"
-                )));
+                return Err(Status::invalid_argument(format!("{what} {address:?} is not a host:port address")));
             }
         }
         let current = self.members_now();
-        if current
-            .iter()
-            .any(|member| member.node_id == request.node_id && member.role == "voter")
-        {
-            return Err(Status::already_exists(format!(
-                "node {} is already a voter",
-                request.node_id
-            )));
+        if current.iter().any(|member| member.node_id == request.node_id && member.role == "voter") {
+            return Err(Status::already_exists(format!("node {} is already a voter", request.node_id)));
         }
-        if current.len() >= MEMBERS_MAX
-            && !current
-                .iter()
-                .any(|member| member.node_id == request.node_id)
-        {
+        if current.len() >= MEMBERS_MAX && !current.iter().any(|member| member.node_id == request.node_id) {
             return Err(Status::resource_exhausted(format!(
                 "the cluster has {MEMBERS_MAX} members, the most supported"
             )));
         }
-        let node = Node {
-            client_addr: request.client_addr,
-            peer_addr: request.peer_addr,
-        };
+        let node = Node { client_addr: request.client_addr, peer_addr: request.peer_addr };
         tracing::info!(node_id = request.node_id, %node, "adding a learner and waiting for it to catch up");
         self.replica
             .raft
             .add_learner(request.node_id, node, true)
             .await
-            .map_err(|error| {
-                Status::failed_precondition(format!("cannot add node {}: {error}", request.node_id))
-            })?;
+            .map_err(|error| Status::failed_precondition(format!("cannot add node {}: {error}", request.node_id)))?;
         if !request.learner_only {
             tracing::info!(node_id = request.node_id, "promoting the learner to voter");
             let voters = BTreeSet::from([request.node_id]);
-            self.replica
-                .raft
-                .change_membership(ChangeMembers::AddVoterIds(voters), true)
-                .await
-                .map_err(|error| {
-                    Status::failed_precondition(format!(
-                        "cannot promote node {}: {error}",
-                        request.node_id
-                    ))
-                })?;
+            self.replica.raft.change_membership(ChangeMembers::AddVoterIds(voters), true).await.map_err(|error| {
+                Status::failed_precondition(format!("cannot promote node {}: {error}", request.node_id))
+            })?;
         }
-        Ok(Response::new(pb::AddMemberResponse {
-            members: self.members_now(),
-        }))
+        Ok(Response::new(pb::AddMemberResponse { members: self.members_now() }))
+    }
+
+    async fn skew_clock(
+        &self,
+        request: Request<pb::SkewClockRequest>,
+    ) -> Result<Response<pb::SkewClockResponse>, Status> {
+        if !self.clock_knob {
+            return Err(Status::failed_precondition("the clock knob is off; start the node with --test-clock-knob"));
+        }
+        let request = request.into_inner();
+        if request.rate_per_mille == 0 || request.rate_per_mille > RATE_PER_MILLE_MAX {
+            return Err(Status::invalid_argument(format!(
+                "rate_per_mille must be 1 to {RATE_PER_MILLE_MAX}, got {}",
+                request.rate_per_mille
+            )));
+        }
+        tracing::warn!(rate_per_mille = request.rate_per_mille, jump_ms = request.jump_ms, "clock fault injected");
+        self.replica.clock.skew(request.rate_per_mille, request.jump_ms);
+        Ok(Response::new(pb::SkewClockResponse {}))
     }
 
     async fn remove_member(
@@ -180,17 +166,10 @@ impl Admin for AdminService {
         self.require_leader()?;
         let node_id = request.into_inner().node_id;
         let current = self.members_now();
-        let Some(removed) = current
-            .iter()
-            .find(|member| member.node_id == node_id)
-            .cloned()
-        else {
+        let Some(removed) = current.iter().find(|member| member.node_id == node_id).cloned() else {
             return Err(Status::not_found(format!("node {node_id} is not a member")));
         };
-        let voters = current
-            .iter()
-            .filter(|member| member.role == "voter")
-            .count();
+        let voters = current.iter().filter(|member| member.role == "voter").count();
         if removed.role == "voter" && voters <= 1 {
             return Err(Status::failed_precondition("cannot remove the last voter"));
         }
@@ -204,36 +183,23 @@ impl Admin for AdminService {
             .raft
             .change_membership(change, false)
             .await
-            .map_err(|error| {
-                Status::failed_precondition(format!("cannot remove node {node_id}: {error}"))
-            })?;
+            .map_err(|error| Status::failed_precondition(format!("cannot remove node {node_id}: {error}")))?;
         // A voter removed with `retain = false` may still be listed as a learner by
         // an older config; drop it entirely.
-        if self
-            .members_now()
-            .iter()
-            .any(|member| member.node_id == node_id)
-        {
-            let _ = self
-                .replica
-                .raft
-                .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node_id])), false)
-                .await;
+        if self.members_now().iter().any(|member| member.node_id == node_id) {
+            let _ =
+                self.replica.raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node_id])), false).await;
         }
         // Tell the removed node to stop serving; it may be down, which is fine.
         if let Ok(endpoint) = network::peer_endpoint(&removed.peer_addr, None) {
             if let Ok(channel) = endpoint.connect().await {
                 let mut peer = PeerClient::new(channel);
-                let notice = pb::RetireRequest {
-                    cluster_name: self.replica.cluster_name.clone(),
-                };
+                let notice = pb::RetireRequest { cluster_name: self.replica.cluster_name.clone() };
                 if let Err(status) = peer.retire(notice).await {
                     tracing::warn!(node_id, %status, "the removed node did not take the retire notice");
                 }
             }
         }
-        Ok(Response::new(pb::RemoveMemberResponse {
-            members: self.members_now(),
-        }))
+        Ok(Response::new(pb::RemoveMemberResponse { members: self.members_now() }))
     }
 }

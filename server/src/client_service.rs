@@ -2,7 +2,6 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
 use leasehold_proto as pb;
@@ -14,10 +13,9 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::convert;
 use crate::replica::Replica;
 use crate::state_machine::{
-    AcquireOutcome, CancelOutcome, Command, FenceStatus, RequestId, Response as Applied, SessionId,
-    StateMachine,
+    AcquireOutcome, Command, FenceStatus, ResourceKind, Response as Applied, SessionId, StateMachine,
 };
-use crate::waiters::{Registration, WaitOutcome};
+use crate::waiting::{self, WaitEnd};
 
 /// Keepalive answers buffered per stream before the stream pushes back.
 pub const KEEPALIVE_REPLIES_QUEUED_MAX: usize = 1_024;
@@ -29,17 +27,11 @@ pub struct LeaseholdService {
 }
 
 fn unexpected(response: Applied) -> Status {
-    Status::internal(format!(
-        "unexpected answer from the state machine: {response:?}"
-    ))
+    Status::internal(format!("unexpected answer from the state machine: {response:?}"))
 }
 
 fn granted(token: u64) -> Response<pb::AcquireResponse> {
-    Response::new(pb::AcquireResponse {
-        outcome: Some(pb::acquire_response::Outcome::Granted(pb::Granted {
-            token,
-        })),
-    })
+    Response::new(pb::AcquireResponse { outcome: Some(pb::acquire_response::Outcome::Granted(pb::Granted { token })) })
 }
 
 fn not_acquired(machine: &StateMachine, name: &str, timed_out: bool) -> pb::AcquireResponse {
@@ -51,14 +43,13 @@ fn not_acquired(machine: &StateMachine, name: &str, timed_out: bool) -> pb::Acqu
             holder_token: holder.token,
             timed_out,
         },
-        None => pb::NotAcquired {
-            timed_out,
-            ..Default::default()
-        },
+        None => pb::NotAcquired { timed_out, ..Default::default() },
     };
-    pb::AcquireResponse {
-        outcome: Some(pb::acquire_response::Outcome::NotAcquired(not_acquired)),
-    }
+    pb::AcquireResponse { outcome: Some(pb::acquire_response::Outcome::NotAcquired(not_acquired)) }
+}
+
+fn held(list: Vec<crate::state_machine::HeldLock>) -> Vec<pb::HeldLock> {
+    list.into_iter().map(|held| pb::HeldLock { name: held.name, token: held.token }).collect()
 }
 
 fn session_info(machine: &StateMachine, session: SessionId) -> Option<pb::SessionInfo> {
@@ -67,136 +58,13 @@ fn session_info(machine: &StateMachine, session: SessionId) -> Option<pb::Sessio
         session_id: view.id,
         ttl_ms: view.ttl_ms,
         client_name: view.client_name,
-        held: view
-            .held
-            .into_iter()
-            .map(|held| pb::HeldLock {
-                name: held.name,
-                token: held.token,
-            })
-            .collect(),
+        held: held(view.held),
         waiting: view.waiting,
+        permits: held(view.permits),
+        waiting_semaphores: view.waiting_semaphores,
+        leading: held(view.leading),
+        campaigning: view.campaigning,
     })
-}
-
-fn session_ended(session: SessionId, name: &str) -> Status {
-    Status::failed_precondition(format!(
-        "session {session} ended (expired or closed) while waiting for lock {name:?}; nothing is held"
-    ))
-}
-
-/// Cancels a waiting acquire whose RPC went away before it was answered, so the
-/// session is not granted a lock that nobody will use or release.
-struct AbandonedWait {
-    replica: Arc<Replica>,
-    request: RequestId,
-    session: SessionId,
-    name: String,
-    armed: bool,
-}
-
-impl Drop for AbandonedWait {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let replica = self.replica.clone();
-        let (request, session, name) = (self.request, self.session, std::mem::take(&mut self.name));
-        tokio::spawn(async move {
-            let cancel = Command::CancelWait {
-                request: convert::cancel_request_id(request),
-                session,
-                name: name.clone(),
-            };
-            if let Ok(Applied::WaitCancelled(CancelOutcome::AlreadyGranted { token })) =
-                replica.propose(cancel).await
-            {
-                let release = Command::Release {
-                    request: convert::abandon_request_id(request),
-                    session,
-                    name,
-                    token,
-                };
-                let _ = replica.propose(release).await;
-            }
-        });
-    }
-}
-
-impl LeaseholdService {
-    async fn wait_for_grant(
-        &self,
-        request: RequestId,
-        session: SessionId,
-        name: String,
-        wait_ms: u64,
-        started_ms: u64,
-    ) -> Result<Response<pb::AcquireResponse>, Status> {
-        let shared = self.replica.shared.clone();
-        let registration = shared.waiters.register(session, &name, || {
-            let applied = shared.applied.read().unwrap();
-            crate::waiters::decision(&applied.machine, session, &name)
-        });
-        let mut abandoned = AbandonedWait {
-            replica: self.replica.clone(),
-            request,
-            session,
-            name: name.clone(),
-            armed: true,
-        };
-        let outcome = match registration {
-            Registration::Decided(outcome) => Some(outcome),
-            Registration::Waiting(receiver) => {
-                let elapsed_ms = self.replica.clock.now_ms().saturating_sub(started_ms);
-                let left = Duration::from_millis(wait_ms.saturating_sub(elapsed_ms));
-                match tokio::time::timeout(left, receiver).await {
-                    Ok(Ok(outcome)) => Some(outcome),
-                    Ok(Err(_)) => return Err(Status::unavailable("the node is shutting down")),
-                    Err(_) => None,
-                }
-            }
-        };
-        abandoned.armed = false;
-        match outcome {
-            Some(WaitOutcome::Granted { token }) => Ok(granted(token)),
-            Some(WaitOutcome::SessionEnded) => Err(session_ended(session, &name)),
-            Some(WaitOutcome::Cancelled) => {
-                self.replica
-                    .read(true, |machine| {
-                        Response::new(not_acquired(machine, &name, true))
-                    })
-                    .await
-            }
-            None => {
-                // The wait ran out: take the session out of the queue. The grant may
-                // have won the race, in which case the caller holds the lock.
-                let cancel = Command::CancelWait {
-                    request: convert::cancel_request_id(request),
-                    session,
-                    name: name.clone(),
-                };
-                match self.replica.propose(cancel).await? {
-                    Applied::WaitCancelled(CancelOutcome::AlreadyGranted { token }) => {
-                        Ok(granted(token))
-                    }
-                    Applied::WaitCancelled(_) => {
-                        self.replica
-                            .read(true, |machine| {
-                                Response::new(not_acquired(machine, &name, true))
-                            })
-                            .await
-                    }
-                    Applied::Rejected(error)
-                        if error.kind == crate::state_machine::ErrorKind::UnknownSession =>
-                    {
-                        Err(session_ended(session, &name))
-                    }
-                    Applied::Rejected(error) => Err(convert::command_error(error)),
-                    other => Err(unexpected(other)),
-                }
-            }
-        }
-    }
 }
 
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<pb::KeepAliveResponse, Status>> + Send>>;
@@ -210,10 +78,7 @@ impl Leasehold for LeaseholdService {
         let command = convert::create_session(request.into_inner())?;
         match self.replica.propose(command).await? {
             Applied::SessionCreated { session, ttl_ms } => {
-                Ok(Response::new(pb::CreateSessionResponse {
-                    session_id: session,
-                    ttl_ms,
-                }))
+                Ok(Response::new(pb::CreateSessionResponse { session_id: session, ttl_ms }))
             }
             Applied::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
@@ -287,17 +152,11 @@ impl Leasehold for LeaseholdService {
     ) -> Result<Response<pb::DescribeSessionResponse>, Status> {
         let request = request.into_inner();
         let session = convert::session_id(request.session_id)?;
-        match self
-            .replica
-            .read(request.stale, |machine| session_info(machine, session))
-            .await?
-        {
-            Some(info) => Ok(Response::new(pb::DescribeSessionResponse {
-                session: Some(info),
-            })),
-            None => Err(Status::not_found(format!(
-                "unknown session {session}: it never existed, expired or was closed"
-            ))),
+        match self.replica.read(request.stale, |machine| session_info(machine, session)).await? {
+            Some(info) => Ok(Response::new(pb::DescribeSessionResponse { session: Some(info) })),
+            None => {
+                Err(Status::not_found(format!("unknown session {session}: it never existed, expired or was closed")))
+            }
         }
     }
 
@@ -310,59 +169,49 @@ impl Leasehold for LeaseholdService {
             .replica
             .read(stale, |machine| {
                 let ids: Vec<SessionId> = machine.sessions().map(|session| session.id()).collect();
-                ids.into_iter()
-                    .filter_map(|id| session_info(machine, id))
-                    .collect()
+                ids.into_iter().filter_map(|id| session_info(machine, id)).collect()
             })
             .await?;
         Ok(Response::new(pb::ListSessionsResponse { sessions }))
     }
 
-    async fn acquire(
-        &self,
-        request: Request<pb::AcquireRequest>,
-    ) -> Result<Response<pb::AcquireResponse>, Status> {
+    async fn acquire(&self, request: Request<pb::AcquireRequest>) -> Result<Response<pb::AcquireResponse>, Status> {
         let started_ms = self.replica.clock.now_ms();
         let (command, wait_ms) = convert::acquire(request.into_inner())?;
-        let Command::Acquire {
-            request,
-            session,
-            ref name,
-            ..
-        } = command
-        else {
-            unreachable!("convert::acquire")
-        };
+        let Command::Acquire { request, session, ref name, .. } = command else { unreachable!("convert::acquire") };
         let name = name.clone();
         match self.replica.propose(command).await? {
             Applied::Acquire(AcquireOutcome::Granted { token }) => Ok(granted(token)),
             Applied::Acquire(AcquireOutcome::Busy { .. }) => {
-                self.replica
-                    .read(true, |machine| {
-                        Response::new(not_acquired(machine, &name, false))
-                    })
-                    .await
+                self.replica.read(true, |machine| Response::new(not_acquired(machine, &name, false))).await
             }
             Applied::Acquire(AcquireOutcome::TimedOut) => {
-                self.replica
-                    .read(true, |machine| {
-                        Response::new(not_acquired(machine, &name, true))
-                    })
-                    .await
+                self.replica.read(true, |machine| Response::new(not_acquired(machine, &name, true))).await
             }
             Applied::Acquire(AcquireOutcome::Queued { .. }) => {
-                self.wait_for_grant(request, session, name, wait_ms, started_ms)
-                    .await
+                match waiting::wait_for_grant(
+                    &self.replica,
+                    ResourceKind::Lock,
+                    request,
+                    session,
+                    &name,
+                    wait_ms,
+                    started_ms,
+                )
+                .await?
+                {
+                    WaitEnd::Granted(token) => Ok(granted(token)),
+                    WaitEnd::TimedOut => {
+                        self.replica.read(true, |machine| Response::new(not_acquired(machine, &name, true))).await
+                    }
+                }
             }
             Applied::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
     }
 
-    async fn release(
-        &self,
-        request: Request<pb::ReleaseRequest>,
-    ) -> Result<Response<pb::ReleaseResponse>, Status> {
+    async fn release(&self, request: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
         let command = convert::release(request.into_inner())?;
         match self.replica.propose(command).await? {
             Applied::Released { .. } => Ok(Response::new(pb::ReleaseResponse {})),
@@ -381,16 +230,10 @@ impl Leasehold for LeaseholdService {
             .replica
             .read(false, |machine| {
                 let current = machine.describe_lock(&name).map(|lock| lock.holder.token);
-                (
-                    machine.check_fence(&name, request.token),
-                    current.unwrap_or(0),
-                )
+                (machine.check_fence(&name, request.token), current.unwrap_or(0))
             })
             .await?;
-        Ok(Response::new(pb::CheckFenceResponse {
-            current: status == FenceStatus::Current,
-            current_token,
-        }))
+        Ok(Response::new(pb::CheckFenceResponse { current: status == FenceStatus::Current, current_token }))
     }
 
     async fn describe_lock(
@@ -399,10 +242,7 @@ impl Leasehold for LeaseholdService {
     ) -> Result<Response<pb::DescribeLockResponse>, Status> {
         let request = request.into_inner();
         let name = convert::lock_name(&request.name)?;
-        let view = self
-            .replica
-            .read(request.stale, |machine| machine.describe_lock(&name))
-            .await?;
+        let view = self.replica.read(request.stale, |machine| machine.describe_lock(&name)).await?;
         let Some(view) = view else {
             return Ok(Response::new(pb::DescribeLockResponse::default()));
         };
@@ -416,10 +256,7 @@ impl Leasehold for LeaseholdService {
             waiters: view
                 .waiters
                 .into_iter()
-                .map(|waiter| pb::LockWaiter {
-                    session_id: waiter.session,
-                    client_name: waiter.client_name,
-                })
+                .map(|waiter| pb::LockWaiter { session_id: waiter.session, client_name: waiter.client_name })
                 .collect(),
         }))
     }

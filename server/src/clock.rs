@@ -74,27 +74,19 @@ impl Clock {
         let anchor_real = self.inner.anchor_real_ms.load(Ordering::SeqCst);
         let anchor_skewed = self.inner.anchor_skewed_ms.load(Ordering::SeqCst);
         let rate = self.inner.rate_per_mille.load(Ordering::SeqCst);
-        let skewed =
-            anchor_skewed + real.saturating_sub(anchor_real) * rate / RATE_PER_MILLE_NORMAL;
+        let skewed = anchor_skewed + real.saturating_sub(anchor_real) * rate / RATE_PER_MILLE_NORMAL;
         let offset = self.inner.offset_ms.load(Ordering::SeqCst);
         (skewed as i64 + offset).max(0) as u64
     }
 
     /// Wall-clock milliseconds since the Unix epoch, for display only.
     pub fn unix_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|elapsed| elapsed.as_millis() as u64)
-            .unwrap_or(0)
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_millis() as u64).unwrap_or(0)
     }
 
     /// Advances a manual clock (tests only).
     pub fn advance(&self, by: Duration) {
-        let manual = self
-            .inner
-            .manual_ms
-            .as_ref()
-            .expect("advance is for manual clocks");
+        let manual = self.inner.manual_ms.as_ref().expect("advance is for manual clocks");
         manual.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
     }
 
@@ -103,18 +95,10 @@ impl Clock {
     pub fn skew(&self, rate_per_mille: u64, jump_ms: u64) {
         assert!(rate_per_mille > 0 && rate_per_mille <= RATE_PER_MILLE_MAX);
         let now_skewed = self.now_ms() as i64 - self.inner.offset_ms.load(Ordering::SeqCst);
-        self.inner
-            .anchor_real_ms
-            .store(self.real_ms(), Ordering::SeqCst);
-        self.inner
-            .anchor_skewed_ms
-            .store(now_skewed.max(0) as u64, Ordering::SeqCst);
-        self.inner
-            .rate_per_mille
-            .store(rate_per_mille, Ordering::SeqCst);
-        self.inner
-            .offset_ms
-            .fetch_add(jump_ms as i64, Ordering::SeqCst);
+        self.inner.anchor_real_ms.store(self.real_ms(), Ordering::SeqCst);
+        self.inner.anchor_skewed_ms.store(now_skewed.max(0) as u64, Ordering::SeqCst);
+        self.inner.rate_per_mille.store(rate_per_mille, Ordering::SeqCst);
+        self.inner.offset_ms.fetch_add(jump_ms as i64, Ordering::SeqCst);
     }
 }
 

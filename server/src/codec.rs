@@ -47,17 +47,8 @@ mod tests {
 
         let mut other = bytes.clone();
         other[0] = FORMAT_VERSION + 1;
-        assert!(matches!(
-            decode::<(u64, String)>(&other),
-            Err(CodecError::UnsupportedVersion { .. })
-        ));
-        assert!(matches!(
-            decode::<(u64, String)>(&[]),
-            Err(CodecError::Empty)
-        ));
-        assert!(matches!(
-            decode::<(u64, String)>(&[FORMAT_VERSION, 0xff]),
-            Err(CodecError::Malformed(_))
-        ));
+        assert!(matches!(decode::<(u64, String)>(&other), Err(CodecError::UnsupportedVersion { .. })));
+        assert!(matches!(decode::<(u64, String)>(&[]), Err(CodecError::Empty)));
+        assert!(matches!(decode::<(u64, String)>(&[FORMAT_VERSION, 0xff]), Err(CodecError::Malformed(_))));
     }
 }

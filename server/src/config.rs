@@ -64,8 +64,8 @@ pub struct RawConfig {
     /// Address of the Prometheus text endpoint (`/metrics`), host:port. Off if unset.
     #[arg(long)]
     pub metrics_addr: Option<String>,
-    /// Accept the clock fault knob (`LEASEHOLD_TEST_CLOCK` signals). For the
-    /// fault-injection suite only.
+    /// Accept the `SkewClock` admin RPC, which speeds up, slows down or jumps this
+    /// node's monotonic clock. For the fault-injection suite only.
     #[arg(long)]
     #[serde(default)]
     pub test_clock_knob: bool,
@@ -80,18 +80,10 @@ impl RawConfig {
             peer_addr: self.peer_addr.or(file.peer_addr),
             data_dir: self.data_dir.or(file.data_dir),
             cluster_name: self.cluster_name.or(file.cluster_name),
-            initial_members: if self.initial_members.is_empty() {
-                file.initial_members
-            } else {
-                self.initial_members
-            },
+            initial_members: if self.initial_members.is_empty() { file.initial_members } else { self.initial_members },
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
-            election_timeout_min_ms: self
-                .election_timeout_min_ms
-                .or(file.election_timeout_min_ms),
-            election_timeout_max_ms: self
-                .election_timeout_max_ms
-                .or(file.election_timeout_max_ms),
+            election_timeout_min_ms: self.election_timeout_min_ms.or(file.election_timeout_min_ms),
+            election_timeout_max_ms: self.election_timeout_max_ms.or(file.election_timeout_max_ms),
             snapshot_every_entries: self.snapshot_every_entries.or(file.snapshot_every_entries),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
             test_clock_knob: self.test_clock_knob || file.test_clock_knob,
@@ -99,14 +91,9 @@ impl RawConfig {
     }
 
     pub fn from_toml_file(path: &std::path::Path) -> Result<RawConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|error| {
-            ConfigError(format!(
-                "cannot read config file {}: {error}",
-                path.display()
-            ))
-        })?;
-        toml::from_str(&text)
-            .map_err(|error| ConfigError(format!("config file {}: {error}", path.display())))
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| ConfigError(format!("cannot read config file {}: {error}", path.display())))?;
+        toml::from_str(&text).map_err(|error| ConfigError(format!("config file {}: {error}", path.display())))
     }
 }
 
@@ -144,9 +131,7 @@ fn resolve(what: &str, address: &str) -> Result<SocketAddr, ConfigError> {
             Some(resolved) => Ok(resolved),
             None => fail(format!("{what} {address:?} resolves to no address")),
         },
-        Err(error) => fail(format!(
-            "{what} {address:?} is not a host:port address ({error})"
-        )),
+        Err(error) => fail(format!("{what} {address:?} is not a host:port address ({error})")),
     }
 }
 
@@ -160,16 +145,9 @@ fn parse_member(text: &str) -> Result<(NodeId, Node), ConfigError> {
     };
     let node_id: NodeId = match id_text.trim().parse() {
         Ok(id) if id > 0 => id,
-        _ => {
-            return fail(format!(
-                "initial member {text:?}: the id must be a positive integer"
-            ))
-        }
+        _ => return fail(format!("initial member {text:?}: the id must be a positive integer")),
     };
-    let node = Node {
-        client_addr: client_addr.trim().to_string(),
-        peer_addr: peer_addr.trim().to_string(),
-    };
+    let node = Node { client_addr: client_addr.trim().to_string(), peer_addr: peer_addr.trim().to_string() };
     resolve("initial member client address", &node.client_addr)?;
     resolve("initial member peer address", &node.peer_addr)?;
     Ok((node_id, node))
@@ -191,10 +169,7 @@ impl Config {
             }
         }
         if initial_members.len() > MEMBERS_MAX {
-            return fail(format!(
-                "{} initial members; at most {MEMBERS_MAX} are supported",
-                initial_members.len()
-            ));
+            return fail(format!("{} initial members; at most {MEMBERS_MAX} are supported", initial_members.len()));
         }
         let own_entry = initial_members.get(&node_id).cloned();
         if !initial_members.is_empty() && own_entry.is_none() {
@@ -214,9 +189,7 @@ impl Config {
             }
             (Some(address), _) => address,
             (None, Some(entry)) => entry.client_addr.clone(),
-            (None, None) => {
-                return fail("--client-addr is required for a node that is not an initial member")
-            }
+            (None, None) => return fail("--client-addr is required for a node that is not an initial member"),
         };
         let peer_addr = match (raw.peer_addr, &own_entry) {
             (Some(address), Some(entry)) if address != entry.peer_addr => {
@@ -227,22 +200,20 @@ impl Config {
             }
             (Some(address), _) => address,
             (None, Some(entry)) => entry.peer_addr.clone(),
-            (None, None) => {
-                return fail("--peer-addr is required for a node that is not an initial member")
-            }
+            (None, None) => return fail("--peer-addr is required for a node that is not an initial member"),
         };
         let client_bind = resolve("--client-addr", &client_addr)?;
         let peer_bind = resolve("--peer-addr", &peer_addr)?;
         if client_bind == peer_bind {
-            return fail(format!(
-                "the client and peer addresses must differ (both are {client_addr})"
-            ));
+            return fail(format!("the client and peer addresses must differ (both are {client_addr})"));
         }
         let mut seen = BTreeMap::new();
         for (id, node) in &initial_members {
             for address in [&node.client_addr, &node.peer_addr] {
                 if let Some(other) = seen.insert(address.clone(), *id) {
-                    return fail(format!("address {address} is used twice in the initial members (nodes {other} and {id})"));
+                    return fail(format!(
+                        "address {address} is used twice in the initial members (nodes {other} and {id})"
+                    ));
                 }
             }
         }
@@ -251,32 +222,21 @@ impl Config {
             return fail("--data-dir is required");
         };
 
-        let cluster_name = raw
-            .cluster_name
-            .unwrap_or_else(|| CLUSTER_NAME_DEFAULT.to_string());
+        let cluster_name = raw.cluster_name.unwrap_or_else(|| CLUSTER_NAME_DEFAULT.to_string());
         if cluster_name.is_empty() || cluster_name.len() > CLUSTER_NAME_BYTES_MAX {
-            return fail(format!(
-                "--cluster-name must be 1 to {CLUSTER_NAME_BYTES_MAX} bytes"
-            ));
+            return fail(format!("--cluster-name must be 1 to {CLUSTER_NAME_BYTES_MAX} bytes"));
         }
-        if !cluster_name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-        {
+        if !cluster_name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.') {
             return fail(format!("--cluster-name {cluster_name:?} may contain only letters, digits, '-', '_' and '.'"));
         }
 
         let heartbeat_ms = raw.heartbeat_ms.unwrap_or(HEARTBEAT_MS_DEFAULT);
-        let election_timeout_min_ms = raw
-            .election_timeout_min_ms
-            .unwrap_or(ELECTION_TIMEOUT_MIN_MS_DEFAULT);
-        let election_timeout_max_ms = raw.election_timeout_max_ms.unwrap_or_else(|| {
-            election_timeout_min_ms.max(ELECTION_TIMEOUT_MAX_MS_DEFAULT / 2) * 2
-        });
+        let election_timeout_min_ms = raw.election_timeout_min_ms.unwrap_or(ELECTION_TIMEOUT_MIN_MS_DEFAULT);
+        let election_timeout_max_ms = raw
+            .election_timeout_max_ms
+            .unwrap_or_else(|| election_timeout_min_ms.max(ELECTION_TIMEOUT_MAX_MS_DEFAULT / 2) * 2);
         if heartbeat_ms < HEARTBEAT_MS_MIN {
-            return fail(format!(
-                "--heartbeat-ms {heartbeat_ms} is below the minimum of {HEARTBEAT_MS_MIN}"
-            ));
+            return fail(format!("--heartbeat-ms {heartbeat_ms} is below the minimum of {HEARTBEAT_MS_MIN}"));
         }
         if election_timeout_min_ms <= heartbeat_ms {
             return fail(format!(
@@ -291,13 +251,9 @@ impl Config {
             ));
         }
         if election_timeout_max_ms > ELECTION_TIMEOUT_MS_MAX {
-            return fail(format!(
-                "--election-timeout-max-ms is above the maximum of {ELECTION_TIMEOUT_MS_MAX}"
-            ));
+            return fail(format!("--election-timeout-max-ms is above the maximum of {ELECTION_TIMEOUT_MS_MAX}"));
         }
-        let snapshot_every_entries = raw
-            .snapshot_every_entries
-            .unwrap_or(SNAPSHOT_EVERY_ENTRIES_DEFAULT);
+        let snapshot_every_entries = raw.snapshot_every_entries.unwrap_or(SNAPSHOT_EVERY_ENTRIES_DEFAULT);
         if snapshot_every_entries < SNAPSHOT_EVERY_ENTRIES_MIN {
             return fail(format!(
                 "--snapshot-every-entries {snapshot_every_entries} is below the minimum of {SNAPSHOT_EVERY_ENTRIES_MIN}"
@@ -349,9 +305,7 @@ mod tests {
     use super::*;
 
     fn three_members() -> Vec<String> {
-        (1..=3)
-            .map(|id| format!("{id}=127.0.0.1:71{id:02},127.0.0.1:72{id:02}"))
-            .collect()
+        (1..=3).map(|id| format!("{id}=127.0.0.1:71{id:02},127.0.0.1:72{id:02}")).collect()
     }
 
     fn raw(node_id: u64) -> RawConfig {
@@ -375,72 +329,24 @@ mod tests {
     fn each_broken_rule_is_named() {
         let cases: Vec<(RawConfig, &str)> = vec![
             (raw(7), "unknown node id 7"),
+            (RawConfig { node_id: Some(0), ..raw(1) }, "positive integer"),
             (
-                RawConfig {
-                    node_id: Some(0),
-                    ..raw(1)
-                },
-                "positive integer",
-            ),
-            (
-                RawConfig {
-                    heartbeat_ms: Some(500),
-                    election_timeout_min_ms: Some(400),
-                    ..raw(1)
-                },
+                RawConfig { heartbeat_ms: Some(500), election_timeout_min_ms: Some(400), ..raw(1) },
                 "above the heartbeat",
             ),
             (
-                RawConfig {
-                    election_timeout_min_ms: Some(800),
-                    election_timeout_max_ms: Some(700),
-                    ..raw(1)
-                },
+                RawConfig { election_timeout_min_ms: Some(800), election_timeout_max_ms: Some(700), ..raw(1) },
                 "must be above",
             ),
-            (
-                RawConfig {
-                    data_dir: None,
-                    ..raw(1)
-                },
-                "--data-dir is required",
-            ),
-            (
-                RawConfig {
-                    initial_members: vec!["x=1".into()],
-                    ..raw(1)
-                },
-                "ID=CLIENT_ADDR,PEER_ADDR",
-            ),
-            (
-                RawConfig {
-                    cluster_name: Some("a b".into()),
-                    ..raw(1)
-                },
-                "may contain only",
-            ),
-            (
-                RawConfig {
-                    client_addr: Some("127.0.0.1:9999".into()),
-                    ..raw(1)
-                },
-                "differs from",
-            ),
-            (
-                RawConfig {
-                    snapshot_every_entries: Some(1),
-                    ..raw(1)
-                },
-                "below the minimum",
-            ),
+            (RawConfig { data_dir: None, ..raw(1) }, "--data-dir is required"),
+            (RawConfig { initial_members: vec!["x=1".into()], ..raw(1) }, "ID=CLIENT_ADDR,PEER_ADDR"),
+            (RawConfig { cluster_name: Some("a b".into()), ..raw(1) }, "may contain only"),
+            (RawConfig { client_addr: Some("127.0.0.1:9999".into()), ..raw(1) }, "differs from"),
+            (RawConfig { snapshot_every_entries: Some(1), ..raw(1) }, "below the minimum"),
         ];
         for (config, expected) in cases {
             let error = Config::validate(config).unwrap_err();
-            assert!(
-                error.0.contains(expected),
-                "{:?} does not mention {expected:?}",
-                error.0
-            );
+            assert!(error.0.contains(expected), "{:?} does not mention {expected:?}", error.0);
         }
     }
 }

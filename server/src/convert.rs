@@ -6,7 +6,8 @@ use leasehold_proto as pb;
 use tonic::Status;
 
 use crate::limits::{
-    CLIENT_NAME_BYTES_MAX, LOCK_NAME_BYTES_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
+    CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSION_TTL_MS_MAX,
+    SESSION_TTL_MS_MIN,
 };
 use crate::state_machine::{Command, CommandError, ErrorKind, RequestId, SessionId};
 
@@ -21,57 +22,36 @@ const CANCEL_SEQUENCE_BITS: u64 = 0b10 << 62;
 const ABANDON_SEQUENCE_BITS: u64 = 0b11 << 62;
 
 pub fn request_id(request_id: Option<pb::RequestId>) -> Result<RequestId, Status> {
-    let Some(pb::RequestId {
-        client_id,
-        sequence,
-    }) = request_id
-    else {
-        return Err(Status::invalid_argument(
-            "request_id is required on every mutating request",
-        ));
+    let Some(pb::RequestId { client_id, sequence }) = request_id else {
+        return Err(Status::invalid_argument("request_id is required on every mutating request"));
     };
     if client_id == 0 {
-        return Err(Status::invalid_argument(
-            "request_id.client_id must not be 0",
-        ));
+        return Err(Status::invalid_argument("request_id.client_id must not be 0"));
     }
     if sequence & SERVER_SEQUENCE_BITS != 0 {
-        return Err(Status::invalid_argument(
-            "request_id.sequence must be below 2^62",
-        ));
+        return Err(Status::invalid_argument("request_id.sequence must be below 2^62"));
     }
-    Ok(RequestId {
-        client_id,
-        sequence,
-    })
+    Ok(RequestId { client_id, sequence })
 }
 
 /// The request id of the `CancelWait` the server proposes when the acquire with
 /// `acquire` timed out: derived, so that a retried acquire cancels idempotently.
 pub fn cancel_request_id(acquire: RequestId) -> RequestId {
-    RequestId {
-        client_id: acquire.client_id,
-        sequence: acquire.sequence | CANCEL_SEQUENCE_BITS,
-    }
+    RequestId { client_id: acquire.client_id, sequence: acquire.sequence | CANCEL_SEQUENCE_BITS }
 }
 
 /// The request id of the `Release` of an abandoned acquire that was granted.
 pub fn abandon_request_id(acquire: RequestId) -> RequestId {
-    RequestId {
-        client_id: acquire.client_id,
-        sequence: acquire.sequence | ABANDON_SEQUENCE_BITS,
-    }
+    RequestId { client_id: acquire.client_id, sequence: acquire.sequence | ABANDON_SEQUENCE_BITS }
 }
 
 pub fn lock_name(name: &str) -> Result<String, Status> {
     if name.is_empty() {
-        return Err(Status::invalid_argument(
-            "lock name is empty; a name is 1 to 256 bytes",
-        ));
+        return Err(Status::invalid_argument("lock name is empty; a name is 1 to 256 bytes"));
     }
     if name.len() > LOCK_NAME_BYTES_MAX {
         return Err(Status::invalid_argument(format!(
-            "lock name is {} bytes; the limit is {LOCK_NAME_BYTES_MAX} (LOCK_NAME_BYTES_MAX)",
+            "name is {} bytes; the limit is {LOCK_NAME_BYTES_MAX} (LOCK_NAME_BYTES_MAX)",
             name.len()
         )));
     }
@@ -80,9 +60,7 @@ pub fn lock_name(name: &str) -> Result<String, Status> {
 
 pub fn session_id(session_id: u64) -> Result<SessionId, Status> {
     if session_id == 0 {
-        return Err(Status::invalid_argument(
-            "session_id is required (0 is never a session)",
-        ));
+        return Err(Status::invalid_argument("session_id is required (0 is never a session)"));
     }
     Ok(session_id)
 }
@@ -101,18 +79,11 @@ pub fn create_session(request: pb::CreateSessionRequest) -> Result<Command, Stat
             request.client_name.len()
         )));
     }
-    Ok(Command::CreateSession {
-        request: request_id,
-        ttl_ms: request.ttl_ms,
-        client_name: request.client_name,
-    })
+    Ok(Command::CreateSession { request: request_id, ttl_ms: request.ttl_ms, client_name: request.client_name })
 }
 
 pub fn close_session(request: pb::CloseSessionRequest) -> Result<Command, Status> {
-    Ok(Command::CloseSession {
-        request: request_id(request.request_id)?,
-        session: session_id(request.session_id)?,
-    })
+    Ok(Command::CloseSession { request: request_id(request.request_id)?, session: session_id(request.session_id)? })
 }
 
 /// The command and how long to wait in the queue.
@@ -126,12 +97,7 @@ pub fn acquire(request: pb::AcquireRequest) -> Result<(Command, u64), Status> {
             request.wait_ms
         )));
     }
-    let command = Command::Acquire {
-        request: request_id,
-        session,
-        name,
-        wait: request.wait_ms > 0,
-    };
+    let command = Command::Acquire { request: request_id, session, name, wait: request.wait_ms > 0 };
     Ok((command, request.wait_ms))
 }
 
@@ -140,15 +106,104 @@ pub fn release(request: pb::ReleaseRequest) -> Result<Command, Status> {
     let session = session_id(request.session_id)?;
     let name = lock_name(&request.name)?;
     if request.token == 0 {
-        return Err(Status::invalid_argument(
-            "token is required (0 is never a fencing token)",
-        ));
+        return Err(Status::invalid_argument("token is required (0 is never a fencing token)"));
     }
-    Ok(Command::Release {
-        request: request_id,
-        session,
-        name,
-        token: request.token,
+    Ok(Command::Release { request: request_id, session, name, token: request.token })
+}
+
+pub fn semaphore_limit(limit: u32) -> Result<u32, Status> {
+    if limit == 0 || limit > SEMAPHORE_LIMIT_MAX {
+        return Err(Status::invalid_argument(format!(
+            "limit {limit} is out of range: a semaphore allows 1 to {SEMAPHORE_LIMIT_MAX} holders (SEMAPHORE_LIMIT_MAX)"
+        )));
+    }
+    Ok(limit)
+}
+
+fn wait_ms(wait_ms: u64) -> Result<u64, Status> {
+    if wait_ms > ACQUIRE_WAIT_MS_MAX {
+        return Err(Status::invalid_argument(format!(
+            "wait_ms {wait_ms} is above the limit of {ACQUIRE_WAIT_MS_MAX} (ACQUIRE_WAIT_MS_MAX)"
+        )));
+    }
+    Ok(wait_ms)
+}
+
+fn election_value(value: &str) -> Result<String, Status> {
+    if value.len() > ELECTION_VALUE_BYTES_MAX {
+        return Err(Status::invalid_argument(format!(
+            "value is {} bytes; the limit is {ELECTION_VALUE_BYTES_MAX} (ELECTION_VALUE_BYTES_MAX)",
+            value.len()
+        )));
+    }
+    Ok(value.to_string())
+}
+
+fn token(token: u64) -> Result<u64, Status> {
+    if token == 0 {
+        return Err(Status::invalid_argument("token is required (0 is never a fencing token)"));
+    }
+    Ok(token)
+}
+
+/// The command and how long to wait in the queue.
+pub fn sem_acquire(request: pb::SemAcquireRequest) -> Result<(Command, u64), Status> {
+    let command = Command::SemAcquire {
+        request: request_id(request.request_id)?,
+        session: session_id(request.session_id)?,
+        name: lock_name(&request.name)?,
+        limit: semaphore_limit(request.limit)?,
+        wait: request.wait_ms > 0,
+    };
+    Ok((command, wait_ms(request.wait_ms)?))
+}
+
+pub fn sem_release(request: pb::SemReleaseRequest) -> Result<Command, Status> {
+    Ok(Command::SemRelease {
+        request: request_id(request.request_id)?,
+        session: session_id(request.session_id)?,
+        name: lock_name(&request.name)?,
+        token: token(request.token)?,
+    })
+}
+
+pub fn sem_set_limit(request: pb::SemSetLimitRequest) -> Result<Command, Status> {
+    Ok(Command::SemSetLimit {
+        request: request_id(request.request_id)?,
+        session: session_id(request.session_id)?,
+        name: lock_name(&request.name)?,
+        limit: semaphore_limit(request.limit)?,
+    })
+}
+
+/// The command and how long to wait to lead.
+pub fn campaign(request: pb::CampaignRequest) -> Result<(Command, u64), Status> {
+    let command = Command::Campaign {
+        request: request_id(request.request_id)?,
+        session: session_id(request.session_id)?,
+        name: lock_name(&request.name)?,
+        value: election_value(&request.value)?,
+        wait: request.wait_ms > 0,
+    };
+    Ok((command, wait_ms(request.wait_ms)?))
+}
+
+pub fn proclaim(request: pb::ProclaimRequest) -> Result<Command, Status> {
+    Ok(Command::Proclaim {
+        request: request_id(request.request_id)?,
+        session: session_id(request.session_id)?,
+        name: lock_name(&request.name)?,
+        token: token(request.token)?,
+        value: election_value(&request.value)?,
+    })
+}
+
+pub fn resign(request: pb::ResignRequest) -> Result<Command, Status> {
+    Ok(Command::Resign {
+        request: request_id(request.request_id)?,
+        session: session_id(request.session_id)?,
+        name: lock_name(&request.name)?,
+        token: token(request.token)?,
     })
 }
 
@@ -159,6 +214,8 @@ pub fn command_error(error: CommandError) -> Status {
         ErrorKind::LimitExceeded => Status::resource_exhausted(error.message),
         ErrorKind::RequestIdReused => Status::already_exists(error.message),
         ErrorKind::NotHolder => Status::failed_precondition(error.message),
+        ErrorKind::LimitMismatch => Status::failed_precondition(error.message),
+        ErrorKind::NotLeader => Status::failed_precondition(error.message),
     }
 }
 
@@ -167,21 +224,14 @@ mod tests {
     use super::*;
 
     fn id() -> Option<pb::RequestId> {
-        Some(pb::RequestId {
-            client_id: 9,
-            sequence: 1,
-        })
+        Some(pb::RequestId { client_id: 9, sequence: 1 })
     }
 
     #[test]
     fn bad_input_is_named() {
         let cases: Vec<(Result<Command, Status>, &str)> = vec![
             (
-                create_session(pb::CreateSessionRequest {
-                    request_id: id(),
-                    ttl_ms: 0,
-                    client_name: String::new(),
-                }),
+                create_session(pb::CreateSessionRequest { request_id: id(), ttl_ms: 0, client_name: String::new() }),
                 "ttl_ms 0 is out of range",
             ),
             (
@@ -201,53 +251,29 @@ mod tests {
                 "request_id is required",
             ),
             (
-                acquire(pb::AcquireRequest {
-                    request_id: id(),
-                    session_id: 5,
-                    name: String::new(),
-                    wait_ms: 0,
-                })
-                .map(|(command, _)| command),
-                "lock name is empty",
+                acquire(pb::AcquireRequest { request_id: id(), session_id: 5, name: String::new(), wait_ms: 0 })
+                    .map(|(command, _)| command),
+                "name is empty",
             ),
             (
-                acquire(pb::AcquireRequest {
-                    request_id: id(),
-                    session_id: 5,
-                    name: "x".repeat(257),
-                    wait_ms: 0,
-                })
-                .map(|(command, _)| command),
+                acquire(pb::AcquireRequest { request_id: id(), session_id: 5, name: "x".repeat(257), wait_ms: 0 })
+                    .map(|(command, _)| command),
                 "257 bytes",
             ),
             (
-                acquire(pb::AcquireRequest {
-                    request_id: id(),
-                    session_id: 0,
-                    name: "a".into(),
-                    wait_ms: 0,
-                })
-                .map(|(command, _)| command),
+                acquire(pb::AcquireRequest { request_id: id(), session_id: 0, name: "a".into(), wait_ms: 0 })
+                    .map(|(command, _)| command),
                 "session_id is required",
             ),
             (
-                release(pb::ReleaseRequest {
-                    request_id: id(),
-                    session_id: 5,
-                    name: "a".into(),
-                    token: 0,
-                }),
+                release(pb::ReleaseRequest { request_id: id(), session_id: 5, name: "a".into(), token: 0 }),
                 "token is required",
             ),
         ];
         for (result, expected) in cases {
             let status = result.unwrap_err();
             assert_eq!(status.code(), tonic::Code::InvalidArgument);
-            assert!(
-                status.message().contains(expected),
-                "{:?} lacks {expected:?}",
-                status.message()
-            );
+            assert!(status.message().contains(expected), "{:?} lacks {expected:?}", status.message());
         }
     }
 }

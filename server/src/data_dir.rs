@@ -30,10 +30,7 @@ pub enum DataDirError {
 }
 
 fn refuse<T>(path: &Path, message: impl Into<String>) -> Result<T, DataDirError> {
-    Err(DataDirError::Refused {
-        path: path.to_path_buf(),
-        message: message.into(),
-    })
+    Err(DataDirError::Refused { path: path.to_path_buf(), message: message.into() })
 }
 
 /// Whether the directory was just claimed (fresh) or already held this node's data.
@@ -81,54 +78,29 @@ pub fn inspect(path: &Path, cluster_name: &str, node_id: NodeId) -> Result<Claim
     let identity_path = path.join(IDENTITY_FILE);
     let text = match fs::read_to_string(&identity_path) {
         Ok(text) => text,
-        Err(error) => {
-            return refuse(
-                path,
-                format!("its {IDENTITY_FILE} file cannot be read: {error}"),
-            )
-        }
+        Err(error) => return refuse(path, format!("its {IDENTITY_FILE} file cannot be read: {error}")),
     };
     let identity: Identity = match toml::from_str(&text) {
         Ok(identity) => identity,
-        Err(error) => {
-            return refuse(
-                path,
-                format!("its {IDENTITY_FILE} file is corrupt: {error}"),
-            )
-        }
+        Err(error) => return refuse(path, format!("its {IDENTITY_FILE} file is corrupt: {error}")),
     };
     if identity.format != IDENTITY_FORMAT {
         return refuse(
             path,
-            format!(
-                "was written in format {} but this build reads format {IDENTITY_FORMAT}",
-                identity.format
-            ),
+            format!("was written in format {} but this build reads format {IDENTITY_FORMAT}", identity.format),
         );
     }
     if identity.cluster_name != cluster_name {
         return refuse(
             path,
-            format!(
-                "belongs to cluster {:?}, not to cluster {cluster_name:?}",
-                identity.cluster_name
-            ),
+            format!("belongs to cluster {:?}, not to cluster {cluster_name:?}", identity.cluster_name),
         );
     }
     if identity.node_id != node_id {
-        return refuse(
-            path,
-            format!(
-                "belongs to node {}, not to node {node_id}",
-                identity.node_id
-            ),
-        );
+        return refuse(path, format!("belongs to node {}, not to node {node_id}", identity.node_id));
     }
     if !path.join(DATABASE_DIR).is_dir() {
-        return refuse(
-            path,
-            format!("has an identity but no {DATABASE_DIR}/ directory: it is corrupt"),
-        );
+        return refuse(path, format!("has an identity but no {DATABASE_DIR}/ directory: it is corrupt"));
     }
     Ok(Claim::Existing)
 }
@@ -138,11 +110,7 @@ pub fn claim(path: &Path, cluster_name: &str, node_id: NodeId) -> Result<(), Dat
     if let Err(error) = fs::create_dir_all(path) {
         return refuse(path, format!("cannot be created: {error}"));
     }
-    let identity = Identity {
-        format: IDENTITY_FORMAT,
-        cluster_name: cluster_name.to_string(),
-        node_id,
-    };
+    let identity = Identity { format: IDENTITY_FORMAT, cluster_name: cluster_name.to_string(), node_id };
     let text = toml::to_string(&identity).expect("identity serializes");
     let temporary = path.join(format!("{IDENTITY_FILE}.tmp"));
     let write = || -> std::io::Result<()> {
@@ -171,19 +139,13 @@ mod tests {
         let other_node = inspect(&path, "c", 2).unwrap_err().to_string();
         assert!(other_node.contains("belongs to node 1"), "{other_node}");
         let other_cluster = inspect(&path, "d", 1).unwrap_err().to_string();
-        assert!(
-            other_cluster.contains("belongs to cluster \"c\""),
-            "{other_cluster}"
-        );
+        assert!(other_cluster.contains("belongs to cluster \"c\""), "{other_cluster}");
 
         let foreign = root.path().join("photos");
         fs::create_dir(&foreign).unwrap();
         fs::write(foreign.join("cat.jpg"), b"meow").unwrap();
         let message = inspect(&foreign, "c", 1).unwrap_err().to_string();
-        assert!(
-            message.contains("not a Leasehold data directory"),
-            "{message}"
-        );
+        assert!(message.contains("not a Leasehold data directory"), "{message}");
         assert_eq!(fs::read_dir(&foreign).unwrap().count(), 1);
 
         fs::write(path.join(IDENTITY_FILE), b"garbage = [").unwrap();

@@ -39,10 +39,7 @@ struct LeaseTable {
 
 impl Leases {
     pub fn new(clock: Clock) -> Self {
-        Self {
-            clock,
-            table: Mutex::new(LeaseTable::default()),
-        }
+        Self { clock, table: Mutex::new(LeaseTable::default()) }
     }
 
     pub fn clock(&self) -> &Clock {
@@ -53,13 +50,7 @@ impl Leases {
     pub fn session_created(&self, session: SessionId, ttl_ms: u64) {
         let deadline_ms = self.clock.now_ms() + ttl_ms;
         let mut table = self.table.lock().unwrap();
-        table.leases.insert(
-            session,
-            Lease {
-                ttl_ms,
-                deadline_ms,
-            },
-        );
+        table.leases.insert(session, Lease { ttl_ms, deadline_ms });
     }
 
     /// A session was closed or expired by an applied entry.
@@ -74,18 +65,8 @@ impl Leases {
     pub fn restart_all(&self, sessions: impl IntoIterator<Item = (SessionId, u64)>) {
         let now = self.clock.now_ms();
         let mut table = self.table.lock().unwrap();
-        table.leases = sessions
-            .into_iter()
-            .map(|(id, ttl_ms)| {
-                (
-                    id,
-                    Lease {
-                        ttl_ms,
-                        deadline_ms: now + ttl_ms,
-                    },
-                )
-            })
-            .collect();
+        table.leases =
+            sessions.into_iter().map(|(id, ttl_ms)| (id, Lease { ttl_ms, deadline_ms: now + ttl_ms })).collect();
         table.expiring.clear();
     }
 
@@ -116,10 +97,7 @@ impl Leases {
     pub fn remaining_ms(&self, session: SessionId) -> Option<u64> {
         let now = self.clock.now_ms();
         let table = self.table.lock().unwrap();
-        table
-            .leases
-            .get(&session)
-            .map(|lease| lease.deadline_ms.saturating_sub(now))
+        table.leases.get(&session).map(|lease| lease.deadline_ms.saturating_sub(now))
     }
 
     /// Sessions whose deadline passed and whose expiry is not yet proposed, marked as
@@ -172,15 +150,8 @@ mod tests {
         assert_eq!(leases.renew(1), Some(2_000));
         clock.advance(Duration::from_millis(2_100));
         assert_eq!(leases.take_expired(), vec![1]);
-        assert!(
-            leases.take_expired().is_empty(),
-            "an expiry is proposed once"
-        );
-        assert_eq!(
-            leases.renew(1),
-            None,
-            "a session being expired is not renewed"
-        );
+        assert!(leases.take_expired().is_empty(), "an expiry is proposed once");
+        assert_eq!(leases.renew(1), None, "a session being expired is not renewed");
         leases.expiry_not_proposed(&[1]);
 
         // A new leader restarts every deadline: nothing expires for a full TTL.

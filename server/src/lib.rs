@@ -12,12 +12,15 @@
 //! * `log_store` — openraft's log storage on RocksDB, with group-committed fsyncs.
 //! * `state_machine_store` — openraft's state machine: the pure machine in memory,
 //!   snapshots in RocksDB, effects dispatched to waiters and leases.
-//! * `waiters` — acquire RPCs waiting in a lock queue, woken by the granting entry.
+//! * `waiters` — RPCs waiting in a FIFO queue, woken by the granting entry.
+//! * `waiting` — the server side of a queued request: wait, or cancel by commit.
+//! * `observers` — election changes pushed to `Observe` streams in apply order.
 //! * `leases` — session deadlines; the leader proposes expiry.
 //! * `clock` — the only place that reads a clock, with the test-only skew knob.
 //! * `replica` — propose, confirm leadership (batched), linearizable reads.
 //! * `convert` — protobuf to domain types at the gRPC boundary, validating limits.
-//! * `client_service`, `admin_service`, `peer_service` — the gRPC services.
+//! * `client_service`, `semaphore_service`, `election_service`, `admin_service`,
+//!   `peer_service` — the gRPC services.
 //! * `network` — Raft RPCs to peers over tonic.
 //! * `metrics` — the Prometheus text endpoint.
 //! * `config` — flags and TOML, validated once into a `Config`.
@@ -31,16 +34,20 @@ pub mod codec;
 pub mod config;
 pub mod convert;
 pub mod data_dir;
+pub mod election_service;
 pub mod leases;
 pub mod limits;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod observers;
 pub mod peer_service;
 pub mod raft_types;
 pub mod replica;
+pub mod semaphore_service;
 pub mod state_machine;
 pub mod state_machine_store;
 pub mod storage;
 pub mod waiters;
+pub mod waiting;

@@ -9,6 +9,7 @@
 
 /// A lock name is kept twice per grant (in the lock table and in the holder's list) and
 /// is echoed in every event and error about it; 256 bytes fits a path-like resource name.
+/// Names of semaphores and elections follow the same limit.
 pub const LOCK_NAME_BYTES_MAX: usize = 256;
 
 /// The client name is informational only (it is shown by describe queries), so it stays
@@ -27,12 +28,24 @@ pub const SESSION_TTL_MS_MAX: u64 = 3_600_000;
 /// keep one entry per session.
 pub const SESSIONS_MAX: usize = 1_000_000;
 
-/// Locks a session holds plus locks it waits on. Bounds the work of closing or expiring
-/// one session, which releases and leaves all of them in one log entry.
+/// Everything a session holds or waits for, counted together: locks, semaphore permits
+/// and elections (led or campaigned for). Bounds the work of closing or expiring one
+/// session, which releases and leaves all of them in one log entry.
 pub const LOCKS_PER_SESSION_MAX: usize = 1_024;
 
-/// Bounds one lock's FIFO queue, which is scanned when a waiter leaves it.
+/// Bounds one FIFO queue of a lock, a semaphore or an election, which is scanned when a
+/// waiter leaves it.
 pub const WAITERS_PER_LOCK_MAX: usize = 4_096;
+
+/// The largest number of holders a semaphore may allow at once. Its holders are kept in
+/// one list, which a release scans, so the limit bounds that scan; ten thousand is far
+/// above any "K jobs of one tenant" that a lock service should arbitrate.
+pub const SEMAPHORE_LIMIT_MAX: u32 = 10_000;
+
+/// An election's value (an address, a small descriptor) is kept for the leader and for
+/// every waiting campaigner, and sent to every observer on every change, so it stays
+/// small: a kibibyte.
+pub const ELECTION_VALUE_BYTES_MAX: usize = 1_024;
 
 /// Stored answers kept per session for retries, oldest evicted first. A client retries
 /// only its last few requests, so a small window makes retries safe without letting the
@@ -54,6 +67,12 @@ const _: () = assert!(WAITERS_PER_LOCK_MAX as u64 <= u32::MAX as u64);
 // Waiters of one lock are distinct live sessions other than the holder, so a larger
 // limit could never be reached.
 const _: () = assert!(WAITERS_PER_LOCK_MAX < SESSIONS_MAX);
+const _: () = assert!(SEMAPHORE_LIMIT_MAX > 0);
+// Holders of one semaphore are distinct live sessions, so a larger limit could never be
+// reached.
+const _: () = assert!(SEMAPHORE_LIMIT_MAX as u64 <= SESSIONS_MAX as u64);
+// An empty value is allowed; the limit only has to leave room for a real one.
+const _: () = assert!(ELECTION_VALUE_BYTES_MAX > 0);
 // A new session remembers the answer to the command that created it.
 const _: () = assert!(REQUESTS_REMEMBERED_PER_SESSION_MAX > 0);
 const _: () = assert!(EXPIRE_SESSIONS_PER_COMMAND_MAX > 0);

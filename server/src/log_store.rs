@@ -18,9 +18,7 @@ use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 
 use crate::codec;
 use crate::raft_types::{Entry, LogId, StorageError, TypeConfig, Vote};
-use crate::storage::{
-    self, COLUMN_FAMILY_LOGS, COLUMN_FAMILY_META, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE,
-};
+use crate::storage::{self, COLUMN_FAMILY_LOGS, COLUMN_FAMILY_META, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
 
 /// Appends waiting for the flusher at most; a full queue makes `append` wait, which
 /// pushes back on the Raft core instead of growing memory.
@@ -32,11 +30,7 @@ pub struct LogStore {
     flusher: mpsc::SyncSender<LogFlushed<TypeConfig>>,
 }
 
-fn io_error(
-    subject: ErrorSubject<u64>,
-    verb: ErrorVerb,
-    error: impl std::error::Error + 'static,
-) -> StorageError {
+fn io_error(subject: ErrorSubject<u64>, verb: ErrorVerb, error: impl std::error::Error + 'static) -> StorageError {
     StorageIOError::new(subject, verb, AnyError::new(&error)).into()
 }
 
@@ -50,8 +44,7 @@ fn write_error(error: impl std::error::Error + 'static) -> StorageError {
 
 impl LogStore {
     pub fn new(db: Arc<DB>) -> Self {
-        let (flusher, queue) =
-            mpsc::sync_channel::<LogFlushed<TypeConfig>>(FLUSH_QUEUE_APPENDS_MAX);
+        let (flusher, queue) = mpsc::sync_channel::<LogFlushed<TypeConfig>>(FLUSH_QUEUE_APPENDS_MAX);
         let flusher_db = db.clone();
         std::thread::Builder::new()
             .name("log-flusher".into())
@@ -61,21 +54,14 @@ impl LogStore {
     }
 
     fn logs(&self) -> &rocksdb::ColumnFamily {
-        self.db
-            .cf_handle(COLUMN_FAMILY_LOGS)
-            .expect("logs column family exists")
+        self.db.cf_handle(COLUMN_FAMILY_LOGS).expect("logs column family exists")
     }
 
     fn meta(&self) -> &rocksdb::ColumnFamily {
-        self.db
-            .cf_handle(COLUMN_FAMILY_META)
-            .expect("meta column family exists")
+        self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists")
     }
 
-    fn get_meta<T: serde::de::DeserializeOwned>(
-        &self,
-        key: &[u8],
-    ) -> Result<Option<T>, StorageError> {
+    fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
         match self.db.get_cf(self.meta(), key).map_err(read_error)? {
             None => Ok(None),
             Some(bytes) => codec::decode(&bytes).map(Some).map_err(read_error),
@@ -83,17 +69,11 @@ impl LogStore {
     }
 
     /// Puts a meta value and makes it durable before returning, off the async runtime.
-    async fn put_meta_durable<T: serde::Serialize>(
-        &self,
-        key: &'static [u8],
-        value: &T,
-    ) -> Result<(), StorageError> {
+    async fn put_meta_durable<T: serde::Serialize>(&self, key: &'static [u8], value: &T) -> Result<(), StorageError> {
         let bytes = codec::encode(value);
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || {
-            let meta = db
-                .cf_handle(COLUMN_FAMILY_META)
-                .expect("meta column family exists");
+            let meta = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
             db.put_cf_opt(meta, key, bytes, &storage::synced())
         })
         .await
@@ -122,15 +102,10 @@ fn run_flusher(db: Arc<DB>, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
         while let Ok(more) = queue.try_recv() {
             callbacks.push(more);
         }
-        let result = db
-            .flush_wal(true)
-            .map_err(|error| std::io::Error::other(error.to_string()));
+        let result = db.flush_wal(true).map_err(|error| std::io::Error::other(error.to_string()));
         for callback in callbacks {
             callback.log_io_completed(
-                result
-                    .as_ref()
-                    .map(|_| ())
-                    .map_err(|error| std::io::Error::other(error.to_string())),
+                result.as_ref().map(|_| ()).map_err(|error| std::io::Error::other(error.to_string())),
             );
         }
     }
@@ -148,10 +123,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         };
         let mut entries = Vec::new();
         let from = storage::index_key(start);
-        for item in self
-            .db
-            .iterator_cf(self.logs(), IteratorMode::From(&from, Direction::Forward))
-        {
+        for item in self.db.iterator_cf(self.logs(), IteratorMode::From(&from, Direction::Forward)) {
             let (key, value) = item.map_err(read_error)?;
             let index = storage::index_from_key(&key);
             if !range.contains(&index) {
@@ -169,10 +141,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged_log_id: Option<LogId> = self.get_meta(KEY_LAST_PURGED)?;
         let last_log_id = self.last_log_id()?.or(last_purged_log_id);
-        Ok(LogState {
-            last_purged_log_id,
-            last_log_id,
-        })
+        Ok(LogState { last_purged_log_id, last_log_id })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -193,20 +162,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Not synced: after a crash openraft recovers the committed index from the
         // quorum; this only saves re-applying entries that were applied before.
         let meta = self.meta();
-        self.db
-            .put_cf(meta, KEY_COMMITTED, codec::encode(&committed))
-            .map_err(write_error)
+        self.db.put_cf(meta, KEY_COMMITTED, codec::encode(&committed)).map_err(write_error)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
         Ok(self.get_meta::<Option<LogId>>(KEY_COMMITTED)?.flatten())
     }
 
-    async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), StorageError>
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -214,11 +177,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut batch = WriteBatch::default();
         let logs = self.logs();
         for entry in entries {
-            batch.put_cf(
-                logs,
-                storage::index_key(entry.log_id.index),
-                codec::encode(&entry),
-            );
+            batch.put_cf(logs, storage::index_key(entry.log_id.index), codec::encode(&entry));
         }
         // Written at once so that replication can read the entries; made durable by
         // the flusher before openraft counts them.
@@ -240,15 +199,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || {
-            let logs = db
-                .cf_handle(COLUMN_FAMILY_LOGS)
-                .expect("logs column family exists");
+            let logs = db.cf_handle(COLUMN_FAMILY_LOGS).expect("logs column family exists");
             let mut batch = WriteBatch::default();
-            batch.delete_range_cf(
-                logs,
-                storage::index_key(log_id.index),
-                storage::index_key(u64::MAX),
-            );
+            batch.delete_range_cf(logs, storage::index_key(log_id.index), storage::index_key(u64::MAX));
             db.write_opt(batch, &storage::synced())
         })
         .await
@@ -259,19 +212,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || {
-            let logs = db
-                .cf_handle(COLUMN_FAMILY_LOGS)
-                .expect("logs column family exists");
-            let meta = db
-                .cf_handle(COLUMN_FAMILY_META)
-                .expect("meta column family exists");
+            let logs = db.cf_handle(COLUMN_FAMILY_LOGS).expect("logs column family exists");
+            let meta = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
             let mut batch = WriteBatch::default();
             batch.put_cf(meta, KEY_LAST_PURGED, codec::encode(&log_id));
-            batch.delete_range_cf(
-                logs,
-                storage::index_key(0),
-                storage::index_key(log_id.index + 1),
-            );
+            batch.delete_range_cf(logs, storage::index_key(0), storage::index_key(log_id.index + 1));
             db.write_opt(batch, &storage::synced())
         })
         .await

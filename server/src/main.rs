@@ -27,10 +27,7 @@ fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
     match arguments.log_format.as_str() {
-        "json" => tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .init(),
+        "json" => tracing_subscriber::fmt().json().with_env_filter(filter).init(),
         "text" => tracing_subscriber::fmt().with_env_filter(filter).init(),
         other => {
             eprintln!("leasehold-server: invalid configuration: --log-format {other:?} is neither text nor json");
@@ -54,10 +51,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(run(config))
 }
 

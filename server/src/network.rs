@@ -7,13 +7,11 @@ use std::time::Duration;
 
 use leasehold_proto::peer_client::PeerClient;
 use leasehold_proto::RaftMessage;
-use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
-};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -41,10 +39,7 @@ impl Network {
     }
 }
 
-pub fn peer_endpoint(
-    address: &str,
-    local_ip: Option<IpAddr>,
-) -> Result<Endpoint, tonic::transport::Error> {
+pub fn peer_endpoint(address: &str, local_ip: Option<IpAddr>) -> Result<Endpoint, tonic::transport::Error> {
     Ok(Endpoint::from_shared(format!("http://{address}"))?
         .connect_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS))
         .http2_keep_alive_interval(Duration::from_millis(PEER_KEEPALIVE_INTERVAL_MS))
@@ -58,18 +53,12 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerConnection;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerConnection {
-        let client = peer_endpoint(&node.peer_addr, self.local_ip)
-            .ok()
-            .map(|endpoint| {
-                PeerClient::new(endpoint.connect_lazy())
-                    .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-                    .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
-            });
-        PeerConnection {
-            target,
-            address: node.peer_addr.clone(),
-            client,
-        }
+        let client = peer_endpoint(&node.peer_addr, self.local_ip).ok().map(|endpoint| {
+            PeerClient::new(endpoint.connect_lazy())
+                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
+        });
+        PeerConnection { target, address: node.peer_addr.clone(), client }
     }
 }
 
@@ -100,18 +89,11 @@ impl PeerConnection {
         E: std::error::Error + DeserializeOwned,
     {
         let address = self.address.clone();
-        let error = |message: String| PeerError {
-            address: address.clone(),
-            message,
-        };
+        let error = |message: String| PeerError { address: address.clone(), message };
         let Some(client) = self.client.as_mut() else {
-            return Err(RPCError::Unreachable(Unreachable::new(&error(
-                "the peer address is not valid".into(),
-            ))));
+            return Err(RPCError::Unreachable(Unreachable::new(&error("the peer address is not valid".into()))));
         };
-        let mut message = tonic::Request::new(RaftMessage {
-            payload: codec::encode(request),
-        });
+        let mut message = tonic::Request::new(RaftMessage { payload: codec::encode(request) });
         message.set_timeout(option.hard_ttl());
         let reply = match kind {
             RpcKind::Vote => client.vote(message).await,
@@ -121,20 +103,12 @@ impl PeerConnection {
         let reply = match reply {
             Ok(reply) => reply.into_inner(),
             Err(status) if status.code() == tonic::Code::Unavailable => {
-                return Err(RPCError::Unreachable(Unreachable::new(&error(
-                    status.message().to_string(),
-                ))))
+                return Err(RPCError::Unreachable(Unreachable::new(&error(status.message().to_string()))))
             }
-            Err(status) => {
-                return Err(RPCError::Network(NetworkError::new(&error(
-                    status.to_string(),
-                ))))
-            }
+            Err(status) => return Err(RPCError::Network(NetworkError::new(&error(status.to_string())))),
         };
         let result: Result<Response, RaftError<NodeId, E>> = codec::decode(&reply.payload)
-            .map_err(|decode| {
-                RPCError::Network(NetworkError::new(&error(format!("bad reply: {decode}"))))
-            })?;
+            .map_err(|decode| RPCError::Network(NetworkError::new(&error(format!("bad reply: {decode}")))))?;
         result.map_err(|remote| RPCError::RemoteError(RemoteError::new(self.target, remote)))
     }
 }
@@ -159,10 +133,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         &mut self,
         request: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
-    > {
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>> {
         self.call(RpcKind::InstallSnapshot, &request, &option).await
     }
 

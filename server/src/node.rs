@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_proto::admin_server::AdminServer;
+use leasehold_proto::elections_server::ElectionsServer;
 use leasehold_proto::leasehold_server::LeaseholdServer;
 use leasehold_proto::peer_server::PeerServer;
+use leasehold_proto::semaphores_server::SemaphoresServer;
 use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -22,6 +24,7 @@ use crate::client_service::LeaseholdService;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::data_dir::{self, Claim};
+use crate::election_service::ElectionService;
 use crate::leases::{Leases, EXPIRY_SCAN_INTERVAL_MS};
 use crate::log_store::LogStore;
 use crate::metrics;
@@ -29,6 +32,7 @@ use crate::network::{Network, PEER_MESSAGE_BYTES_MAX};
 use crate::peer_service::PeerService;
 use crate::raft_types::Raft;
 use crate::replica::Replica;
+use crate::semaphore_service::SemaphoreService;
 use crate::state_machine::Command;
 use crate::state_machine_store::StateMachineStore;
 use crate::storage;
@@ -49,16 +53,10 @@ pub struct RunningNode {
 }
 
 fn bind(what: &str, address: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
-    let listener = std::net::TcpListener::bind(address).map_err(|error| {
-        StartError(format!(
-            "cannot listen on the {what} address {address}: {error}"
-        ))
-    })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|error| StartError(format!("{what} listener: {error}")))?;
-    tokio::net::TcpListener::from_std(listener)
-        .map_err(|error| StartError(format!("{what} listener: {error}")))
+    let listener = std::net::TcpListener::bind(address)
+        .map_err(|error| StartError(format!("cannot listen on the {what} address {address}: {error}")))?;
+    listener.set_nonblocking(true).map_err(|error| StartError(format!("{what} listener: {error}")))?;
+    tokio::net::TcpListener::from_std(listener).map_err(|error| StartError(format!("{what} listener: {error}")))
 }
 
 pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartError> {
@@ -68,12 +66,8 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         Some(address) => Some(bind("metrics", address)?),
         None => None,
     };
-    let client_addr = client_listener
-        .local_addr()
-        .map_err(|error| StartError(error.to_string()))?;
-    let peer_addr = peer_listener
-        .local_addr()
-        .map_err(|error| StartError(error.to_string()))?;
+    let client_addr = client_listener.local_addr().map_err(|error| StartError(error.to_string()))?;
+    let peer_addr = peer_listener.local_addr().map_err(|error| StartError(error.to_string()))?;
 
     let claim = data_dir::inspect(&config.data_dir, &config.cluster_name, config.node_id)
         .map_err(|error| StartError(error.to_string()))?;
@@ -81,45 +75,22 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         data_dir::claim(&config.data_dir, &config.cluster_name, config.node_id)
             .map_err(|error| StartError(error.to_string()))?;
     }
-    let db = storage::open(
-        &config.data_dir.join(data_dir::DATABASE_DIR),
-        claim == Claim::Fresh,
-    )
-    .map_err(|error| {
-        StartError(format!(
-            "data directory {}: {error}",
-            config.data_dir.display()
-        ))
-    })?;
+    let db = storage::open(&config.data_dir.join(data_dir::DATABASE_DIR), claim == Claim::Fresh)
+        .map_err(|error| StartError(format!("data directory {}: {error}", config.data_dir.display())))?;
 
     let leases = Leases::new(clock.clone());
-    let state_machine = StateMachineStore::open(db.clone(), leases).map_err(|error| {
-        StartError(format!(
-            "data directory {}: {error}",
-            config.data_dir.display()
-        ))
-    })?;
+    let state_machine = StateMachineStore::open(db.clone(), leases)
+        .map_err(|error| StartError(format!("data directory {}: {error}", config.data_dir.display())))?;
     let shared = state_machine.shared();
     let log_store = LogStore::new(db);
-    let raft_config = config
-        .raft_config()
-        .validate()
-        .map_err(|error| StartError(format!("raft configuration: {error}")))?;
+    let raft_config =
+        config.raft_config().validate().map_err(|error| StartError(format!("raft configuration: {error}")))?;
     let network = Network::new(Some(config.peer_bind.ip()));
-    let raft = Raft::new(
-        config.node_id,
-        Arc::new(raft_config),
-        network,
-        log_store,
-        state_machine,
-    )
-    .await
-    .map_err(|error| StartError(format!("cannot start raft: {error}")))?;
-
-    let initialized = raft
-        .is_initialized()
+    let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, state_machine)
         .await
-        .map_err(|error| StartError(error.to_string()))?;
+        .map_err(|error| StartError(format!("cannot start raft: {error}")))?;
+
+    let initialized = raft.is_initialized().await.map_err(|error| StartError(error.to_string()))?;
     if !initialized && !config.initial_members.is_empty() {
         tracing::info!(members = ?config.initial_members.keys().collect::<Vec<_>>(), "bootstrapping the cluster");
         if let Err(error) = raft.initialize(config.initial_members.clone()).await {
@@ -128,13 +99,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         }
     }
 
-    let replica = Replica::new(
-        raft.clone(),
-        shared,
-        config.node_id,
-        config.cluster_name.clone(),
-        clock.clone(),
-    );
+    let replica = Replica::new(raft.clone(), shared, config.node_id, config.cluster_name.clone(), clock.clone());
     let (stop, stopped) = watch::channel(false);
     let (retired_sender, retired) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -142,45 +107,36 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     let client_server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(5)))
-        .add_service(LeaseholdServer::new(LeaseholdService {
-            replica: replica.clone(),
-        }))
-        .add_service(AdminServer::new(AdminService {
-            replica: replica.clone(),
-        }));
+        .add_service(LeaseholdServer::new(LeaseholdService { replica: replica.clone() }))
+        .add_service(SemaphoresServer::new(SemaphoreService { replica: replica.clone() }))
+        .add_service(ElectionsServer::new(ElectionService { replica: replica.clone() }))
+        .add_service(AdminServer::new(AdminService { replica: replica.clone(), clock_knob: config.test_clock_knob }));
     let mut stop_client = stopped.clone();
     tasks.push(tokio::spawn(async move {
         let shutdown = async move {
             let _ = stop_client.wait_for(|stop| *stop).await;
         };
-        if let Err(error) = client_server
-            .serve_with_incoming_shutdown(TcpListenerStream::new(client_listener), shutdown)
-            .await
+        if let Err(error) =
+            client_server.serve_with_incoming_shutdown(TcpListenerStream::new(client_listener), shutdown).await
         {
             tracing::error!(%error, "client server stopped");
         }
     }));
 
-    let peer_service = PeerService {
-        raft: raft.clone(),
-        cluster_name: config.cluster_name.clone(),
-        retired: retired_sender.clone(),
-    };
-    let peer_server = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
-        .add_service(
-            PeerServer::new(peer_service)
-                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
-        );
+    let peer_service =
+        PeerService { raft: raft.clone(), cluster_name: config.cluster_name.clone(), retired: retired_sender.clone() };
+    let peer_server = tonic::transport::Server::builder().tcp_nodelay(true).add_service(
+        PeerServer::new(peer_service)
+            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
+    );
     let mut stop_peer = stopped.clone();
     tasks.push(tokio::spawn(async move {
         let shutdown = async move {
             let _ = stop_peer.wait_for(|stop| *stop).await;
         };
-        if let Err(error) = peer_server
-            .serve_with_incoming_shutdown(TcpListenerStream::new(peer_listener), shutdown)
-            .await
+        if let Err(error) =
+            peer_server.serve_with_incoming_shutdown(TcpListenerStream::new(peer_listener), shutdown).await
         {
             tracing::error!(%error, "peer server stopped");
         }
@@ -189,22 +145,13 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     let metrics_addr = match metrics_listener {
         Some(listener) => {
             let address = listener.local_addr().ok();
-            tasks.push(tokio::spawn(metrics::serve(
-                listener,
-                replica.clone(),
-                stopped.clone(),
-            )));
+            tasks.push(tokio::spawn(metrics::serve(listener, replica.clone(), stopped.clone())));
             address
         }
         None => None,
     };
     tasks.push(tokio::spawn(run_expiry(replica.clone(), stopped.clone())));
-    tasks.push(tokio::spawn(watch_membership(
-        raft.clone(),
-        config.node_id,
-        retired_sender,
-        stopped,
-    )));
+    tasks.push(tokio::spawn(watch_membership(raft.clone(), config.node_id, retired_sender, stopped)));
 
     tracing::info!(
         node_id = config.node_id,
@@ -214,15 +161,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         cluster = %config.cluster_name,
         "node started"
     );
-    Ok(RunningNode {
-        replica,
-        client_addr,
-        peer_addr,
-        metrics_addr,
-        stop,
-        retired,
-        tasks,
-    })
+    Ok(RunningNode { replica, client_addr, peer_addr, metrics_addr, stop, retired, tasks })
 }
 
 impl RunningNode {
@@ -265,11 +204,7 @@ async fn run_expiry(replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
             // lengthen a lease, never shorten it.
             leases.restart_deadlines();
             leading_term = Some(term);
-            tracing::info!(
-                term,
-                sessions = leases.len(),
-                "leading: session deadlines restarted"
-            );
+            tracing::info!(term, sessions = leases.len(), "leading: session deadlines restarted");
             continue;
         }
         let expired = leases.take_expired();
@@ -277,12 +212,7 @@ async fn run_expiry(replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
             continue;
         }
         tracing::info!(sessions = ?expired, "session deadlines passed; proposing expiry");
-        if let Err(error) = replica
-            .propose_quietly(Command::ExpireSessions {
-                sessions: expired.clone(),
-            })
-            .await
-        {
+        if let Err(error) = replica.propose_quietly(Command::ExpireSessions { sessions: expired.clone() }).await {
             tracing::warn!(%error, "could not propose the expiry");
             leases.expiry_not_proposed(&expired);
         }
@@ -290,21 +220,11 @@ async fn run_expiry(replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
 }
 
 /// A node that was a member and is no longer in the membership stops serving.
-async fn watch_membership(
-    raft: Raft,
-    node_id: u64,
-    retired: watch::Sender<bool>,
-    mut stopped: watch::Receiver<bool>,
-) {
+async fn watch_membership(raft: Raft, node_id: u64, retired: watch::Sender<bool>, mut stopped: watch::Receiver<bool>) {
     let mut metrics = raft.metrics();
     let mut was_member = false;
     loop {
-        let is_member = metrics
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&node_id)
-            .is_some();
+        let is_member = metrics.borrow().membership_config.membership().get_node(&node_id).is_some();
         if is_member {
             was_member = true;
         } else if was_member {

@@ -23,9 +23,7 @@ fn decode<T: serde::de::DeserializeOwned>(message: &RaftMessage) -> Result<T, St
 }
 
 fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
-    Ok(Response::new(RaftMessage {
-        payload: codec::encode(value),
-    }))
+    Ok(Response::new(RaftMessage { payload: codec::encode(value) }))
 }
 
 #[tonic::async_trait]
@@ -35,26 +33,17 @@ impl Peer for PeerService {
         reply(&self.raft.vote(vote).await)
     }
 
-    async fn append_entries(
-        &self,
-        request: Request<RaftMessage>,
-    ) -> Result<Response<RaftMessage>, Status> {
+    async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let append: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
         reply(&self.raft.append_entries(append).await)
     }
 
-    async fn install_snapshot(
-        &self,
-        request: Request<RaftMessage>,
-    ) -> Result<Response<RaftMessage>, Status> {
+    async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let install: InstallSnapshotRequest<TypeConfig> = decode(request.get_ref())?;
         reply(&self.raft.install_snapshot(install).await)
     }
 
-    async fn retire(
-        &self,
-        request: Request<RetireRequest>,
-    ) -> Result<Response<RetireResponse>, Status> {
+    async fn retire(&self, request: Request<RetireRequest>) -> Result<Response<RetireResponse>, Status> {
         if request.get_ref().cluster_name != self.cluster_name {
             return Err(Status::failed_precondition(format!(
                 "this node belongs to cluster {:?}, not {:?}",

@@ -20,11 +20,7 @@ pub struct Node {
 
 impl fmt::Display for Node {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            formatter,
-            "client={} peer={}",
-            self.client_addr, self.peer_addr
-        )
+        write!(formatter, "client={} peer={}", self.client_addr, self.peer_addr)
     }
 }
 

@@ -35,50 +35,25 @@ pub struct Replica {
 }
 
 impl Replica {
-    pub fn new(
-        raft: Raft,
-        shared: Arc<Shared>,
-        node_id: NodeId,
-        cluster_name: String,
-        clock: Clock,
-    ) -> Arc<Self> {
+    pub fn new(raft: Raft, shared: Arc<Shared>, node_id: NodeId, cluster_name: String, clock: Clock) -> Arc<Self> {
         let (leader_checks, queue) = mpsc::channel(LEADER_CHECKS_QUEUED_MAX);
         tokio::spawn(run_leader_checks(raft.clone(), queue));
-        Arc::new(Self {
-            raft,
-            shared,
-            node_id,
-            cluster_name,
-            clock,
-            leader_checks,
-        })
+        Arc::new(Self { raft, shared, node_id, cluster_name, clock, leader_checks })
     }
 
     /// Appends `command` to the log and returns what applying it answered.
     pub async fn propose(&self, command: Command) -> Result<Response, Status> {
-        let proposal = Proposal {
-            stamp_ms: self.clock.unix_ms(),
-            command,
-        };
+        let proposal = Proposal { stamp_ms: self.clock.unix_ms(), command };
         match self.raft.client_write(proposal).await {
-            Ok(written) => written
-                .data
-                .ok_or_else(|| Status::internal("a command entry applied without a response")),
+            Ok(written) => written.data.ok_or_else(|| Status::internal("a command entry applied without a response")),
             Err(error) => Err(self.write_error(error)),
         }
     }
 
     /// Proposes a command on behalf of the cluster (session expiry): no client waits.
     pub async fn propose_quietly(&self, command: Command) -> Result<Option<Response>, String> {
-        let proposal = Proposal {
-            stamp_ms: self.clock.unix_ms(),
-            command,
-        };
-        self.raft
-            .client_write(proposal)
-            .await
-            .map(|written| written.data)
-            .map_err(|error| error.to_string())
+        let proposal = Proposal { stamp_ms: self.clock.unix_ms(), command };
+        self.raft.client_write(proposal).await.map(|written| written.data).map_err(|error| error.to_string())
     }
 
     fn write_error(&self, error: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> Status {
@@ -89,9 +64,7 @@ impl Replica {
             RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {
                 Status::failed_precondition(error.to_string())
             }
-            other => {
-                Status::unavailable(format!("node {} cannot commit now: {other}", self.node_id))
-            }
+            other => Status::unavailable(format!("node {} cannot commit now: {other}", self.node_id)),
         }
     }
 
@@ -108,10 +81,7 @@ impl Replica {
     pub fn member_client_addr(&self, node_id: NodeId) -> Option<String> {
         let metrics = self.raft.metrics();
         let membership = metrics.borrow().membership_config.clone();
-        membership
-            .membership()
-            .get_node(&node_id)
-            .map(|node| node.client_addr.clone())
+        membership.membership().get_node(&node_id).map(|node| node.client_addr.clone())
     }
 
     /// The leader as this node knows it.
@@ -129,34 +99,22 @@ impl Replica {
     /// index. Concurrent callers share one confirmation round.
     pub async fn confirm_leadership(&self) -> Result<u64, Status> {
         let (reply, answer) = oneshot::channel();
-        self.leader_checks
-            .send(reply)
-            .await
-            .map_err(|_| Status::unavailable("the node is shutting down"))?;
-        answer
-            .await
-            .map_err(|_| Status::unavailable("the node is shutting down"))?
+        self.leader_checks.send(reply).await.map_err(|_| Status::unavailable("the node is shutting down"))?;
+        answer.await.map_err(|_| Status::unavailable("the node is shutting down"))?
     }
 
     /// Runs `read` on the state after confirming leadership and applying up to the
     /// read index (linearizable), or at once on this node's state when `stale`.
-    pub async fn read<T>(
-        &self,
-        stale: bool,
-        read: impl FnOnce(&StateMachine) -> T,
-    ) -> Result<T, Status> {
+    pub async fn read<T>(&self, stale: bool, read: impl FnOnce(&StateMachine) -> T) -> Result<T, Status> {
         if !stale {
             let read_index = self.confirm_leadership().await?;
             let mut applied = self.shared.applied_index.subscribe();
-            let caught_up =
-                tokio::time::timeout(Duration::from_millis(READ_APPLY_WAIT_MS_MAX), async {
-                    applied.wait_for(|index| *index >= read_index).await.is_ok()
-                })
-                .await;
+            let caught_up = tokio::time::timeout(Duration::from_millis(READ_APPLY_WAIT_MS_MAX), async {
+                applied.wait_for(|index| *index >= read_index).await.is_ok()
+            })
+            .await;
             if caught_up != Ok(true) {
-                return Err(Status::unavailable(
-                    "the leader did not apply up to the read index in time",
-                ));
+                return Err(Status::unavailable("the leader did not apply up to the read index in time"));
             }
         }
         let applied = self.shared.applied.read().unwrap();
@@ -164,11 +122,7 @@ impl Replica {
     }
 }
 
-pub fn not_leader_status(
-    node_id: NodeId,
-    leader_id: Option<NodeId>,
-    leader_addr: Option<String>,
-) -> Status {
+pub fn not_leader_status(node_id: NodeId, leader_id: Option<NodeId>, leader_addr: Option<String>) -> Status {
     let message = match (&leader_id, &leader_addr) {
         (Some(id), Some(address)) => {
             format!("node {node_id} is not the leader; the leader is node {id} at {address}")
@@ -206,23 +160,12 @@ fn check_error(raft: &Raft, error: RaftError<NodeId, CheckIsLeaderError<NodeId, 
     let metrics = raft.metrics();
     let metrics = metrics.borrow();
     if let Some(forward) = error.forward_to_leader() {
-        let leader_addr = forward
-            .leader_node
-            .as_ref()
-            .map(|node| node.client_addr.clone())
-            .or_else(|| {
-                forward.leader_id.and_then(|id| {
-                    metrics
-                        .membership_config
-                        .membership()
-                        .get_node(&id)
-                        .map(|node| node.client_addr.clone())
-                })
-            });
+        let leader_addr = forward.leader_node.as_ref().map(|node| node.client_addr.clone()).or_else(|| {
+            forward.leader_id.and_then(|id| {
+                metrics.membership_config.membership().get_node(&id).map(|node| node.client_addr.clone())
+            })
+        });
         return not_leader_status(metrics.id, forward.leader_id, leader_addr);
     }
-    Status::unavailable(format!(
-        "node {} could not confirm its leadership: {error}",
-        metrics.id
-    ))
+    Status::unavailable(format!("node {} could not confirm its leadership: {error}", metrics.id))
 }

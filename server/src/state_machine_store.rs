@@ -9,19 +9,16 @@ use std::io::Cursor;
 use std::sync::{Arc, RwLock};
 
 use openraft::storage::RaftStateMachine;
-use openraft::{
-    AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder,
-    StorageIOError,
-};
+use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::codec;
 use crate::leases::Leases;
-use crate::raft_types::{
-    Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
-};
+use crate::metrics::WaitHistograms;
+use crate::observers::{Change, Observers};
+use crate::raft_types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::state_machine::{Event, Response, SessionId, StateMachine, WaitFailure};
 use crate::storage::{self, COLUMN_FAMILY_META, KEY_SNAPSHOT};
 use crate::waiters::{WaitOutcome, Waiters};
@@ -51,7 +48,10 @@ struct StoredSnapshot {
 pub struct Shared {
     pub applied: RwLock<Applied>,
     pub waiters: Waiters,
+    pub observers: Observers,
     pub leases: Leases,
+    /// Semaphore wait times, for the fairness metrics.
+    pub semaphore_waits: WaitHistograms,
     /// The last applied index, for handlers that wait for the state to catch up.
     pub applied_index: watch::Sender<u64>,
 }
@@ -59,10 +59,7 @@ pub struct Shared {
 impl Shared {
     /// The session's live leases as (id, ttl) pairs, from the applied state.
     pub fn session_ttls(machine: &StateMachine) -> Vec<(SessionId, u64)> {
-        machine
-            .sessions()
-            .map(|session| (session.id(), session.ttl_ms()))
-            .collect()
+        machine.sessions().map(|session| (session.id(), session.ttl_ms())).collect()
     }
 }
 
@@ -73,29 +70,20 @@ pub struct StateMachineStore {
 }
 
 fn snapshot_error(error: impl std::error::Error + 'static) -> StorageError {
-    StorageIOError::new(
-        ErrorSubject::Snapshot(None),
-        ErrorVerb::Write,
-        AnyError::new(&error),
-    )
-    .into()
+    StorageIOError::new(ErrorSubject::Snapshot(None), ErrorVerb::Write, AnyError::new(&error)).into()
 }
 
 impl StateMachineStore {
     /// Loads the latest snapshot, if any, as the starting state.
     pub fn open(db: Arc<DB>, leases: Leases) -> Result<Self, String> {
-        let meta = db
-            .cf_handle(COLUMN_FAMILY_META)
-            .expect("meta column family exists");
+        let meta = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
         let mut applied = Applied::default();
-        let stored = db
-            .get_cf(meta, KEY_SNAPSHOT)
-            .map_err(|error| format!("cannot read the snapshot: {error}"))?;
+        let stored = db.get_cf(meta, KEY_SNAPSHOT).map_err(|error| format!("cannot read the snapshot: {error}"))?;
         if let Some(bytes) = stored {
-            let stored: StoredSnapshot = codec::decode(&bytes)
-                .map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
-            let body: SnapshotBody = codec::decode(&stored.data)
-                .map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
+            let stored: StoredSnapshot =
+                codec::decode(&bytes).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
+            let body: SnapshotBody =
+                codec::decode(&stored.data).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
             applied = Applied {
                 machine: body.machine,
                 last_applied: stored.meta.last_log_id,
@@ -107,7 +95,9 @@ impl StateMachineStore {
         let shared = Arc::new(Shared {
             applied: RwLock::new(applied),
             waiters: Waiters::default(),
+            observers: Observers::default(),
             leases,
+            semaphore_waits: WaitHistograms::default(),
             applied_index: watch::Sender::new(last_index),
         });
         Ok(Self { shared, db })
@@ -117,28 +107,20 @@ impl StateMachineStore {
         self.shared.clone()
     }
 
-    fn dispatch(&self, events: Vec<Event>) {
-        for event in events {
+    fn dispatch(&self, events: Vec<(u64, Event)>) {
+        for (index, event) in events {
             match event {
-                Event::Granted {
-                    name,
-                    session,
-                    token,
-                } => self
-                    .shared
-                    .waiters
-                    .wake(session, &name, WaitOutcome::Granted { token }),
-                Event::WaitFailed {
-                    name,
-                    session,
-                    reason,
-                } => {
+                Event::Granted { kind, name, session, token } => {
+                    self.shared.waiters.wake(kind, session, &name, WaitOutcome::Granted { token })
+                }
+                Event::WaitFailed { kind, name, session, reason } => {
                     let outcome = match reason {
                         WaitFailure::SessionEnded => WaitOutcome::SessionEnded,
                         WaitFailure::Cancelled => WaitOutcome::Cancelled,
                     };
-                    self.shared.waiters.wake(session, &name, outcome)
+                    self.shared.waiters.wake(kind, session, &name, outcome)
                 }
+                Event::LeaderChanged { name, leader } => self.shared.observers.publish(&name, Change { index, leader }),
                 Event::SessionEnded { session, .. } => self.shared.leases.session_ended(session),
                 Event::Released { .. } => {}
             }
@@ -146,17 +128,9 @@ impl StateMachineStore {
     }
 
     fn persist_snapshot(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), StorageError> {
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data: data.to_vec(),
-        };
-        let cf = self
-            .db
-            .cf_handle(COLUMN_FAMILY_META)
-            .expect("meta column family exists");
-        self.db
-            .put_cf_opt(cf, KEY_SNAPSHOT, codec::encode(&stored), &storage::synced())
-            .map_err(snapshot_error)
+        let stored = StoredSnapshot { meta: meta.clone(), data: data.to_vec() };
+        let cf = self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
+        self.db.put_cf_opt(cf, KEY_SNAPSHOT, codec::encode(&stored), &storage::synced()).map_err(snapshot_error)
     }
 }
 
@@ -164,34 +138,18 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let (body, last_applied, membership) = {
             let applied = self.shared.applied.read().unwrap();
-            (
-                SnapshotBody {
-                    machine: applied.machine.clone(),
-                },
-                applied.last_applied,
-                applied.membership.clone(),
-            )
+            (SnapshotBody { machine: applied.machine.clone() }, applied.last_applied, applied.membership.clone())
         };
         let store = self.clone();
         tokio::task::spawn_blocking(move || {
             let data = codec::encode(&body);
             let snapshot_id = match last_applied {
-                Some(log_id) => format!(
-                    "{}-{}-{}",
-                    log_id.leader_id.term, log_id.leader_id.node_id, log_id.index
-                ),
+                Some(log_id) => format!("{}-{}-{}", log_id.leader_id.term, log_id.leader_id.node_id, log_id.index),
                 None => "empty".to_string(),
             };
-            let meta = SnapshotMeta {
-                last_log_id: last_applied,
-                last_membership: membership,
-                snapshot_id,
-            };
+            let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
             store.persist_snapshot(&meta, &data)?;
-            Ok(Snapshot {
-                meta,
-                snapshot: Box::new(Cursor::new(data)),
-            })
+            Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
         })
         .await
         .expect("snapshot task does not panic")
@@ -232,13 +190,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                     EntryPayload::Normal(proposal) => {
                         let (response, entry_events) =
-                            applied
-                                .machine
-                                .apply(index, proposal.stamp_ms, &proposal.command);
+                            applied.machine.apply(index, proposal.stamp_ms, &proposal.command);
                         if let Response::SessionCreated { session, ttl_ms } = &response {
                             created.push((*session, *ttl_ms));
                         }
-                        events.extend(entry_events);
+                        events.extend(entry_events.into_iter().map(|event| (index, event)));
                         responses.push(Some(response));
                     }
                 }
@@ -268,11 +224,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
         let body: SnapshotBody = codec::decode(&data).map_err(|error| {
-            StorageIOError::new(
-                ErrorSubject::Snapshot(Some(meta.signature())),
-                ErrorVerb::Read,
-                AnyError::new(&error),
-            )
+            StorageIOError::new(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Read, AnyError::new(&error))
         })?;
         self.persist_snapshot(meta, &data)?;
         let last_index = meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0);
@@ -287,26 +239,21 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
         self.shared.leases.restart_all(sessions);
         let shared = self.shared.clone();
-        self.shared.waiters.wake_decided(|session, name| {
+        self.shared.waiters.wake_decided(|kind, session, name| {
             let applied = shared.applied.read().unwrap();
-            crate::waiters::decision(&applied.machine, session, name)
+            crate::waiters::decision(&applied.machine, kind, session, name)
         });
+        self.shared.observers.reset();
         self.shared.applied_index.send_replace(last_index);
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        let cf = self
-            .db
-            .cf_handle(COLUMN_FAMILY_META)
-            .expect("meta column family exists");
+        let cf = self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
         let Some(bytes) = self.db.get_cf(cf, KEY_SNAPSHOT).map_err(snapshot_error)? else {
             return Ok(None);
         };
         let stored: StoredSnapshot = codec::decode(&bytes).map_err(snapshot_error)?;
-        Ok(Some(Snapshot {
-            meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
-        }))
+        Ok(Some(Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(stored.data)) }))
     }
 }

@@ -43,10 +43,7 @@ pub fn open(path: &Path, create: bool) -> Result<Arc<DB>, OpenError> {
     });
     DB::open_cf_descriptors(&options, path, descriptors)
         .map(Arc::new)
-        .map_err(|source| OpenError {
-            path: path.display().to_string(),
-            source,
-        })
+        .map_err(|source| OpenError { path: path.display().to_string(), source })
 }
 
 /// A write that is on disk when it returns.

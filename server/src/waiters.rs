@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use tokio::sync::oneshot;
 
-use crate::state_machine::{SessionId, StateMachine, Token};
+use crate::state_machine::{ResourceKind, SessionId, StateMachine, Token};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitOutcome {
@@ -24,9 +24,12 @@ pub enum WaitOutcome {
     Cancelled,
 }
 
+/// A lock, semaphore or election name, for one session.
+type WaitKey = (ResourceKind, SessionId, String);
+
 #[derive(Default)]
 pub struct Waiters {
-    waiting: Mutex<BTreeMap<(SessionId, String), Vec<oneshot::Sender<WaitOutcome>>>>,
+    waiting: Mutex<BTreeMap<WaitKey, Vec<oneshot::Sender<WaitOutcome>>>>,
 }
 
 /// What the handler found when it registered.
@@ -37,10 +40,11 @@ pub enum Registration {
 }
 
 impl Waiters {
-    /// Registers a waiter for (session, name). `current` reads the state and says
-    /// whether the wait is already decided; it runs under the registry's lock.
+    /// Registers a waiter for (kind, session, name). `current` reads the state and
+    /// says whether the wait is already decided; it runs under the registry's lock.
     pub fn register(
         &self,
+        kind: ResourceKind,
         session: SessionId,
         name: &str,
         current: impl FnOnce() -> Option<WaitOutcome>,
@@ -50,19 +54,15 @@ impl Waiters {
             return Registration::Decided(outcome);
         }
         let (sender, receiver) = oneshot::channel();
-        let senders = waiting.entry((session, name.to_string())).or_default();
+        let senders = waiting.entry((kind, session, name.to_string())).or_default();
         senders.retain(|sender| !sender.is_closed());
         senders.push(sender);
         Registration::Waiting(receiver)
     }
 
-    /// Wakes every handler waiting for (session, name).
-    pub fn wake(&self, session: SessionId, name: &str, outcome: WaitOutcome) {
-        let senders = self
-            .waiting
-            .lock()
-            .unwrap()
-            .remove(&(session, name.to_string()));
+    /// Wakes every handler waiting for (kind, session, name).
+    pub fn wake(&self, kind: ResourceKind, session: SessionId, name: &str, outcome: WaitOutcome) {
+        let senders = self.waiting.lock().unwrap().remove(&(kind, session, name.to_string()));
         for sender in senders.into_iter().flatten() {
             let _ = sender.send(outcome.clone());
         }
@@ -70,11 +70,11 @@ impl Waiters {
 
     /// Wakes every waiter whose wait the state now decides (after a snapshot replaced
     /// the state wholesale).
-    pub fn wake_decided(&self, decide: impl Fn(SessionId, &str) -> Option<WaitOutcome>) {
+    pub fn wake_decided(&self, decide: impl Fn(ResourceKind, SessionId, &str) -> Option<WaitOutcome>) {
         let mut waiting = self.waiting.lock().unwrap();
-        let keys: Vec<(SessionId, String)> = waiting.keys().cloned().collect();
+        let keys: Vec<WaitKey> = waiting.keys().cloned().collect();
         for key in keys {
-            if let Some(outcome) = decide(key.0, &key.1) {
+            if let Some(outcome) = decide(key.0, key.1, &key.2) {
                 for sender in waiting.remove(&key).into_iter().flatten() {
                     let _ = sender.send(outcome.clone());
                 }
@@ -94,14 +94,19 @@ impl Waiters {
 
 /// What the state says about a wait of `session` for `name`: granted, ended, or
 /// still undecided (None).
-pub fn decision(machine: &StateMachine, session: SessionId, name: &str) -> Option<WaitOutcome> {
+pub fn decision(machine: &StateMachine, kind: ResourceKind, session: SessionId, name: &str) -> Option<WaitOutcome> {
     let Some(view) = machine.describe_session(session) else {
         return Some(WaitOutcome::SessionEnded);
     };
-    if let Some(held) = view.held.iter().find(|held| held.name == name) {
+    let (held, waiting) = match kind {
+        ResourceKind::Lock => (&view.held, &view.waiting),
+        ResourceKind::Semaphore => (&view.permits, &view.waiting_semaphores),
+        ResourceKind::Election => (&view.leading, &view.campaigning),
+    };
+    if let Some(held) = held.iter().find(|held| held.name == name) {
         return Some(WaitOutcome::Granted { token: held.token });
     }
-    if view.waiting.iter().any(|waiting| waiting == name) {
+    if waiting.iter().any(|waiting| waiting == name) {
         return None;
     }
     Some(WaitOutcome::Cancelled)

@@ -30,7 +30,9 @@ pub enum Command {
     /// Proposed by the leader when its monotonic deadlines passed. No request id: the
     /// leader proposes it again for sessions that still exist, and sessions that are
     /// already gone are ignored, so a duplicate is harmless.
-    ExpireSessions { sessions: Vec<SessionId> },
+    ExpireSessions {
+        sessions: Vec<SessionId>,
+    },
     /// `wait = false` is try-lock: `Busy` instead of queueing.
     Acquire {
         request: RequestId,
@@ -50,6 +52,70 @@ pub enum Command {
         name: String,
         token: Token,
     },
+    /// A permit of the semaphore `name`. `limit` must be the semaphore's current limit;
+    /// the first acquirer sets it. `wait = false` is try-acquire: `Busy` instead of
+    /// queueing.
+    SemAcquire {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+        limit: u32,
+        wait: bool,
+    },
+    /// Returns the permit granted with `token`.
+    SemRelease {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+        token: Token,
+    },
+    /// Changes the limit of a semaphore that has holders or waiters. Lowering it revokes
+    /// no permit, it only holds back grants; raising it grants waiters at once. Any live
+    /// session may send it; `session` names whose request this is, for retries. On an
+    /// unused semaphore it is rejected (`InvalidArgument`): there is no entry to keep a
+    /// limit in, and the next acquirer sets one.
+    SemSetLimit {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+        limit: u32,
+    },
+    /// The leader proposes this when a waiting `SemAcquire`'s wait ran out.
+    SemCancelWait {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+    },
+    /// Asks to lead the election `name`, announcing `value` once leading.
+    /// `wait = false` is a try: `Busy` instead of queueing.
+    Campaign {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+        value: String,
+        wait: bool,
+    },
+    /// The leader proposes this when a waiting `Campaign`'s wait ran out.
+    CampaignCancelWait {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+    },
+    /// Replaces the leader's value; `token` must be the session's current leadership.
+    Proclaim {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+        token: Token,
+        value: String,
+    },
+    /// Gives up the leadership granted with `token`.
+    Resign {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+        token: Token,
+    },
 }
 
 impl Command {
@@ -61,7 +127,15 @@ impl Command {
             | Command::CloseSession { request, .. }
             | Command::Acquire { request, .. }
             | Command::CancelWait { request, .. }
-            | Command::Release { request, .. } => Some(*request),
+            | Command::Release { request, .. }
+            | Command::SemAcquire { request, .. }
+            | Command::SemRelease { request, .. }
+            | Command::SemSetLimit { request, .. }
+            | Command::SemCancelWait { request, .. }
+            | Command::Campaign { request, .. }
+            | Command::CampaignCancelWait { request, .. }
+            | Command::Proclaim { request, .. }
+            | Command::Resign { request, .. } => Some(*request),
             Command::ExpireSessions { .. } => None,
         }
     }
@@ -73,7 +147,15 @@ impl Command {
             Command::CloseSession { session, .. }
             | Command::Acquire { session, .. }
             | Command::CancelWait { session, .. }
-            | Command::Release { session, .. } => Some(*session),
+            | Command::Release { session, .. }
+            | Command::SemAcquire { session, .. }
+            | Command::SemRelease { session, .. }
+            | Command::SemSetLimit { session, .. }
+            | Command::SemCancelWait { session, .. }
+            | Command::Campaign { session, .. }
+            | Command::CampaignCancelWait { session, .. }
+            | Command::Proclaim { session, .. }
+            | Command::Resign { session, .. } => Some(*session),
             Command::CreateSession { .. } | Command::ExpireSessions { .. } => None,
         }
     }
@@ -82,25 +164,19 @@ impl Command {
     ///
     /// It is stored in the replicated state beside a remembered answer, so it must be the
     /// same on every replica, platform and version: it is FNV-1a 64 over an encoding
-    /// written out here field by field (a tag byte per kind of command, integers as
-    /// 8 little-endian bytes, strings as their length and then their bytes), not
-    /// std's randomly seeded hasher nor a serialization format that may change.
+    /// written out here field by field (a tag byte per kind of command, integers, `u32`
+    /// limits included, as 8 little-endian bytes, a `bool` as one byte, strings as their
+    /// length and then their bytes), not std's randomly seeded hasher nor a
+    /// serialization format that may change.
     pub fn fingerprint(&self) -> u64 {
         let mut hasher = Fnv1a::new();
         match self {
-            Command::CreateSession {
-                request: _,
-                ttl_ms,
-                client_name,
-            } => {
+            Command::CreateSession { request: _, ttl_ms, client_name } => {
                 hasher.write_tag(1);
                 hasher.write_u64(*ttl_ms);
                 hasher.write_str(client_name);
             }
-            Command::CloseSession {
-                request: _,
-                session,
-            } => {
+            Command::CloseSession { request: _, session } => {
                 hasher.write_tag(2);
                 hasher.write_u64(*session);
             }
@@ -111,33 +187,68 @@ impl Command {
                     hasher.write_u64(*session);
                 }
             }
-            Command::Acquire {
-                request: _,
-                session,
-                name,
-                wait,
-            } => {
+            Command::Acquire { request: _, session, name, wait } => {
                 hasher.write_tag(4);
                 hasher.write_u64(*session);
                 hasher.write_str(name);
                 hasher.write_tag(u8::from(*wait));
             }
-            Command::CancelWait {
-                request: _,
-                session,
-                name,
-            } => {
+            Command::CancelWait { request: _, session, name } => {
                 hasher.write_tag(5);
                 hasher.write_u64(*session);
                 hasher.write_str(name);
             }
-            Command::Release {
-                request: _,
-                session,
-                name,
-                token,
-            } => {
+            Command::Release { request: _, session, name, token } => {
                 hasher.write_tag(6);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+                hasher.write_u64(*token);
+            }
+            Command::SemAcquire { request: _, session, name, limit, wait } => {
+                hasher.write_tag(7);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+                hasher.write_u64(u64::from(*limit));
+                hasher.write_tag(u8::from(*wait));
+            }
+            Command::SemRelease { request: _, session, name, token } => {
+                hasher.write_tag(8);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+                hasher.write_u64(*token);
+            }
+            Command::SemSetLimit { request: _, session, name, limit } => {
+                hasher.write_tag(9);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+                hasher.write_u64(u64::from(*limit));
+            }
+            Command::SemCancelWait { request: _, session, name } => {
+                hasher.write_tag(10);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+            }
+            Command::Campaign { request: _, session, name, value, wait } => {
+                hasher.write_tag(11);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+                hasher.write_str(value);
+                hasher.write_tag(u8::from(*wait));
+            }
+            Command::CampaignCancelWait { request: _, session, name } => {
+                hasher.write_tag(12);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+            }
+            Command::Proclaim { request: _, session, name, token, value } => {
+                hasher.write_tag(13);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+                hasher.write_u64(*token);
+                hasher.write_str(value);
+            }
+            Command::Resign { request: _, session, name, token } => {
+                hasher.write_tag(14);
                 hasher.write_u64(*session);
                 hasher.write_str(name);
                 hasher.write_u64(*token);
@@ -157,9 +268,7 @@ impl Fnv1a {
     const PRIME: u64 = 0x0000_0100_0000_01b3;
 
     fn new() -> Self {
-        Fnv1a {
-            state: Self::OFFSET_BASIS,
-        }
+        Fnv1a { state: Self::OFFSET_BASIS }
     }
 
     fn write_bytes(&mut self, bytes: &[u8]) {

@@ -5,10 +5,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{RequestId, SessionId, Token};
+use super::{RequestId, ResourceKind, SessionId, Token};
 use crate::limits::{
-    CLIENT_NAME_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
-    LOCK_NAME_BYTES_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
+    CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
+    LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
     WAITERS_PER_LOCK_MAX,
 };
 
@@ -28,8 +28,14 @@ pub enum ErrorKind {
     UnknownSession,
     LimitExceeded,
     RequestIdReused,
-    /// Release with a token that is not this session's current grant of this name.
+    /// Release with a token that is not this session's current grant of this name (a
+    /// lock, or a permit of a semaphore).
     NotHolder,
+    /// `SemAcquire` with a limit other than the semaphore's current one.
+    LimitMismatch,
+    /// `Proclaim` or `Resign` with a token that is not this session's current leadership
+    /// of the election.
+    NotLeader,
 }
 
 impl fmt::Display for CommandError {
@@ -47,19 +53,50 @@ impl CommandError {
     }
 }
 
-pub(super) fn validate_lock_name(name: &str) -> Result<(), CommandError> {
+/// Names of locks, semaphores and elections follow the same rules.
+pub(super) fn validate_name(kind: ResourceKind, name: &str) -> Result<(), CommandError> {
+    let noun = kind.noun();
     if name.is_empty() {
+        let article = if kind == ResourceKind::Election { "an" } else { "a" };
         return Err(CommandError::new(
             ErrorKind::InvalidArgument,
-            "lock name is empty; a lock name needs at least one byte".to_owned(),
+            format!("{noun} name is empty; {article} {noun} name needs at least one byte"),
         ));
     }
     if name.len() > LOCK_NAME_BYTES_MAX {
         return Err(CommandError::new(
             ErrorKind::InvalidArgument,
             format!(
-                "lock name is {} bytes; the limit is {LOCK_NAME_BYTES_MAX} (LOCK_NAME_BYTES_MAX)",
+                "{noun} name is {} bytes; the limit is {LOCK_NAME_BYTES_MAX} \
+                 (LOCK_NAME_BYTES_MAX)",
                 name.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn validate_semaphore_limit(limit: u32) -> Result<(), CommandError> {
+    if limit == 0 || limit > SEMAPHORE_LIMIT_MAX {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "semaphore limit is {limit}; it must be at least 1 and at most \
+                 {SEMAPHORE_LIMIT_MAX} (SEMAPHORE_LIMIT_MAX)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn validate_election_value(value: &str) -> Result<(), CommandError> {
+    if value.len() > ELECTION_VALUE_BYTES_MAX {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "election value is {} bytes; the limit is {ELECTION_VALUE_BYTES_MAX} \
+                 (ELECTION_VALUE_BYTES_MAX)",
+                value.len()
             ),
         ));
     }
@@ -120,18 +157,40 @@ pub(super) fn session_locks_full(session: SessionId, count: usize) -> CommandErr
     CommandError::new(
         ErrorKind::LimitExceeded,
         format!(
-            "session {session} holds or waits on {count} locks; the limit is \
-             {LOCKS_PER_SESSION_MAX} (LOCKS_PER_SESSION_MAX)"
+            "session {session} holds or waits on {count} locks, semaphore permits and \
+             elections together; the limit is {LOCKS_PER_SESSION_MAX} (LOCKS_PER_SESSION_MAX)"
         ),
     )
 }
 
-pub(super) fn waiters_full(name: &str, count: usize) -> CommandError {
+pub(super) fn waiters_full(kind: ResourceKind, name: &str, count: usize) -> CommandError {
     CommandError::new(
         ErrorKind::LimitExceeded,
         format!(
-            "lock {name:?} has {count} waiters; the limit is {WAITERS_PER_LOCK_MAX} \
-             (WAITERS_PER_LOCK_MAX)"
+            "{} {name:?} has {count} waiters; the limit is {WAITERS_PER_LOCK_MAX} \
+             (WAITERS_PER_LOCK_MAX)",
+            kind.noun()
+        ),
+    )
+}
+
+pub(super) fn limit_mismatch(name: &str, requested: u32, current: u32) -> CommandError {
+    CommandError::new(
+        ErrorKind::LimitMismatch,
+        format!(
+            "semaphore {name:?} has limit {current}, but this acquire asks for limit \
+             {requested}; every acquirer must ask for the current limit (the first acquirer \
+             set it, SemSetLimit changes it)"
+        ),
+    )
+}
+
+pub(super) fn semaphore_unused(name: &str) -> CommandError {
+    CommandError::new(
+        ErrorKind::InvalidArgument,
+        format!(
+            "semaphore {name:?} has no holders; the next acquirer sets its limit, so there \
+             is no limit to change"
         ),
     )
 }
@@ -179,6 +238,47 @@ pub(super) fn not_holder(
         format!(
             "session {session} cannot release lock {name:?} with token {token}: {state}; only \
              the holder can release, with the token of its current grant"
+        ),
+    )
+}
+
+/// `current` is the session's permit of the semaphore, `None` when it holds none.
+pub(super) fn not_permit_holder(session: SessionId, name: &str, token: Token, current: Option<Token>) -> CommandError {
+    let state = match current {
+        None => "this session holds no permit of it".to_owned(),
+        Some(current_token) => format!("this session holds its permit with token {current_token}"),
+    };
+    CommandError::new(
+        ErrorKind::NotHolder,
+        format!(
+            "session {session} cannot release a permit of semaphore {name:?} with token \
+             {token}: {state}; only a holder can release, with the token of its current grant"
+        ),
+    )
+}
+
+/// `current` is the election's leader and token, `None` when it is vacant.
+pub(super) fn not_leader(
+    session: SessionId,
+    name: &str,
+    token: Token,
+    action: &str,
+    current: Option<(SessionId, Token)>,
+) -> CommandError {
+    let state = match current {
+        None => "the election is vacant".to_owned(),
+        Some((leader, current_token)) if leader == session => {
+            format!("this session leads it with token {current_token}")
+        }
+        Some((leader, current_token)) => {
+            format!("session {leader} leads it with token {current_token}")
+        }
+    };
+    CommandError::new(
+        ErrorKind::NotLeader,
+        format!(
+            "session {session} cannot {action} in election {name:?} with token {token}: \
+             {state}; only the leader can, with the token of its current leadership"
         ),
     )
 }

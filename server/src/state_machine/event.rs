@@ -2,27 +2,33 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{SessionId, Token};
+use super::{LeaderView, ResourceKind, SessionId, Token};
 
 /// One effect of an applied entry. The shell wakes waiting RPCs and feeds watchers with
 /// these; the state machine itself never calls out.
+///
+/// `kind` tells which namespace `name` is in: lock "x", semaphore "x" and election "x"
+/// are three different things. For an election, the holder is the leader.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Event {
-    /// Every new grant, immediate or handed to a waiter. Acquiring a lock the session
+    /// Every new grant, immediate or handed to a waiter. Acquiring what the session
     /// already holds is not a new grant and emits nothing.
     Granted {
+        kind: ResourceKind,
         name: String,
         session: SessionId,
         token: Token,
     },
-    /// Explicit release, close or expiry.
+    /// Explicit release or resignation, close or expiry.
     Released {
+        kind: ResourceKind,
         name: String,
         session: SessionId,
         token: Token,
     },
-    /// A queued acquire that will never be granted.
+    /// A queued acquire or campaign that will never be granted.
     WaitFailed {
+        kind: ResourceKind,
         name: String,
         session: SessionId,
         reason: WaitFailure,
@@ -31,12 +37,20 @@ pub enum Event {
         session: SessionId,
         expired: bool,
     },
+    /// The leader of the election `name` or its value changed: the new leader, or `None`
+    /// when the election fell vacant. Emitted for every such change, in apply order, and
+    /// at most once per election and entry, so that observers see every state the
+    /// election passed through.
+    LeaderChanged {
+        name: String,
+        leader: Option<LeaderView>,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum WaitFailure {
     /// The waiting session was closed or expired.
     SessionEnded,
-    /// `CancelWait` removed the waiter, usually because its wait time ran out.
+    /// A cancel command removed the waiter, usually because its wait time ran out.
     Cancelled,
 }

@@ -1,9 +1,12 @@
 //! The invariants of the state, checked by tests after every apply.
 
-use super::StateMachine;
+use std::collections::BTreeSet;
+
+use super::session::Role;
+use super::{ResourceKind, SessionId, StateMachine};
 use crate::limits::{
-    CLIENT_NAME_BYTES_MAX, LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX,
-    REQUESTS_REMEMBERED_PER_SESSION_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
+    CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX,
+    REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
     WAITERS_PER_LOCK_MAX,
 };
 
@@ -14,22 +17,25 @@ impl StateMachine {
     ///
     /// Naming the broken invariant, unless the state is consistent.
     ///
-    /// Some invariants hold by construction and need no check here: a lock has a single
-    /// `holder` field, so it cannot have two holders, and a free lock has no entry, so it
-    /// cannot keep waiters (the first waiter is granted when the holder leaves).
+    /// Some invariants hold by construction and need no check here: a lock or an
+    /// election has a single `holder` or `leader` field, so it cannot have two, and a
+    /// free lock or vacant election has no entry, so it cannot keep waiters (the first
+    /// waiter is granted when the holder leaves). What can be checked is that no second
+    /// session claims to hold it.
+    ///
+    /// A semaphore may hold more permits than its limit only after a lowering of the
+    /// limit, which revokes nobody; the check is that such a semaphore granted nothing
+    /// since the lowering, while the grant path asserts the limit before every grant.
     ///
     /// Linear in the size of the state (quadratic in one session's list of locks, which is
     /// bounded), for tests to call after every apply.
     pub fn check_invariants(&self) {
         let last_applied = self.last_applied;
-        assert!(
-            self.sessions.len() <= SESSIONS_MAX,
-            "{} sessions exceed SESSIONS_MAX",
-            self.sessions.len()
-        );
+        assert!(self.sessions.len() <= SESSIONS_MAX, "{} sessions exceed SESSIONS_MAX", self.sessions.len());
         let mut held_total = 0;
         let mut waiting_total = 0;
         let mut remembered_total = 0;
+        let mut claims_total = 0;
         for (id, session) in &self.sessions {
             assert_eq!(*id, session.id, "session {id} is stored under another id");
             assert!(
@@ -46,22 +52,18 @@ impl StateMachine {
                 "session {id} has a client name over CLIENT_NAME_BYTES_MAX"
             );
             assert!(
-                session.lock_count() <= LOCKS_PER_SESSION_MAX,
-                "session {id} holds or waits on {} locks, over LOCKS_PER_SESSION_MAX",
-                session.lock_count()
+                session.resource_count() <= LOCKS_PER_SESSION_MAX,
+                "session {id} holds or waits on {} locks, permits and elections, over \
+                 LOCKS_PER_SESSION_MAX",
+                session.resource_count()
             );
             for (position, name) in session.held.iter().enumerate() {
-                assert!(
-                    !session.held[..position].contains(name),
-                    "session {id} lists lock {name:?} as held twice"
-                );
-                assert!(
-                    !session.waiting.contains(name),
-                    "session {id} both holds and waits on lock {name:?}"
-                );
-                let lock = self.locks.get(name).unwrap_or_else(|| {
-                    panic!("session {id} lists lock {name:?} as held, but it is free")
-                });
+                assert!(!session.held[..position].contains(name), "session {id} lists lock {name:?} as held twice");
+                assert!(!session.waiting.contains(name), "session {id} both holds and waits on lock {name:?}");
+                let lock = self
+                    .locks
+                    .get(name)
+                    .unwrap_or_else(|| panic!("session {id} lists lock {name:?} as held, but it is free"));
                 assert_eq!(
                     lock.holder.session, *id,
                     "session {id} lists lock {name:?} as held, but another session holds it"
@@ -72,13 +74,69 @@ impl StateMachine {
                     !session.waiting[..position].contains(name),
                     "session {id} lists lock {name:?} as waited on twice"
                 );
-                let lock = self.locks.get(name).unwrap_or_else(|| {
-                    panic!("session {id} waits on lock {name:?}, which is free")
-                });
+                let lock = self
+                    .locks
+                    .get(name)
+                    .unwrap_or_else(|| panic!("session {id} waits on lock {name:?}, which is free"));
                 assert!(
                     lock.waiters.contains(id),
                     "session {id} lists lock {name:?} as waited on, but is not in its queue"
                 );
+            }
+            for (position, claim) in session.claims.iter().enumerate() {
+                let (kind, name) = (claim.kind, &claim.name);
+                assert!(
+                    !session.claims[..position].iter().any(|earlier| earlier.kind == kind && earlier.name == *name),
+                    "session {id} lists {kind:?} {name:?} twice, or both holds and waits on it"
+                );
+                match (kind, claim.role) {
+                    (ResourceKind::Lock, _) => {
+                        panic!("session {id} lists lock {name:?} among its claims")
+                    }
+                    (ResourceKind::Semaphore, Role::Holds) => {
+                        let semaphore = self
+                            .semaphores
+                            .get(name)
+                            .unwrap_or_else(|| panic!("session {id} holds a permit of semaphore {name:?}, unused"));
+                        assert!(
+                            semaphore.holder(*id).is_some(),
+                            "session {id} lists a permit of semaphore {name:?} it does not hold"
+                        );
+                    }
+                    (ResourceKind::Semaphore, Role::Waits) => {
+                        let semaphore = self
+                            .semaphores
+                            .get(name)
+                            .unwrap_or_else(|| panic!("session {id} waits on semaphore {name:?}, unused"));
+                        assert!(
+                            semaphore.waiter_position(*id).is_some(),
+                            "session {id} lists semaphore {name:?} as waited on, but is not \
+                             in its queue"
+                        );
+                    }
+                    (ResourceKind::Election, Role::Holds) => {
+                        let election = self
+                            .elections
+                            .get(name)
+                            .unwrap_or_else(|| panic!("session {id} lists election {name:?} as led, but it is vacant"));
+                        assert_eq!(
+                            election.leader.session, *id,
+                            "session {id} lists election {name:?} as led, but another session \
+                             leads it"
+                        );
+                    }
+                    (ResourceKind::Election, Role::Waits) => {
+                        let election = self
+                            .elections
+                            .get(name)
+                            .unwrap_or_else(|| panic!("session {id} campaigns in election {name:?}, which is vacant"));
+                        assert!(
+                            election.waiter_position(*id).is_some(),
+                            "session {id} lists election {name:?} as campaigned in, but is \
+                             not in its queue"
+                        );
+                    }
+                }
             }
             assert!(
                 session.remembered.len() <= REQUESTS_REMEMBERED_PER_SESSION_MAX,
@@ -95,19 +153,18 @@ impl StateMachine {
             }
             held_total += session.held.len();
             waiting_total += session.waiting.len();
+            claims_total += session.claims.len();
             remembered_total += session.remembered.len();
         }
 
         let mut waiters_total = 0;
         for (name, lock) in &self.locks {
-            assert!(
-                !name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX,
-                "lock name {name:?} breaks the name rules"
-            );
+            assert!(!name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX, "lock name {name:?} breaks the name rules");
             let holder = lock.holder.session;
-            let holder_session = self.sessions.get(&holder).unwrap_or_else(|| {
-                panic!("lock {name:?} is held by session {holder}, which does not exist")
-            });
+            let holder_session = self
+                .sessions
+                .get(&holder)
+                .unwrap_or_else(|| panic!("lock {name:?} is held by session {holder}, which does not exist"));
             assert!(
                 holder_session.held.contains(name),
                 "lock {name:?} is held by session {holder}, which does not list it"
@@ -132,19 +189,107 @@ impl StateMachine {
                     !lock.waiters[..position].contains(waiter),
                     "session {waiter} is queued twice on lock {name:?}"
                 );
-                assert_ne!(
-                    *waiter, holder,
-                    "session {holder} both holds and waits on lock {name:?}"
-                );
-                let waiter_session = self.sessions.get(waiter).unwrap_or_else(|| {
-                    panic!("session {waiter} waits on lock {name:?} but does not exist")
-                });
+                assert_ne!(*waiter, holder, "session {holder} both holds and waits on lock {name:?}");
+                let waiter_session = self
+                    .sessions
+                    .get(waiter)
+                    .unwrap_or_else(|| panic!("session {waiter} waits on lock {name:?} but does not exist"));
                 assert!(
                     waiter_session.waiting.contains(name),
                     "session {waiter} is queued on lock {name:?} but does not list it"
                 );
             }
             waiters_total += lock.waiters.len();
+        }
+
+        let mut claimants_total = 0;
+        for (name, semaphore) in &self.semaphores {
+            assert!(
+                !name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX,
+                "semaphore name {name:?} breaks the name rules"
+            );
+            assert!(
+                (1..=SEMAPHORE_LIMIT_MAX).contains(&semaphore.limit),
+                "semaphore {name:?} has limit {}, outside 1..=SEMAPHORE_LIMIT_MAX",
+                semaphore.limit
+            );
+            assert!(
+                !semaphore.holders.is_empty() || !semaphore.waiters.is_empty(),
+                "semaphore {name:?} is unused but keeps an entry"
+            );
+            assert!(
+                last_applied.is_some_and(|last_applied| semaphore.limit_set_index <= last_applied),
+                "semaphore {name:?} had its limit set after the last applied index"
+            );
+            let holders = semaphore.holders.len();
+            let limit = semaphore.limit_usize();
+            if holders > limit {
+                // Only a lowering of the limit leaves more holders than the limit, and then
+                // no one may be granted until enough have left.
+                let latest = semaphore.holders.iter().map(|holder| holder.token).max();
+                assert!(
+                    latest.is_some_and(|latest| latest <= semaphore.limit_set_index),
+                    "semaphore {name:?} has {holders} holders, which exceeds its limit \
+                     {limit}, and granted a permit at {latest:?}, after its limit was set at \
+                     {}",
+                    semaphore.limit_set_index
+                );
+            }
+            assert!(
+                semaphore.waiters.is_empty() || holders >= limit,
+                "semaphore {name:?} has {holders} holders under its limit {limit} while \
+                 sessions wait"
+            );
+            assert!(
+                semaphore.waiters.len() <= WAITERS_PER_LOCK_MAX,
+                "semaphore {name:?} has {} waiters, over WAITERS_PER_LOCK_MAX",
+                semaphore.waiters.len()
+            );
+            let mut previous_token = 0;
+            for (position, holder) in semaphore.holders.iter().enumerate() {
+                let session = holder.session;
+                assert!(
+                    !semaphore.holders[..position].iter().any(|earlier| earlier.session == session),
+                    "session {session} holds two permits of semaphore {name:?}"
+                );
+                assert!(holder.token >= previous_token, "semaphore {name:?} lists its holders out of grant order");
+                previous_token = holder.token;
+                self.check_claimant(ResourceKind::Semaphore, Role::Holds, name, session);
+                self.check_token(ResourceKind::Semaphore, name, session, holder.token);
+            }
+            let holder_sessions: BTreeSet<SessionId> = semaphore.holders.iter().map(|holder| holder.session).collect();
+            self.check_queue(ResourceKind::Semaphore, name, &semaphore.waiters, &holder_sessions);
+            claimants_total += semaphore.holders.len() + semaphore.waiters.len();
+        }
+
+        for (name, election) in &self.elections {
+            assert!(
+                !name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX,
+                "election name {name:?} breaks the name rules"
+            );
+            let leader = election.leader.session;
+            self.check_claimant(ResourceKind::Election, Role::Holds, name, leader);
+            self.check_token(ResourceKind::Election, name, leader, election.leader.token);
+            assert!(
+                election.value.len() <= ELECTION_VALUE_BYTES_MAX,
+                "election {name:?} has a value over ELECTION_VALUE_BYTES_MAX"
+            );
+            assert!(
+                election.waiters.len() <= WAITERS_PER_LOCK_MAX,
+                "election {name:?} has {} waiters, over WAITERS_PER_LOCK_MAX",
+                election.waiters.len()
+            );
+            for waiter in &election.waiters {
+                assert!(
+                    waiter.value.len() <= ELECTION_VALUE_BYTES_MAX,
+                    "session {} campaigns in election {name:?} with a value over \
+                     ELECTION_VALUE_BYTES_MAX",
+                    waiter.session
+                );
+            }
+            let waiters: Vec<SessionId> = election.waiters.iter().map(|waiter| waiter.session).collect();
+            self.check_queue(ResourceKind::Election, name, &waiters, &BTreeSet::from([leader]));
+            claimants_total += 1 + election.waiters.len();
         }
 
         // With the checks in both directions above, equal totals mean the sessions' lists
@@ -159,6 +304,11 @@ impl StateMachine {
             waiting_total, waiters_total,
             "sessions list {waiting_total} waits, the queues have {waiters_total}"
         );
+        assert_eq!(
+            claims_total, claimants_total,
+            "sessions list {claims_total} permits, leaderships and their waits; the \
+             semaphore and election tables have {claimants_total}"
+        );
         // Each remembered answer points back at its session, and the index maps a request
         // to one session, so equal counts make the index and the sessions agree exactly.
         assert_eq!(
@@ -167,5 +317,41 @@ impl StateMachine {
             "sessions remember {remembered_total} answers, the request index has {}",
             self.requests.len()
         );
+    }
+
+    /// A holder (or leader) of a semaphore (or election) is a live session that lists it.
+    fn check_claimant(&self, kind: ResourceKind, role: Role, name: &str, session: SessionId) {
+        let listed = self
+            .sessions
+            .get(&session)
+            .unwrap_or_else(|| panic!("{kind:?} {name:?} is held by session {session}, which does not exist"))
+            .claimed(kind, role)
+            .any(|claimed| claimed == name);
+        assert!(listed, "{kind:?} {name:?} is held by session {session}, which does not list it");
+    }
+
+    /// A token is the index of an applied entry after the one that created its session.
+    fn check_token(&self, kind: ResourceKind, name: &str, session: SessionId, token: u64) {
+        let last_applied = self.last_applied;
+        assert!(
+            last_applied.is_some_and(|last_applied| token <= last_applied),
+            "{kind:?} {name:?} has token {token} after the last applied index {last_applied:?}"
+        );
+        assert!(token > session, "{kind:?} {name:?} was granted at {token} to session {session}, created no earlier");
+    }
+
+    /// Waiters are distinct live sessions that list the wait and hold nothing of it.
+    fn check_queue(&self, kind: ResourceKind, name: &str, waiters: &[SessionId], holders: &BTreeSet<SessionId>) {
+        for (position, waiter) in waiters.iter().enumerate() {
+            assert!(!waiters[..position].contains(waiter), "session {waiter} is queued twice on {kind:?} {name:?}");
+            assert!(!holders.contains(waiter), "session {waiter} both holds and waits on {kind:?} {name:?}");
+            let listed = self
+                .sessions
+                .get(waiter)
+                .unwrap_or_else(|| panic!("session {waiter} waits on {kind:?} {name:?} but does not exist"))
+                .claimed(kind, Role::Waits)
+                .any(|claimed| claimed == name);
+            assert!(listed, "session {waiter} is queued on {kind:?} {name:?} but does not list it");
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! The replicated lock state machine: pure and deterministic.
+//! The replicated state machine of locks, semaphores and elections: pure and
+//! deterministic.
 //!
 //! Every replica applies the same committed commands in log order and must end in the
 //! same state, so nothing here reads a clock, draws a random number, does IO or iterates
@@ -6,7 +7,14 @@
 //! expired and commits `ExpireSessions`; the entry's wall-clock stamp is kept for display
 //! and never decides anything. A fencing token is the log index of the entry whose
 //! application granted the lock, so tokens of one lock strictly increase and are never
-//! handed out twice, whatever happens to leaders and nodes.
+//! handed out twice, whatever happens to leaders and nodes. The same holds for the
+//! leadership of an election. A semaphore permit's token is the index of its granting
+//! entry too, but several permits granted in one entry share it: permit tokens are unique
+//! per grant to one session of one semaphore and increase over the grants, not per slot.
+//!
+//! Locks, semaphores and elections live in separate namespaces (`ResourceKind`): lock
+//! "x", semaphore "x" and election "x" are three different things. A session's
+//! `LOCKS_PER_SESSION_MAX` counts all three together.
 //!
 //! `apply` returns the answer for the proposing client and the effects for the async
 //! shell as data (`Event`); the shell wakes waiting RPCs with them.
@@ -21,17 +29,23 @@
 //! - `error.rs`: `CommandError`, one constructor per broken rule.
 //! - `session.rs`: `Session` and its remembered answers.
 //! - `lock.rs`: `Lock`, one entry of the lock table.
+//! - `semaphore.rs`: `Semaphore`, one entry of the semaphore table, and the semaphore
+//!   commands.
+//! - `election.rs`: `Election`, one entry of the election table, and the election
+//!   commands.
 //! - `view.rs`: the read-only answers of the queries.
 //! - `invariants.rs`: `check_invariants`.
 //! - `tests.rs`: table tests of every rule; `model_tests.rs`: random command sequences
 //!   against a naive model.
 
 mod command;
+mod election;
 mod error;
 mod event;
 mod invariants;
 mod lock;
 mod response;
+mod semaphore;
 mod session;
 mod view;
 
@@ -45,8 +59,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{
-    EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX,
-    SESSIONS_MAX, WAITERS_PER_LOCK_MAX,
+    EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SESSIONS_MAX,
+    WAITERS_PER_LOCK_MAX,
 };
 
 pub use command::{Command, RequestId};
@@ -54,20 +68,45 @@ pub use error::{CommandError, ErrorKind};
 pub use event::{Event, WaitFailure};
 pub use response::{AcquireOutcome, CancelOutcome, Response};
 pub use session::Session;
-pub use view::{FenceStatus, HeldLock, HolderView, LockView, SessionView, WaiterView};
+pub use view::{
+    ElectionView, FenceStatus, HeldLock, HolderView, LeaderView, LockView, SemaphoreView, SessionView, WaiterView,
+};
 
+use election::Election;
 use error::{
-    expire_batch_too_large, not_holder, request_id_reused, session_locks_full, sessions_full,
-    unknown_session, validate_client_name, validate_lock_name, validate_ttl_ms, waiters_full,
+    expire_batch_too_large, not_holder, request_id_reused, session_locks_full, sessions_full, unknown_session,
+    validate_client_name, validate_name, validate_ttl_ms, waiters_full,
 };
 use lock::{Holder, Lock};
-use session::{push_compact, Answer, Remembered};
+use semaphore::Semaphore;
+use session::{push_compact, Answer, Remembered, Role};
 
 /// The log index of the entry that created the session: unique and deterministic.
 pub type SessionId = u64;
 
-/// A fencing token: the log index of the entry whose application granted the lock.
+/// A fencing token: the log index of the entry whose application granted the lock, the
+/// semaphore permit or the leadership.
 pub type Token = u64;
+
+/// What a name refers to. Locks, semaphores and elections live in separate namespaces:
+/// lock "x", semaphore "x" and election "x" are three different things.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ResourceKind {
+    Lock,
+    Semaphore,
+    Election,
+}
+
+impl ResourceKind {
+    /// The word for it in messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            ResourceKind::Lock => "lock",
+            ResourceKind::Semaphore => "semaphore",
+            ResourceKind::Election => "election",
+        }
+    }
+}
 
 /// The whole replicated state. Snapshots serialize it as it is, and replicas that applied
 /// the same entries compare equal.
@@ -79,6 +118,10 @@ pub struct StateMachine {
     sessions: BTreeMap<SessionId, Session>,
     /// Only held locks have an entry; see `Lock`.
     locks: BTreeMap<String, Lock>,
+    /// Only semaphores with holders or waiters have an entry; see `Semaphore`.
+    semaphores: BTreeMap<String, Semaphore>,
+    /// Only elections with a leader have an entry; see `Election`.
+    elections: BTreeMap<String, Election>,
     /// Which session remembers the answer to each request id, so that a retry is found
     /// without scanning the sessions, including a retry of `CreateSession`, whose client
     /// does not know its session yet.
@@ -102,12 +145,7 @@ impl StateMachine {
     ///
     /// If `index` is not after the last applied index: entries must come in log order,
     /// and a replica that sees otherwise must stop rather than diverge.
-    pub fn apply(
-        &mut self,
-        index: u64,
-        stamp_ms: u64,
-        command: &Command,
-    ) -> (Response, Vec<Event>) {
+    pub fn apply(&mut self, index: u64, stamp_ms: u64, command: &Command) -> (Response, Vec<Event>) {
         self.advance(index);
         let mut events = Vec::new();
         let response = match command.request() {
@@ -161,14 +199,7 @@ impl StateMachine {
                 token: lock.holder.token,
                 since_ms: lock.holder.since_ms,
             },
-            waiters: lock
-                .waiters
-                .iter()
-                .map(|waiter| WaiterView {
-                    session: *waiter,
-                    client_name: self.session(*waiter).client_name.clone(),
-                })
-                .collect(),
+            waiters: self.waiter_views(lock.waiters.iter().copied()),
         })
     }
 
@@ -184,15 +215,77 @@ impl StateMachine {
                 .iter()
                 .map(|name| {
                     let holder = &self.lock(name).holder;
-                    HeldLock {
-                        name: name.clone(),
-                        token: holder.token,
-                        since_ms: holder.since_ms,
-                    }
+                    HeldLock { name: name.clone(), token: holder.token, since_ms: holder.since_ms }
                 })
                 .collect(),
             waiting: session.waiting.clone(),
+            permits: session
+                .claimed(ResourceKind::Semaphore, Role::Holds)
+                .map(|name| {
+                    let holder =
+                        self.semaphores[name].holder(session.id).expect("a session lists only permits it holds");
+                    HeldLock { name: name.to_owned(), token: holder.token, since_ms: holder.since_ms }
+                })
+                .collect(),
+            waiting_semaphores: session.claimed(ResourceKind::Semaphore, Role::Waits).map(str::to_owned).collect(),
+            leading: session
+                .claimed(ResourceKind::Election, Role::Holds)
+                .map(|name| {
+                    let leader = &self.elections[name].leader;
+                    HeldLock { name: name.to_owned(), token: leader.token, since_ms: leader.since_ms }
+                })
+                .collect(),
+            campaigning: session.claimed(ResourceKind::Election, Role::Waits).map(str::to_owned).collect(),
         })
+    }
+
+    /// `None` when the semaphore has neither holders nor waiters: it has no entry then,
+    /// and the next acquirer sets its limit.
+    pub fn describe_semaphore(&self, name: &str) -> Option<SemaphoreView> {
+        let semaphore = self.semaphores.get(name)?;
+        Some(SemaphoreView {
+            name: name.to_owned(),
+            limit: semaphore.limit,
+            holders: semaphore
+                .holders
+                .iter()
+                .map(|holder| HolderView {
+                    session: holder.session,
+                    client_name: self.session(holder.session).client_name.clone(),
+                    token: holder.token,
+                    since_ms: holder.since_ms,
+                })
+                .collect(),
+            waiters: self.waiter_views(semaphore.waiters.iter().copied()),
+        })
+    }
+
+    /// `None` when the election is vacant.
+    pub fn describe_election(&self, name: &str) -> Option<ElectionView> {
+        let election = self.elections.get(name)?;
+        Some(ElectionView {
+            name: name.to_owned(),
+            leader: self.leader_view(name).expect("a stored election has a leader"),
+            waiters: self.waiter_views(election.waiters.iter().map(|waiter| waiter.session)),
+        })
+    }
+
+    /// Every semaphore in use, ordered by name: its limit and how many hold and wait, for
+    /// the fairness gauges.
+    pub fn semaphore_stats(&self) -> impl Iterator<Item = (&str, u32, usize, usize)> + '_ {
+        self.semaphores
+            .iter()
+            .map(|(name, semaphore)| (name.as_str(), semaphore.limit, semaphore.holders.len(), semaphore.waiters.len()))
+    }
+
+    /// Semaphores with holders or waiters; unused ones are not stored.
+    pub fn semaphore_count(&self) -> usize {
+        self.semaphores.len()
+    }
+
+    /// Elections with a leader; vacant ones are not stored.
+    pub fn election_count(&self) -> usize {
+        self.elections.len()
     }
 
     /// Every live session, ordered by id. The leader walks this to arm every session's
@@ -216,18 +309,38 @@ impl StateMachine {
 
     /// Whether a write fenced with `token` may still proceed on the resource `name`.
     pub fn check_fence(&self, name: &str, token: Token) -> FenceStatus {
-        match self.locks.get(name) {
-            Some(lock) if lock.holder.token == token => FenceStatus::Current,
-            _ => FenceStatus::Superseded,
+        self.check_fence_of(ResourceKind::Lock, name, token)
+    }
+
+    /// `check_fence` for any kind of resource. For an election, `token` must be the
+    /// current leadership. For a semaphore, some permit granted with `token` must still
+    /// be held; since permits granted in one entry share its index, the token names that
+    /// grant, not one slot.
+    pub fn check_fence_of(&self, kind: ResourceKind, name: &str, token: Token) -> FenceStatus {
+        let current = match kind {
+            ResourceKind::Lock => self.locks.get(name).is_some_and(|lock| lock.holder.token == token),
+            ResourceKind::Semaphore => self
+                .semaphores
+                .get(name)
+                .is_some_and(|semaphore| semaphore.holders.iter().any(|holder| holder.token == token)),
+            ResourceKind::Election => self.elections.get(name).is_some_and(|election| election.leader.token == token),
+        };
+        if current {
+            FenceStatus::Current
+        } else {
+            FenceStatus::Superseded
         }
+    }
+
+    fn waiter_views(&self, waiters: impl Iterator<Item = SessionId>) -> Vec<WaiterView> {
+        waiters
+            .map(|waiter| WaiterView { session: waiter, client_name: self.session(waiter).client_name.clone() })
+            .collect()
     }
 
     fn advance(&mut self, index: u64) {
         if let Some(last_applied) = self.last_applied {
-            assert!(
-                index > last_applied,
-                "entries are applied in log order: index {index} after {last_applied}"
-            );
+            assert!(index > last_applied, "entries are applied in log order: index {index} after {last_applied}");
         }
         self.last_applied = Some(index);
     }
@@ -244,17 +357,20 @@ impl StateMachine {
         if remembered.fingerprint != fingerprint {
             return Some(Response::Rejected(request_id_reused(request)));
         }
-        if let (
-            Answer::Acquire(AcquireOutcome::Queued { .. }),
-            Command::Acquire { session, name, .. },
-        ) = (remembered.answer, command)
-        {
-            // A wait moves on after its answer was given: tell the retry where it stands
-            // now, so that it neither queues twice nor waits for a grant that came and
-            // went.
-            return Some(Response::Acquire(self.wait_outcome(*session, name)));
+        // A wait moves on after its answer was given: tell the retry where it stands now,
+        // so that it neither queues twice nor waits for a grant that came and went.
+        match (remembered.answer, command) {
+            (Answer::Acquire(AcquireOutcome::Queued { .. }), Command::Acquire { session, name, .. }) => {
+                Some(Response::Acquire(self.wait_outcome(*session, name)))
+            }
+            (Answer::Acquire(AcquireOutcome::Queued { .. }), Command::SemAcquire { session, name, .. }) => {
+                Some(Response::SemAcquire(self.sem_wait_outcome(*session, name)))
+            }
+            (Answer::Acquire(AcquireOutcome::Queued { .. }), Command::Campaign { session, name, .. }) => {
+                Some(Response::Campaign(self.campaign_wait_outcome(*session, name)))
+            }
+            (answer, command) => Some(answer.to_response(command)),
         }
-        Some(remembered.answer.to_response())
     }
 
     fn wait_outcome(&self, session: SessionId, name: &str) -> AcquireOutcome {
@@ -262,9 +378,7 @@ impl StateMachine {
             return AcquireOutcome::TimedOut;
         };
         if lock.holder.session == session {
-            return AcquireOutcome::Granted {
-                token: lock.holder.token,
-            };
+            return AcquireOutcome::Granted { token: lock.holder.token };
         }
         match queue_position(lock, session) {
             Some(position) => AcquireOutcome::Queued { position },
@@ -272,95 +386,71 @@ impl StateMachine {
         }
     }
 
-    fn remember(
-        &mut self,
-        request: RequestId,
-        fingerprint: u64,
-        command: &Command,
-        response: &Response,
-    ) {
+    fn remember(&mut self, request: RequestId, fingerprint: u64, command: &Command, response: &Response) {
         let Some(answer) = Answer::from_response(response) else {
             return;
         };
         let owner = match answer {
             Answer::SessionCreated { session, .. } => session,
-            _ => command
-                .session()
-                .expect("every command with a remembered answer names its session"),
+            _ => command.session().expect("every command with a remembered answer names its session"),
         };
-        let session = self
-            .sessions
-            .get_mut(&owner)
-            .expect("a command that took effect leaves its session alive");
+        let session = self.sessions.get_mut(&owner).expect("a command that took effect leaves its session alive");
         if session.remembered.len() == REQUESTS_REMEMBERED_PER_SESSION_MAX {
             let evicted = session.remembered.remove(0);
             let evicted_owner = self.requests.remove(&evicted.request);
             assert_eq!(evicted_owner, Some(owner));
         }
-        push_compact(
-            &mut session.remembered,
-            Remembered {
-                request,
-                fingerprint,
-                answer,
-            },
-        );
+        push_compact(&mut session.remembered, Remembered { request, fingerprint, answer });
         let previous = self.requests.insert(request, owner);
         assert!(previous.is_none(), "a new request id is not remembered yet");
     }
 
     /// Carries out a command that is not a retry.
-    fn execute(
-        &mut self,
-        index: u64,
-        stamp_ms: u64,
-        command: &Command,
-        events: &mut Vec<Event>,
-    ) -> Response {
+    fn execute(&mut self, index: u64, stamp_ms: u64, command: &Command, events: &mut Vec<Event>) -> Response {
         let result = match command {
-            Command::CreateSession {
-                request: _,
-                ttl_ms,
-                client_name,
-            } => self.create_session(index, *ttl_ms, client_name),
-            Command::CloseSession {
-                request: _,
-                session,
-            } => self.close_session(index, stamp_ms, *session, events),
-            Command::ExpireSessions { sessions } => {
-                self.expire_sessions(index, stamp_ms, sessions, events)
+            Command::CreateSession { request: _, ttl_ms, client_name } => {
+                self.create_session(index, *ttl_ms, client_name)
             }
-            Command::Acquire {
-                request: _,
-                session,
-                name,
-                wait,
-            } => self
-                .acquire(index, stamp_ms, *session, name, *wait, events)
-                .map(Response::Acquire),
-            Command::CancelWait {
-                request: _,
-                session,
-                name,
-            } => self
-                .cancel_wait(*session, name, events)
-                .map(Response::WaitCancelled),
-            Command::Release {
-                request: _,
-                session,
-                name,
-                token,
-            } => self.release(index, stamp_ms, *session, name, *token, events),
+            Command::CloseSession { request: _, session } => self.close_session(index, stamp_ms, *session, events),
+            Command::ExpireSessions { sessions } => self.expire_sessions(index, stamp_ms, sessions, events),
+            Command::Acquire { request: _, session, name, wait } => {
+                self.acquire(index, stamp_ms, *session, name, *wait, events).map(Response::Acquire)
+            }
+            Command::CancelWait { request: _, session, name } => {
+                self.cancel_wait(*session, name, events).map(Response::WaitCancelled)
+            }
+            Command::Release { request: _, session, name, token } => {
+                self.release(index, stamp_ms, *session, name, *token, events)
+            }
+            Command::SemAcquire { request: _, session, name, limit, wait } => {
+                self.sem_acquire(index, stamp_ms, *session, name, *limit, *wait, events).map(Response::SemAcquire)
+            }
+            Command::SemRelease { request: _, session, name, token } => {
+                self.sem_release(index, stamp_ms, *session, name, *token, events)
+            }
+            Command::SemSetLimit { request: _, session, name, limit } => {
+                self.sem_set_limit(index, stamp_ms, *session, name, *limit, events)
+            }
+            Command::SemCancelWait { request: _, session, name } => {
+                self.sem_cancel_wait(*session, name, events).map(Response::WaitCancelled)
+            }
+            Command::Campaign { request: _, session, name, value, wait } => {
+                self.campaign(index, stamp_ms, *session, name, value, *wait, events).map(Response::Campaign)
+            }
+            Command::CampaignCancelWait { request: _, session, name } => {
+                self.campaign_cancel_wait(*session, name, events).map(Response::WaitCancelled)
+            }
+            Command::Proclaim { request: _, session, name, token, value } => {
+                self.proclaim(*session, name, *token, value, events)
+            }
+            Command::Resign { request: _, session, name, token } => {
+                self.resign(index, stamp_ms, *session, name, *token, events)
+            }
         };
         result.unwrap_or_else(Response::Rejected)
     }
 
-    fn create_session(
-        &mut self,
-        index: u64,
-        ttl_ms: u64,
-        client_name: &str,
-    ) -> Result<Response, CommandError> {
+    fn create_session(&mut self, index: u64, ttl_ms: u64, client_name: &str) -> Result<Response, CommandError> {
         validate_client_name(client_name)?;
         validate_ttl_ms(ttl_ms)?;
         if self.sessions.len() >= SESSIONS_MAX {
@@ -372,17 +462,12 @@ impl StateMachine {
             client_name: client_name.to_owned(),
             held: Vec::new(),
             waiting: Vec::new(),
+            claims: Vec::new(),
             remembered: Vec::new(),
         };
         let previous = self.sessions.insert(index, session);
-        assert!(
-            previous.is_none(),
-            "session ids are log indexes, which are never reused"
-        );
-        Ok(Response::SessionCreated {
-            session: index,
-            ttl_ms,
-        })
+        assert!(previous.is_none(), "session ids are log indexes, which are never reused");
+        Ok(Response::SessionCreated { session: index, ttl_ms })
     }
 
     fn close_session(
@@ -430,27 +515,21 @@ impl StateMachine {
         wait: bool,
         events: &mut Vec<Event>,
     ) -> Result<AcquireOutcome, CommandError> {
-        validate_lock_name(name)?;
+        validate_name(ResourceKind::Lock, name)?;
         let Some(session) = self.sessions.get(&session_id) else {
             return Err(unknown_session(session_id));
         };
         let Some(lock) = self.locks.get(name) else {
-            if session.lock_count() >= LOCKS_PER_SESSION_MAX {
-                return Err(session_locks_full(session_id, session.lock_count()));
+            if session.resource_count() >= LOCKS_PER_SESSION_MAX {
+                return Err(session_locks_full(session_id, session.resource_count()));
             }
             self.locks.insert(
                 name.to_owned(),
-                Lock {
-                    holder: Holder {
-                        session: session_id,
-                        token: index,
-                        since_ms: stamp_ms,
-                    },
-                    waiters: Vec::new(),
-                },
+                Lock { holder: Holder { session: session_id, token: index, since_ms: stamp_ms }, waiters: Vec::new() },
             );
             push_compact(&mut self.session_mut(session_id).held, name.to_owned());
             events.push(Event::Granted {
+                kind: ResourceKind::Lock,
                 name: name.to_owned(),
                 session: session_id,
                 token: index,
@@ -459,26 +538,21 @@ impl StateMachine {
         };
         if lock.holder.session == session_id {
             // Not a new grant: the token must stay the one the holder already fences with.
-            return Ok(AcquireOutcome::Granted {
-                token: lock.holder.token,
-            });
+            return Ok(AcquireOutcome::Granted { token: lock.holder.token });
         }
         if !wait {
             // Even when this session also waits in the queue: a try-lock asks whether it
             // holds the lock now, and it does not.
-            return Ok(AcquireOutcome::Busy {
-                holder: lock.holder.session,
-                token: lock.holder.token,
-            });
+            return Ok(AcquireOutcome::Busy { holder: lock.holder.session, token: lock.holder.token });
         }
         if let Some(position) = queue_position(lock, session_id) {
             return Ok(AcquireOutcome::Queued { position });
         }
-        if session.lock_count() >= LOCKS_PER_SESSION_MAX {
-            return Err(session_locks_full(session_id, session.lock_count()));
+        if session.resource_count() >= LOCKS_PER_SESSION_MAX {
+            return Err(session_locks_full(session_id, session.resource_count()));
         }
         if lock.waiters.len() >= WAITERS_PER_LOCK_MAX {
-            return Err(waiters_full(name, lock.waiters.len()));
+            return Err(waiters_full(ResourceKind::Lock, name, lock.waiters.len()));
         }
         let position = position_u32(lock.waiters.len());
         push_compact(&mut self.lock_mut(name).waiters, session_id);
@@ -492,7 +566,7 @@ impl StateMachine {
         name: &str,
         events: &mut Vec<Event>,
     ) -> Result<CancelOutcome, CommandError> {
-        validate_lock_name(name)?;
+        validate_name(ResourceKind::Lock, name)?;
         let Some(session) = self.sessions.get_mut(&session_id) else {
             return Err(unknown_session(session_id));
         };
@@ -500,9 +574,7 @@ impl StateMachine {
             return Ok(CancelOutcome::NotWaiting);
         };
         if lock.holder.session == session_id {
-            return Ok(CancelOutcome::AlreadyGranted {
-                token: lock.holder.token,
-            });
+            return Ok(CancelOutcome::AlreadyGranted { token: lock.holder.token });
         }
         let Some(position) = lock.waiters.iter().position(|waiter| *waiter == session_id) else {
             return Ok(CancelOutcome::NotWaiting);
@@ -511,6 +583,7 @@ impl StateMachine {
         lock.waiters.remove(position);
         remove_name(&mut session.waiting, name);
         events.push(Event::WaitFailed {
+            kind: ResourceKind::Lock,
             name: name.to_owned(),
             session: session_id,
             reason: WaitFailure::Cancelled,
@@ -527,34 +600,33 @@ impl StateMachine {
         token: Token,
         events: &mut Vec<Event>,
     ) -> Result<Response, CommandError> {
-        validate_lock_name(name)?;
+        validate_name(ResourceKind::Lock, name)?;
         let Some(session) = self.sessions.get_mut(&session_id) else {
             return Err(unknown_session(session_id));
         };
-        let current = self
-            .locks
-            .get(name)
-            .map(|lock| (lock.holder.session, lock.holder.token));
+        let current = self.locks.get(name).map(|lock| (lock.holder.session, lock.holder.token));
         if current != Some((session_id, token)) {
             // A stale token must not release a later grant of the same session either:
             // the release may come from the paused process that held the earlier grant.
             return Err(not_holder(session_id, name, token, current));
         }
         remove_name(&mut session.held, name);
-        events.push(Event::Released {
-            name: name.to_owned(),
-            session: session_id,
-            token,
-        });
+        events.push(Event::Released { kind: ResourceKind::Lock, name: name.to_owned(), session: session_id, token });
         self.hand_over(index, stamp_ms, name, events);
         Ok(Response::Released { token })
     }
 
-    /// Ends live, distinct sessions in one entry: releases what they hold, ends their
-    /// waits, grants the freed locks to the next waiters and forgets their answers.
+    /// Ends live, distinct sessions in one entry: ends their waits, releases what they
+    /// hold, grants the freed locks, permits and leaderships to the next waiters and
+    /// forgets their answers.
     ///
-    /// Events come in this order: every ended wait, then for each session in the given
-    /// order its releases (each followed by the grant it caused) and its end.
+    /// The order is what keeps every limit: first every ending session leaves every
+    /// queue, then their semaphore permits are returned and the semaphores' waiters
+    /// granted, then each session's locks and leaderships are released and handed on.
+    /// Events come in that order: every ended wait (per session: locks, then its other
+    /// waits in the order it queued), the returned permits and the grants they caused
+    /// (per semaphore in name order), then for each session in the given order its lock
+    /// releases and leaderships (each followed by the grant it caused) and its end.
     fn end_sessions(
         &mut self,
         index: u64,
@@ -564,63 +636,89 @@ impl StateMachine {
         events: &mut Vec<Event>,
     ) {
         let ending_set: BTreeSet<SessionId> = ending.iter().copied().collect();
-        assert_eq!(
-            ending_set.len(),
-            ending.len(),
-            "each ending session is listed once"
-        );
+        assert_eq!(ending_set.len(), ending.len(), "each ending session is listed once");
 
-        // First every ending session leaves every queue, so that a lock freed below goes
-        // straight to a survivor: granting it to an ending waiter would hand that waiter's
-        // lock on again in the same entry, and two grants of one name would share this
-        // entry's index as their token.
-        let mut queues_left: BTreeSet<&str> = BTreeSet::new();
+        // First every ending session leaves every queue, so that what is freed below goes
+        // straight to a survivor: granting it to an ending waiter would hand it on again
+        // in the same entry, two grants of one lock or election would share this entry's
+        // index as their token, and a semaphore would count a permit that is about to be
+        // returned.
+        let mut queues_left: BTreeSet<(ResourceKind, &str)> = BTreeSet::new();
         for session_id in ending {
-            let session = self
-                .sessions
-                .get(session_id)
-                .expect("only live sessions are ended");
-            for name in &session.waiting {
+            let session = self.sessions.get(session_id).expect("only live sessions are ended");
+            let lock_waits = session.waiting.iter().map(|name| (ResourceKind::Lock, name.as_str()));
+            let other_waits = session
+                .claims
+                .iter()
+                .filter(|claim| claim.role == Role::Waits)
+                .map(|claim| (claim.kind, claim.name.as_str()));
+            for (kind, name) in lock_waits.chain(other_waits) {
                 events.push(Event::WaitFailed {
-                    name: name.clone(),
+                    kind,
+                    name: name.to_owned(),
                     session: *session_id,
                     reason: WaitFailure::SessionEnded,
                 });
-                queues_left.insert(name);
+                queues_left.insert((kind, name));
             }
         }
-        for name in queues_left {
-            let lock = self
-                .locks
-                .get_mut(name)
-                .expect("a session waits only on held locks");
-            lock.waiters.retain(|waiter| !ending_set.contains(waiter));
+        for (kind, name) in queues_left {
+            match kind {
+                ResourceKind::Lock => self
+                    .locks
+                    .get_mut(name)
+                    .expect("a session waits only on held locks")
+                    .waiters
+                    .retain(|waiter| !ending_set.contains(waiter)),
+                ResourceKind::Semaphore => self
+                    .semaphores
+                    .get_mut(name)
+                    .expect("a session waits only on semaphores in use")
+                    .waiters
+                    .retain(|waiter| !ending_set.contains(waiter)),
+                ResourceKind::Election => self
+                    .elections
+                    .get_mut(name)
+                    .expect("a session campaigns only in elections with a leader")
+                    .waiters
+                    .retain(|waiter| !ending_set.contains(&waiter.session)),
+            }
         }
 
-        // Then release and hand over. A lock has one holder, so each lock is freed, and
-        // granted, at most once in this entry.
+        // Then every permit of the ending sessions is returned before any is granted, so
+        // that the freed permits are counted once and a semaphore never goes over its
+        // limit.
+        self.return_permits_of_ending(index, stamp_ms, &ending_set, events);
+
+        // Then release and hand over. A lock or an election has one holder, so each is
+        // freed, and granted, at most once in this entry.
         for session_id in ending {
-            let session = self
-                .sessions
-                .remove(session_id)
-                .expect("only live sessions are ended");
+            let session = self.sessions.remove(session_id).expect("only live sessions are ended");
             for name in &session.held {
                 let token = self.lock(name).holder.token;
                 events.push(Event::Released {
+                    kind: ResourceKind::Lock,
                     name: name.clone(),
                     session: *session_id,
                     token,
                 });
                 self.hand_over(index, stamp_ms, name, events);
             }
+            for name in session.claimed(ResourceKind::Election, Role::Holds) {
+                let token = self.elections[name].leader.token;
+                events.push(Event::Released {
+                    kind: ResourceKind::Election,
+                    name: name.to_owned(),
+                    session: *session_id,
+                    token,
+                });
+                self.hand_over_election(index, stamp_ms, name, events);
+            }
             for remembered in &session.remembered {
                 let owner = self.requests.remove(&remembered.request);
                 assert_eq!(owner, Some(*session_id));
             }
-            events.push(Event::SessionEnded {
-                session: *session_id,
-                expired,
-            });
+            events.push(Event::SessionEnded { session: *session_id, expired });
         }
     }
 
@@ -632,57 +730,34 @@ impl StateMachine {
             self.locks.remove(name);
             return;
         }
-        assert!(
-            index > lock.holder.token,
-            "tokens of one lock strictly increase: {index} after {}",
-            lock.holder.token
-        );
+        assert!(index > lock.holder.token, "tokens of one lock strictly increase: {index} after {}", lock.holder.token);
         let next = lock.waiters.remove(0);
-        lock.holder = Holder {
-            session: next,
-            token: index,
-            since_ms: stamp_ms,
-        };
+        lock.holder = Holder { session: next, token: index, since_ms: stamp_ms };
         let session = self.session_mut(next);
         remove_name(&mut session.waiting, name);
         push_compact(&mut session.held, name.to_owned());
-        events.push(Event::Granted {
-            name: name.to_owned(),
-            session: next,
-            token: index,
-        });
+        events.push(Event::Granted { kind: ResourceKind::Lock, name: name.to_owned(), session: next, token: index });
     }
 
     fn session(&self, session: SessionId) -> &Session {
-        self.sessions
-            .get(&session)
-            .unwrap_or_else(|| panic!("session {session} is referenced but does not exist"))
+        self.sessions.get(&session).unwrap_or_else(|| panic!("session {session} is referenced but does not exist"))
     }
 
     fn session_mut(&mut self, session: SessionId) -> &mut Session {
-        self.sessions
-            .get_mut(&session)
-            .unwrap_or_else(|| panic!("session {session} is referenced but does not exist"))
+        self.sessions.get_mut(&session).unwrap_or_else(|| panic!("session {session} is referenced but does not exist"))
     }
 
     fn lock(&self, name: &str) -> &Lock {
-        self.locks
-            .get(name)
-            .unwrap_or_else(|| panic!("lock {name:?} is referenced but not held"))
+        self.locks.get(name).unwrap_or_else(|| panic!("lock {name:?} is referenced but not held"))
     }
 
     fn lock_mut(&mut self, name: &str) -> &mut Lock {
-        self.locks
-            .get_mut(name)
-            .unwrap_or_else(|| panic!("lock {name:?} is referenced but not held"))
+        self.locks.get_mut(name).unwrap_or_else(|| panic!("lock {name:?} is referenced but not held"))
     }
 }
 
 fn queue_position(lock: &Lock, session: SessionId) -> Option<u32> {
-    lock.waiters
-        .iter()
-        .position(|waiter| *waiter == session)
-        .map(position_u32)
+    lock.waiters.iter().position(|waiter| *waiter == session).map(position_u32)
 }
 
 fn position_u32(position: usize) -> u32 {

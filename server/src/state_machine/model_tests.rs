@@ -8,8 +8,8 @@ use proptest::sample::Index;
 
 use super::*;
 use crate::limits::{
-    CLIENT_NAME_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
-    LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX,
+    CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
+    LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX,
     SESSION_TTL_MS_MIN, WAITERS_PER_LOCK_MAX,
 };
 
@@ -21,6 +21,10 @@ struct Model {
     sessions: Vec<ModelSession>,
     /// Held locks only, in no particular order.
     locks: Vec<ModelLock>,
+    /// Semaphores with holders or waiters, in no particular order.
+    semaphores: Vec<ModelSemaphore>,
+    /// Elections with a leader, in no particular order.
+    elections: Vec<ModelElection>,
 }
 
 #[derive(Clone, Debug)]
@@ -41,28 +45,48 @@ struct ModelLock {
     waiters: Vec<SessionId>,
 }
 
+#[derive(Clone, Debug)]
+struct ModelSemaphore {
+    name: String,
+    limit: u32,
+    /// (session, token, since_ms), in grant order.
+    holders: Vec<(SessionId, Token, u64)>,
+    waiters: Vec<SessionId>,
+}
+
+#[derive(Clone, Debug)]
+struct ModelElection {
+    name: String,
+    leader: SessionId,
+    token: Token,
+    since_ms: u64,
+    value: String,
+    /// (session, value it campaigned with).
+    waiters: Vec<(SessionId, String)>,
+}
+
 fn rejected(kind: ErrorKind) -> Response {
-    Response::Rejected(CommandError {
-        kind,
-        message: String::new(),
-    })
+    Response::Rejected(CommandError { kind, message: String::new() })
 }
 
 fn name_is_valid(name: &str) -> bool {
     !name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX
 }
 
+fn limit_is_valid(limit: u32) -> bool {
+    (1..=SEMAPHORE_LIMIT_MAX).contains(&limit)
+}
+
+fn queued_or_timed_out(waiters: &[SessionId], session: SessionId) -> AcquireOutcome {
+    match waiters.iter().position(|waiter| *waiter == session) {
+        Some(position) => AcquireOutcome::Queued { position: position as u32 },
+        None => AcquireOutcome::TimedOut,
+    }
+}
+
 impl Model {
     fn apply(&mut self, index: u64, stamp_ms: u64, command: &Command) -> (Response, Vec<Event>) {
-        let request = match command {
-            Command::CreateSession { request, .. }
-            | Command::CloseSession { request, .. }
-            | Command::Acquire { request, .. }
-            | Command::CancelWait { request, .. }
-            | Command::Release { request, .. } => Some(*request),
-            Command::ExpireSessions { .. } => None,
-        };
-        if let Some(request) = request {
+        if let Some(request) = command.request() {
             let earlier = self
                 .sessions
                 .iter()
@@ -73,47 +97,19 @@ impl Model {
                 if earlier != *command {
                     return (rejected(ErrorKind::RequestIdReused), vec![]);
                 }
-                if let (
-                    Response::Acquire(AcquireOutcome::Queued { .. }),
-                    Command::Acquire { session, name, .. },
-                ) = (&answer, command)
-                {
-                    let outcome = match self.lock(name) {
-                        Some(lock) if lock.holder == *session => {
-                            AcquireOutcome::Granted { token: lock.token }
-                        }
-                        Some(lock) => match lock.waiters.iter().position(|w| w == session) {
-                            Some(position) => AcquireOutcome::Queued {
-                                position: position as u32,
-                            },
-                            None => AcquireOutcome::TimedOut,
-                        },
-                        None => AcquireOutcome::TimedOut,
-                    };
-                    return (Response::Acquire(outcome), vec![]);
-                }
-                return (answer, vec![]);
+                return (self.recall(answer, command), vec![]);
             }
         }
 
         let mut events = Vec::new();
         let response = self.execute(index, stamp_ms, command, &mut events);
-        let owner = match (&response, command) {
-            (Response::SessionCreated { session, .. }, _) => Some(*session),
-            (
-                Response::Acquire(_) | Response::WaitCancelled(_) | Response::Released { .. },
-                Command::Acquire { session, .. }
-                | Command::CancelWait { session, .. }
-                | Command::Release { session, .. },
-            ) => Some(*session),
-            _ => None,
+        let owner = match &response {
+            Response::SessionCreated { session, .. } => Some(*session),
+            Response::SessionClosed | Response::SessionsExpired { .. } | Response::Rejected(_) => None,
+            _ => command.session(),
         };
         if let Some(owner) = owner {
-            let session = self
-                .sessions
-                .iter_mut()
-                .find(|session| session.id == owner)
-                .unwrap();
+            let session = self.sessions.iter_mut().find(|session| session.id == owner).unwrap();
             session.answers.push((command.clone(), response.clone()));
             if session.answers.len() > REQUESTS_REMEMBERED_PER_SESSION_MAX {
                 session.answers.remove(0);
@@ -122,19 +118,45 @@ impl Model {
         (response, events)
     }
 
-    fn execute(
-        &mut self,
-        index: u64,
-        stamp_ms: u64,
-        command: &Command,
-        events: &mut Vec<Event>,
-    ) -> Response {
+    /// The stored answer, except that a queued wait says where it stands now.
+    fn recall(&self, answer: Response, command: &Command) -> Response {
+        match (&answer, command) {
+            (Response::Acquire(AcquireOutcome::Queued { .. }), Command::Acquire { session, name, .. }) => {
+                let outcome = match self.lock(name) {
+                    Some(lock) if lock.holder == *session => AcquireOutcome::Granted { token: lock.token },
+                    Some(lock) => queued_or_timed_out(&lock.waiters, *session),
+                    None => AcquireOutcome::TimedOut,
+                };
+                Response::Acquire(outcome)
+            }
+            (Response::SemAcquire(AcquireOutcome::Queued { .. }), Command::SemAcquire { session, name, .. }) => {
+                let outcome = match self.semaphore(name) {
+                    Some(semaphore) => match semaphore.holders.iter().find(|h| h.0 == *session) {
+                        Some(holder) => AcquireOutcome::Granted { token: holder.1 },
+                        None => queued_or_timed_out(&semaphore.waiters, *session),
+                    },
+                    None => AcquireOutcome::TimedOut,
+                };
+                Response::SemAcquire(outcome)
+            }
+            (Response::Campaign(AcquireOutcome::Queued { .. }), Command::Campaign { session, name, .. }) => {
+                let outcome = match self.election(name) {
+                    Some(election) if election.leader == *session => AcquireOutcome::Granted { token: election.token },
+                    Some(election) => {
+                        let waiters: Vec<SessionId> = election.waiters.iter().map(|w| w.0).collect();
+                        queued_or_timed_out(&waiters, *session)
+                    }
+                    None => AcquireOutcome::TimedOut,
+                };
+                Response::Campaign(outcome)
+            }
+            _ => answer,
+        }
+    }
+
+    fn execute(&mut self, index: u64, stamp_ms: u64, command: &Command, events: &mut Vec<Event>) -> Response {
         match command {
-            Command::CreateSession {
-                ttl_ms,
-                client_name,
-                ..
-            } => {
+            Command::CreateSession { ttl_ms, client_name, .. } => {
                 if client_name.len() > CLIENT_NAME_BYTES_MAX
                     || *ttl_ms < SESSION_TTL_MS_MIN
                     || *ttl_ms > SESSION_TTL_MS_MAX
@@ -150,10 +172,7 @@ impl Model {
                     client_name: client_name.clone(),
                     answers: vec![],
                 });
-                Response::SessionCreated {
-                    session: index,
-                    ttl_ms: *ttl_ms,
-                }
+                Response::SessionCreated { session: index, ttl_ms: *ttl_ms }
             }
             Command::CloseSession { session, .. } => {
                 if !self.is_live(*session) {
@@ -175,12 +194,7 @@ impl Model {
                 self.end(index, stamp_ms, &expired, true, events);
                 Response::SessionsExpired { expired }
             }
-            Command::Acquire {
-                session,
-                name,
-                wait,
-                ..
-            } => {
+            Command::Acquire { session, name, wait, .. } => {
                 if !name_is_valid(name) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
@@ -200,6 +214,7 @@ impl Model {
                         waiters: vec![],
                     });
                     events.push(Event::Granted {
+                        kind: ResourceKind::Lock,
                         name: name.clone(),
                         session: *session,
                         token: index,
@@ -210,24 +225,17 @@ impl Model {
                     return Response::Acquire(AcquireOutcome::Granted { token: lock.token });
                 }
                 if !wait {
-                    return Response::Acquire(AcquireOutcome::Busy {
-                        holder: lock.holder,
-                        token: lock.token,
-                    });
+                    return Response::Acquire(AcquireOutcome::Busy { holder: lock.holder, token: lock.token });
                 }
                 if let Some(position) = lock.waiters.iter().position(|w| w == session) {
-                    return Response::Acquire(AcquireOutcome::Queued {
-                        position: position as u32,
-                    });
+                    return Response::Acquire(AcquireOutcome::Queued { position: position as u32 });
                 }
                 if count >= LOCKS_PER_SESSION_MAX || lock.waiters.len() >= WAITERS_PER_LOCK_MAX {
                     return rejected(ErrorKind::LimitExceeded);
                 }
                 let lock = self.lock_mut(name);
                 lock.waiters.push(*session);
-                Response::Acquire(AcquireOutcome::Queued {
-                    position: (lock.waiters.len() - 1) as u32,
-                })
+                Response::Acquire(AcquireOutcome::Queued { position: (lock.waiters.len() - 1) as u32 })
             }
             Command::CancelWait { session, name, .. } => {
                 if !name_is_valid(name) {
@@ -240,9 +248,7 @@ impl Model {
                     return Response::WaitCancelled(CancelOutcome::NotWaiting);
                 };
                 if lock.holder == *session {
-                    return Response::WaitCancelled(CancelOutcome::AlreadyGranted {
-                        token: lock.token,
-                    });
+                    return Response::WaitCancelled(CancelOutcome::AlreadyGranted { token: lock.token });
                 }
                 let before = lock.waiters.len();
                 lock.waiters.retain(|w| w != session);
@@ -250,18 +256,14 @@ impl Model {
                     return Response::WaitCancelled(CancelOutcome::NotWaiting);
                 }
                 events.push(Event::WaitFailed {
+                    kind: ResourceKind::Lock,
                     name: name.clone(),
                     session: *session,
                     reason: WaitFailure::Cancelled,
                 });
                 Response::WaitCancelled(CancelOutcome::Cancelled)
             }
-            Command::Release {
-                session,
-                name,
-                token,
-                ..
-            } => {
+            Command::Release { session, name, token, .. } => {
                 if !name_is_valid(name) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
@@ -273,6 +275,7 @@ impl Model {
                     _ => return rejected(ErrorKind::NotHolder),
                 }
                 events.push(Event::Released {
+                    kind: ResourceKind::Lock,
                     name: name.clone(),
                     session: *session,
                     token: *token,
@@ -280,52 +283,370 @@ impl Model {
                 self.pass_on(index, stamp_ms, name, events);
                 Response::Released { token: *token }
             }
+            Command::SemAcquire { session, name, limit, wait, .. } => {
+                if !name_is_valid(name) || !limit_is_valid(*limit) {
+                    return rejected(ErrorKind::InvalidArgument);
+                }
+                if !self.is_live(*session) {
+                    return rejected(ErrorKind::UnknownSession);
+                }
+                let count = self.lock_count_of(*session);
+                let Some(semaphore) = self.semaphore(name) else {
+                    if count >= LOCKS_PER_SESSION_MAX {
+                        return rejected(ErrorKind::LimitExceeded);
+                    }
+                    self.semaphores.push(ModelSemaphore {
+                        name: name.clone(),
+                        limit: *limit,
+                        holders: vec![],
+                        waiters: vec![],
+                    });
+                    self.grant_permit(index, stamp_ms, name, *session, events);
+                    return Response::SemAcquire(AcquireOutcome::Granted { token: index });
+                };
+                if semaphore.limit != *limit {
+                    return rejected(ErrorKind::LimitMismatch);
+                }
+                if let Some(holder) = semaphore.holders.iter().find(|h| h.0 == *session) {
+                    return Response::SemAcquire(AcquireOutcome::Granted { token: holder.1 });
+                }
+                if semaphore.waiters.is_empty() && semaphore.holders.len() < *limit as usize {
+                    if count >= LOCKS_PER_SESSION_MAX {
+                        return rejected(ErrorKind::LimitExceeded);
+                    }
+                    self.grant_permit(index, stamp_ms, name, *session, events);
+                    return Response::SemAcquire(AcquireOutcome::Granted { token: index });
+                }
+                if !wait {
+                    return Response::SemAcquire(AcquireOutcome::Busy {
+                        holder: semaphore.holders[0].0,
+                        token: semaphore.holders[0].1,
+                    });
+                }
+                if let Some(position) = semaphore.waiters.iter().position(|w| w == session) {
+                    return Response::SemAcquire(AcquireOutcome::Queued { position: position as u32 });
+                }
+                if count >= LOCKS_PER_SESSION_MAX || semaphore.waiters.len() >= WAITERS_PER_LOCK_MAX {
+                    return rejected(ErrorKind::LimitExceeded);
+                }
+                let semaphore = self.semaphore_mut(name);
+                semaphore.waiters.push(*session);
+                Response::SemAcquire(AcquireOutcome::Queued { position: (semaphore.waiters.len() - 1) as u32 })
+            }
+            Command::SemRelease { session, name, token, .. } => {
+                if !name_is_valid(name) {
+                    return rejected(ErrorKind::InvalidArgument);
+                }
+                if !self.is_live(*session) {
+                    return rejected(ErrorKind::UnknownSession);
+                }
+                let holds =
+                    self.semaphore(name).is_some_and(|s| s.holders.iter().any(|h| (h.0, h.1) == (*session, *token)));
+                if !holds {
+                    return rejected(ErrorKind::NotHolder);
+                }
+                self.semaphore_mut(name).holders.retain(|h| h.0 != *session);
+                events.push(Event::Released {
+                    kind: ResourceKind::Semaphore,
+                    name: name.clone(),
+                    session: *session,
+                    token: *token,
+                });
+                self.fill(index, stamp_ms, name, events);
+                Response::SemReleased { token: *token }
+            }
+            Command::SemSetLimit { session, name, limit, .. } => {
+                if !name_is_valid(name) || !limit_is_valid(*limit) {
+                    return rejected(ErrorKind::InvalidArgument);
+                }
+                if !self.is_live(*session) {
+                    return rejected(ErrorKind::UnknownSession);
+                }
+                if self.semaphore(name).is_none() {
+                    return rejected(ErrorKind::InvalidArgument);
+                }
+                let semaphore = self.semaphore_mut(name);
+                let previous = semaphore.limit;
+                semaphore.limit = *limit;
+                self.fill(index, stamp_ms, name, events);
+                Response::SemLimitSet { limit: *limit, previous }
+            }
+            Command::SemCancelWait { session, name, .. } => {
+                if !name_is_valid(name) {
+                    return rejected(ErrorKind::InvalidArgument);
+                }
+                if !self.is_live(*session) {
+                    return rejected(ErrorKind::UnknownSession);
+                }
+                let Some(semaphore) = self.semaphores.iter_mut().find(|s| s.name == *name) else {
+                    return Response::WaitCancelled(CancelOutcome::NotWaiting);
+                };
+                if let Some(holder) = semaphore.holders.iter().find(|h| h.0 == *session) {
+                    return Response::WaitCancelled(CancelOutcome::AlreadyGranted { token: holder.1 });
+                }
+                let before = semaphore.waiters.len();
+                semaphore.waiters.retain(|w| w != session);
+                if semaphore.waiters.len() == before {
+                    return Response::WaitCancelled(CancelOutcome::NotWaiting);
+                }
+                events.push(Event::WaitFailed {
+                    kind: ResourceKind::Semaphore,
+                    name: name.clone(),
+                    session: *session,
+                    reason: WaitFailure::Cancelled,
+                });
+                Response::WaitCancelled(CancelOutcome::Cancelled)
+            }
+            Command::Campaign { session, name, value, wait, .. } => {
+                if !name_is_valid(name) || value.len() > ELECTION_VALUE_BYTES_MAX {
+                    return rejected(ErrorKind::InvalidArgument);
+                }
+                if !self.is_live(*session) {
+                    return rejected(ErrorKind::UnknownSession);
+                }
+                let count = self.lock_count_of(*session);
+                let Some(election) = self.election(name) else {
+                    if count >= LOCKS_PER_SESSION_MAX {
+                        return rejected(ErrorKind::LimitExceeded);
+                    }
+                    self.elections.push(ModelElection {
+                        name: name.clone(),
+                        leader: *session,
+                        token: index,
+                        since_ms: stamp_ms,
+                        value: value.clone(),
+                        waiters: vec![],
+                    });
+                    self.announce(name, true, events);
+                    return Response::Campaign(AcquireOutcome::Granted { token: index });
+                };
+                if election.leader == *session {
+                    return Response::Campaign(AcquireOutcome::Granted { token: election.token });
+                }
+                if !wait {
+                    return Response::Campaign(AcquireOutcome::Busy { holder: election.leader, token: election.token });
+                }
+                if let Some(position) = election.waiters.iter().position(|w| w.0 == *session) {
+                    return Response::Campaign(AcquireOutcome::Queued { position: position as u32 });
+                }
+                if count >= LOCKS_PER_SESSION_MAX || election.waiters.len() >= WAITERS_PER_LOCK_MAX {
+                    return rejected(ErrorKind::LimitExceeded);
+                }
+                let election = self.election_mut(name);
+                election.waiters.push((*session, value.clone()));
+                Response::Campaign(AcquireOutcome::Queued { position: (election.waiters.len() - 1) as u32 })
+            }
+            Command::CampaignCancelWait { session, name, .. } => {
+                if !name_is_valid(name) {
+                    return rejected(ErrorKind::InvalidArgument);
+                }
+                if !self.is_live(*session) {
+                    return rejected(ErrorKind::UnknownSession);
+                }
+                let Some(election) = self.elections.iter_mut().find(|e| e.name == *name) else {
+                    return Response::WaitCancelled(CancelOutcome::NotWaiting);
+                };
+                if election.leader == *session {
+                    return Response::WaitCancelled(CancelOutcome::AlreadyGranted { token: election.token });
+                }
+                let before = election.waiters.len();
+                election.waiters.retain(|w| w.0 != *session);
+                if election.waiters.len() == before {
+                    return Response::WaitCancelled(CancelOutcome::NotWaiting);
+                }
+                events.push(Event::WaitFailed {
+                    kind: ResourceKind::Election,
+                    name: name.clone(),
+                    session: *session,
+                    reason: WaitFailure::Cancelled,
+                });
+                Response::WaitCancelled(CancelOutcome::Cancelled)
+            }
+            Command::Proclaim { session, name, token, value, .. } => {
+                if !name_is_valid(name) || value.len() > ELECTION_VALUE_BYTES_MAX {
+                    return rejected(ErrorKind::InvalidArgument);
+                }
+                if !self.is_live(*session) {
+                    return rejected(ErrorKind::UnknownSession);
+                }
+                if !self.leads(name, *session, *token) {
+                    return rejected(ErrorKind::NotLeader);
+                }
+                if self.election(name).unwrap().value != *value {
+                    self.election_mut(name).value = value.clone();
+                    self.announce(name, false, events);
+                }
+                Response::Proclaimed { token: *token }
+            }
+            Command::Resign { session, name, token, .. } => {
+                if !name_is_valid(name) {
+                    return rejected(ErrorKind::InvalidArgument);
+                }
+                if !self.is_live(*session) {
+                    return rejected(ErrorKind::UnknownSession);
+                }
+                if !self.leads(name, *session, *token) {
+                    return rejected(ErrorKind::NotLeader);
+                }
+                events.push(Event::Released {
+                    kind: ResourceKind::Election,
+                    name: name.clone(),
+                    session: *session,
+                    token: *token,
+                });
+                self.next_leader(index, stamp_ms, name, events);
+                Response::Resigned { token: *token }
+            }
         }
     }
 
-    fn end(
-        &mut self,
-        index: u64,
-        stamp_ms: u64,
-        ending: &[SessionId],
-        expired: bool,
-        events: &mut Vec<Event>,
-    ) {
+    fn end(&mut self, index: u64, stamp_ms: u64, ending: &[SessionId], expired: bool, events: &mut Vec<Event>) {
+        let wait_failed = |kind, name: &str, session: SessionId| Event::WaitFailed {
+            kind,
+            name: name.to_owned(),
+            session,
+            reason: WaitFailure::SessionEnded,
+        };
         for lock in &mut self.locks {
             for waiter in &lock.waiters {
                 if ending.contains(waiter) {
-                    events.push(Event::WaitFailed {
-                        name: lock.name.clone(),
-                        session: *waiter,
-                        reason: WaitFailure::SessionEnded,
-                    });
+                    events.push(wait_failed(ResourceKind::Lock, &lock.name, *waiter));
                 }
             }
             lock.waiters.retain(|waiter| !ending.contains(waiter));
         }
-        let freed: Vec<String> = self
-            .locks
-            .iter()
-            .filter(|lock| ending.contains(&lock.holder))
-            .map(|lock| lock.name.clone())
-            .collect();
+        for semaphore in &mut self.semaphores {
+            for waiter in &semaphore.waiters {
+                if ending.contains(waiter) {
+                    events.push(wait_failed(ResourceKind::Semaphore, &semaphore.name, *waiter));
+                }
+            }
+            semaphore.waiters.retain(|waiter| !ending.contains(waiter));
+        }
+        for election in &mut self.elections {
+            for (waiter, _) in &election.waiters {
+                if ending.contains(waiter) {
+                    events.push(wait_failed(ResourceKind::Election, &election.name, *waiter));
+                }
+            }
+            election.waiters.retain(|(waiter, _)| !ending.contains(waiter));
+        }
+
+        let names: Vec<String> = self.semaphores.iter().map(|s| s.name.clone()).collect();
+        for name in names {
+            let semaphore = self.semaphore_mut(&name);
+            let (gone, kept): (Vec<_>, Vec<_>) =
+                semaphore.holders.iter().partition(|holder| ending.contains(&holder.0));
+            semaphore.holders = kept;
+            for (session, token, _) in gone {
+                events.push(Event::Released { kind: ResourceKind::Semaphore, name: name.clone(), session, token });
+            }
+            self.fill(index, stamp_ms, &name, events);
+        }
+
+        let freed: Vec<String> =
+            self.locks.iter().filter(|lock| ending.contains(&lock.holder)).map(|lock| lock.name.clone()).collect();
         for name in freed {
             let lock = self.lock(&name).unwrap();
             events.push(Event::Released {
+                kind: ResourceKind::Lock,
                 name: name.clone(),
                 session: lock.holder,
                 token: lock.token,
             });
             self.pass_on(index, stamp_ms, &name, events);
         }
-        self.sessions
-            .retain(|session| !ending.contains(&session.id));
+        let vacated: Vec<String> = self
+            .elections
+            .iter()
+            .filter(|election| ending.contains(&election.leader))
+            .map(|election| election.name.clone())
+            .collect();
+        for name in vacated {
+            let election = self.election(&name).unwrap();
+            events.push(Event::Released {
+                kind: ResourceKind::Election,
+                name: name.clone(),
+                session: election.leader,
+                token: election.token,
+            });
+            self.next_leader(index, stamp_ms, &name, events);
+        }
+        self.sessions.retain(|session| !ending.contains(&session.id));
         for session in ending {
-            events.push(Event::SessionEnded {
-                session: *session,
-                expired,
+            events.push(Event::SessionEnded { session: *session, expired });
+        }
+    }
+
+    /// Free permits go to the waiters, first in line first; an unused semaphore goes.
+    fn fill(&mut self, index: u64, stamp_ms: u64, name: &str, events: &mut Vec<Event>) {
+        loop {
+            let semaphore = self.semaphore_mut(name);
+            if semaphore.waiters.is_empty() || semaphore.holders.len() >= semaphore.limit as usize {
+                break;
+            }
+            let next = semaphore.waiters.remove(0);
+            self.grant_permit(index, stamp_ms, name, next, events);
+        }
+        let semaphore = self.semaphore_mut(name);
+        if semaphore.holders.is_empty() && semaphore.waiters.is_empty() {
+            self.semaphores.retain(|semaphore| semaphore.name != name);
+        }
+    }
+
+    fn grant_permit(&mut self, index: u64, stamp_ms: u64, name: &str, session: SessionId, events: &mut Vec<Event>) {
+        self.semaphore_mut(name).holders.push((session, index, stamp_ms));
+        events.push(Event::Granted { kind: ResourceKind::Semaphore, name: name.to_owned(), session, token: index });
+    }
+
+    /// The leader is gone: the first campaigner leads, or the election falls vacant.
+    fn next_leader(&mut self, index: u64, stamp_ms: u64, name: &str, events: &mut Vec<Event>) {
+        let election = self.election_mut(name);
+        if election.waiters.is_empty() {
+            self.elections.retain(|election| election.name != name);
+            events.push(Event::LeaderChanged { name: name.to_owned(), leader: None });
+            return;
+        }
+        let (next, value) = election.waiters.remove(0);
+        election.leader = next;
+        election.token = index;
+        election.since_ms = stamp_ms;
+        election.value = value;
+        self.announce(name, true, events);
+    }
+
+    fn announce(&self, name: &str, new_leader: bool, events: &mut Vec<Event>) {
+        let view = self.leader_view(name).unwrap();
+        if new_leader {
+            events.push(Event::Granted {
+                kind: ResourceKind::Election,
+                name: name.to_owned(),
+                session: view.session,
+                token: view.token,
             });
         }
+        events.push(Event::LeaderChanged { name: name.to_owned(), leader: Some(view) });
+    }
+
+    fn leader_view(&self, name: &str) -> Option<LeaderView> {
+        let election = self.election(name)?;
+        Some(LeaderView {
+            session: election.leader,
+            client_name: self
+                .sessions
+                .iter()
+                .find(|session| session.id == election.leader)
+                .unwrap()
+                .client_name
+                .clone(),
+            token: election.token,
+            since_ms: election.since_ms,
+            value: election.value.clone(),
+        })
+    }
+
+    fn leads(&self, name: &str, session: SessionId, token: Token) -> bool {
+        self.election(name).is_some_and(|election| (election.leader, election.token) == (session, token))
     }
 
     /// The holder is gone: the first waiter gets the lock, or the lock becomes free.
@@ -339,22 +660,40 @@ impl Model {
         lock.holder = next;
         lock.token = index;
         lock.since_ms = stamp_ms;
-        events.push(Event::Granted {
-            name: name.to_owned(),
-            session: next,
-            token: index,
-        });
+        events.push(Event::Granted { kind: ResourceKind::Lock, name: name.to_owned(), session: next, token: index });
     }
 
     fn is_live(&self, session: SessionId) -> bool {
         self.sessions.iter().any(|live| live.id == session)
     }
 
+    /// Locks, permits and elections held or waited for, all counted together.
     fn lock_count_of(&self, session: SessionId) -> usize {
-        self.locks
+        let locks = self.locks.iter().filter(|lock| lock.holder == session || lock.waiters.contains(&session)).count();
+        let semaphores = self
+            .semaphores
             .iter()
-            .filter(|lock| lock.holder == session || lock.waiters.contains(&session))
-            .count()
+            .filter(|s| s.holders.iter().any(|h| h.0 == session) || s.waiters.contains(&session))
+            .count();
+        let elections =
+            self.elections.iter().filter(|e| e.leader == session || e.waiters.iter().any(|w| w.0 == session)).count();
+        locks + semaphores + elections
+    }
+
+    fn semaphore(&self, name: &str) -> Option<&ModelSemaphore> {
+        self.semaphores.iter().find(|semaphore| semaphore.name == name)
+    }
+
+    fn semaphore_mut(&mut self, name: &str) -> &mut ModelSemaphore {
+        self.semaphores.iter_mut().find(|semaphore| semaphore.name == name).unwrap()
+    }
+
+    fn election(&self, name: &str) -> Option<&ModelElection> {
+        self.elections.iter().find(|election| election.name == name)
+    }
+
+    fn election_mut(&mut self, name: &str) -> &mut ModelElection {
+        self.elections.iter_mut().find(|election| election.name == name).unwrap()
     }
 
     fn lock(&self, name: &str) -> Option<&ModelLock> {
@@ -362,10 +701,7 @@ impl Model {
     }
 
     fn lock_mut(&mut self, name: &str) -> &mut ModelLock {
-        self.locks
-            .iter_mut()
-            .find(|lock| lock.name == name)
-            .unwrap()
+        self.locks.iter_mut().find(|lock| lock.name == name).unwrap()
     }
 }
 
@@ -408,6 +744,58 @@ enum Op {
         name: u8,
         token: u8,
     },
+    SemAcquire {
+        client: u64,
+        session: Index,
+        name: u8,
+        /// Mostly the semaphore's current limit, as a correct client asks.
+        limit: u8,
+        wait: bool,
+    },
+    SemRelease {
+        client: u64,
+        session: Index,
+        name: u8,
+        token: u8,
+    },
+    SemSetLimit {
+        client: u64,
+        session: Index,
+        name: u8,
+        limit: u8,
+    },
+    SemCancel {
+        client: u64,
+        session: Index,
+        name: u8,
+        waiter: bool,
+    },
+    Campaign {
+        client: u64,
+        session: Index,
+        name: u8,
+        value: u8,
+        wait: bool,
+    },
+    CampaignCancel {
+        client: u64,
+        session: Index,
+        name: u8,
+        waiter: bool,
+    },
+    Proclaim {
+        client: u64,
+        session: Index,
+        name: u8,
+        token: u8,
+        value: u8,
+    },
+    Resign {
+        client: u64,
+        session: Index,
+        name: u8,
+        token: u8,
+    },
     /// Applies an earlier command again, unchanged; mostly one of the last few, as a
     /// client retries its latest requests.
     Retry {
@@ -426,7 +814,7 @@ enum Op {
 fn fresh_op() -> impl Strategy<Value = Op> {
     let client = 0..CLIENTS;
     prop_oneof![
-        3 => (client.clone(), any::<u8>(), prop::bool::weighted(0.03)).prop_map(
+        8 => (client.clone(), any::<u8>(), prop::bool::weighted(0.03)).prop_map(
             |(client, ttl, long_client_name)| Op::Create { client, ttl, long_client_name }
         ),
         1 => (client.clone(), any::<Index>())
@@ -439,8 +827,65 @@ fn fresh_op() -> impl Strategy<Value = Op> {
         2 => (client.clone(), any::<Index>(), any::<u8>(), prop::bool::weighted(0.7)).prop_map(
             |(client, session, name, waiter)| Op::Cancel { client, session, name, waiter }
         ),
-        4 => (client, any::<Index>(), any::<u8>(), any::<u8>()).prop_map(
+        4 => (client.clone(), any::<Index>(), any::<u8>(), any::<u8>()).prop_map(
             |(client, session, name, token)| Op::Release { client, session, name, token }
+        ),
+        8 => (
+            client.clone(),
+            any::<Index>(),
+            any::<u8>(),
+            any::<u8>(),
+            prop::bool::weighted(0.7),
+        )
+            .prop_map(|(client, session, name, limit, wait)| Op::SemAcquire {
+                client,
+                session,
+                name,
+                limit,
+                wait
+            }),
+        4 => (client.clone(), any::<Index>(), any::<u8>(), any::<u8>()).prop_map(
+            |(client, session, name, token)| Op::SemRelease { client, session, name, token }
+        ),
+        2 => (client.clone(), any::<Index>(), any::<u8>(), any::<u8>()).prop_map(
+            |(client, session, name, limit)| Op::SemSetLimit { client, session, name, limit }
+        ),
+        2 => (client.clone(), any::<Index>(), any::<u8>(), prop::bool::weighted(0.7)).prop_map(
+            |(client, session, name, waiter)| Op::SemCancel { client, session, name, waiter }
+        ),
+        6 => (
+            client.clone(),
+            any::<Index>(),
+            any::<u8>(),
+            any::<u8>(),
+            prop::bool::weighted(0.7),
+        )
+            .prop_map(|(client, session, name, value, wait)| Op::Campaign {
+                client,
+                session,
+                name,
+                value,
+                wait
+            }),
+        2 => (client.clone(), any::<Index>(), any::<u8>(), prop::bool::weighted(0.7)).prop_map(
+            |(client, session, name, waiter)| Op::CampaignCancel {
+                client,
+                session,
+                name,
+                waiter
+            }
+        ),
+        2 => (client.clone(), any::<Index>(), any::<u8>(), any::<u8>(), any::<u8>()).prop_map(
+            |(client, session, name, token, value)| Op::Proclaim {
+                client,
+                session,
+                name,
+                token,
+                value
+            }
+        ),
+        3 => (client, any::<Index>(), any::<u8>(), any::<u8>()).prop_map(
+            |(client, session, name, token)| Op::Resign { client, session, name, token }
         ),
     ]
 }
@@ -473,8 +918,13 @@ struct Run {
     /// Every session ever created, dead ones included, so that commands name them too.
     created: Vec<SessionId>,
     log: Vec<Entry>,
-    /// Every grant of each name, in order, to check that tokens strictly increase.
-    grants: BTreeMap<String, Vec<Token>>,
+    /// Every grant of each resource, in order, to check that tokens increase.
+    grants: BTreeMap<(ResourceKind, String), Vec<Token>>,
+    /// The token of each election's latest leader, vacancies notwithstanding, to check
+    /// that every change of leader comes with a larger token.
+    leader_tokens: BTreeMap<String, Token>,
+    /// The events of the last applied command, for the coverage test.
+    last_events: Vec<Event>,
 }
 
 impl Run {
@@ -487,43 +937,29 @@ impl Run {
             created: vec![],
             log: vec![],
             grants: BTreeMap::new(),
+            leader_tokens: BTreeMap::new(),
+            last_events: vec![],
         };
         run.machine.apply_empty(0);
-        run.log.push(Entry {
-            index: 0,
-            stamp_ms: 0,
-            command: None,
-            response: None,
-        });
+        run.log.push(Entry { index: 0, stamp_ms: 0, command: None, response: None });
         run
     }
 
     fn request(&mut self, client: u64) -> RequestId {
         let sequence = &mut self.sequences[client as usize];
         *sequence += 1;
-        RequestId {
-            client_id: client,
-            sequence: *sequence,
-        }
+        RequestId { client_id: client, sequence: *sequence }
     }
 
     /// Mostly a live session; sometimes one that ended or never existed.
     fn session(&self, pick: &Index) -> SessionId {
         const LIVE_WEIGHT: usize = 8;
-        let live: Vec<SessionId> = self
-            .model
-            .sessions
-            .iter()
-            .map(|session| session.id)
-            .collect();
+        let live: Vec<SessionId> = self.model.sessions.iter().map(|session| session.id).collect();
         let slot = pick.index(live.len() * LIVE_WEIGHT + self.created.len() + 1);
         if slot < live.len() * LIVE_WEIGHT {
             return live[slot % live.len()];
         }
-        self.created
-            .get(slot - live.len() * LIVE_WEIGHT)
-            .copied()
-            .unwrap_or(UNKNOWN_SESSION)
+        self.created.get(slot - live.len() * LIVE_WEIGHT).copied().unwrap_or(UNKNOWN_SESSION)
     }
 
     fn name(pick: u8) -> String {
@@ -531,6 +967,15 @@ impl Run {
             30 => String::new(),
             31 => "x".repeat(LOCK_NAME_BYTES_MAX + 1),
             other => NAMES[usize::from(other) % NAMES.len()].to_owned(),
+        }
+    }
+
+    /// Like `name`, but half of the picks land on the first name, so that semaphores and
+    /// elections fill up and queue as often as locks do with fewer commands each.
+    fn contended_name(pick: u8) -> String {
+        match pick % 32 {
+            30 | 31 => Self::name(pick),
+            other => NAMES[[0, 0, 1, 2][usize::from(other) % 4]].to_owned(),
         }
     }
 
@@ -547,11 +992,7 @@ impl Run {
                 if earlier_commands.is_empty() {
                     return None;
                 }
-                let window = if *recent {
-                    earlier_commands.len().min(6)
-                } else {
-                    earlier_commands.len()
-                };
+                let window = if *recent { earlier_commands.len().min(6) } else { earlier_commands.len() };
                 let offset = earlier_commands.len() - window;
                 earlier_commands[offset + earlier.index(window)].clone()
             }
@@ -559,25 +1000,27 @@ impl Run {
                 if earlier_commands.is_empty() {
                     return None;
                 }
-                let request = earlier_commands[earlier.index(earlier_commands.len())]
-                    .request()
-                    .unwrap();
+                let request = earlier_commands[earlier.index(earlier_commands.len())].request().unwrap();
                 let mut command = self.command(fresh)?;
                 match &mut command {
                     Command::CreateSession { request: slot, .. }
                     | Command::CloseSession { request: slot, .. }
                     | Command::Acquire { request: slot, .. }
                     | Command::CancelWait { request: slot, .. }
-                    | Command::Release { request: slot, .. } => *slot = request,
+                    | Command::Release { request: slot, .. }
+                    | Command::SemAcquire { request: slot, .. }
+                    | Command::SemRelease { request: slot, .. }
+                    | Command::SemSetLimit { request: slot, .. }
+                    | Command::SemCancelWait { request: slot, .. }
+                    | Command::Campaign { request: slot, .. }
+                    | Command::CampaignCancelWait { request: slot, .. }
+                    | Command::Proclaim { request: slot, .. }
+                    | Command::Resign { request: slot, .. } => *slot = request,
                     Command::ExpireSessions { .. } => {}
                 }
                 command
             }
-            Op::Create {
-                client,
-                ttl,
-                long_client_name,
-            } => Command::CreateSession {
+            Op::Create { client, ttl, long_client_name } => Command::CreateSession {
                 request: self.request(*client),
                 ttl_ms: match ttl % 32 {
                     0 => SESSION_TTL_MS_MIN - 1,
@@ -592,73 +1035,146 @@ impl Run {
                     format!("client-{client}")
                 },
             },
-            Op::Close { client, session } => Command::CloseSession {
-                request: self.request(*client),
-                session: self.session(session),
-            },
-            Op::Expire { sessions } => Command::ExpireSessions {
-                sessions: sessions.iter().map(|pick| self.session(pick)).collect(),
-            },
-            Op::Acquire {
-                client,
-                session,
-                name,
-                wait,
-            } => Command::Acquire {
+            Op::Close { client, session } => {
+                Command::CloseSession { request: self.request(*client), session: self.session(session) }
+            }
+            Op::Expire { sessions } => {
+                Command::ExpireSessions { sessions: sessions.iter().map(|pick| self.session(pick)).collect() }
+            }
+            Op::Acquire { client, session, name, wait } => Command::Acquire {
                 request: self.request(*client),
                 session: self.session(session),
                 name: Self::name(*name),
                 wait: *wait,
             },
-            Op::Cancel {
-                client,
-                session,
-                name,
-                waiter,
-            } => {
+            Op::Cancel { client, session, name, waiter } => {
                 let name = Self::name(*name);
-                let waiters = self
-                    .model
-                    .lock(&name)
-                    .map(|lock| lock.waiters.clone())
-                    .unwrap_or_default();
+                let waiters = self.model.lock(&name).map(|lock| lock.waiters.clone()).unwrap_or_default();
                 let session = if *waiter && !waiters.is_empty() {
                     waiters[session.index(waiters.len())]
                 } else {
                     self.session(session)
                 };
-                Command::CancelWait {
-                    request: self.request(*client),
-                    session,
-                    name,
-                }
+                Command::CancelWait { request: self.request(*client), session, name }
             }
-            Op::Release {
-                client,
-                session,
-                name,
-                token,
-            } => {
+            Op::Release { client, session, name, token } => {
                 let name = Self::name(*name);
                 let current = self.model.lock(&name).map(|lock| (lock.holder, lock.token));
-                let history = self.grants.get(&name).cloned().unwrap_or_default();
+                let history = self.grants.get(&(ResourceKind::Lock, name.clone())).cloned().unwrap_or_default();
                 let (session, token) = match (token % 8, current) {
                     // Mostly the holder with its token, as a correct client does.
                     (0..=5, Some(current)) => current,
-                    (6, _) if !history.is_empty() => (
-                        self.session(session),
-                        history[usize::from(*token) % history.len()],
-                    ),
+                    (6, _) if !history.is_empty() => {
+                        (self.session(session), history[usize::from(*token) % history.len()])
+                    }
                     _ => (self.session(session), u64::from(*token)),
                 };
-                Command::Release {
+                Command::Release { request: self.request(*client), session, name, token }
+            }
+            Op::SemAcquire { client, session, name, limit, wait } => {
+                let name = Self::contended_name(*name);
+                let current = self.model.semaphore(&name).map(|s| s.limit);
+                let limit = match (limit % 16, current) {
+                    (0..=12, Some(current)) => current,
+                    (13, _) => 0,
+                    (14, _) => SEMAPHORE_LIMIT_MAX + 1,
+                    (15, _) => 3,
+                    (other, _) => u32::from(other % 2) + 1,
+                };
+                Command::SemAcquire {
                     request: self.request(*client),
-                    session,
+                    session: self.session(session),
                     name,
-                    token,
+                    limit,
+                    wait: *wait,
                 }
             }
+            Op::SemRelease { client, session, name, token } => {
+                let name = Self::contended_name(*name);
+                let holders = self.model.semaphore(&name).map(|s| s.holders.clone()).unwrap_or_default();
+                let history = self.grants.get(&(ResourceKind::Semaphore, name.clone())).cloned().unwrap_or_default();
+                let (session, token) = match token % 8 {
+                    // Mostly a holder with its token, as a correct client does.
+                    0..=5 if !holders.is_empty() => {
+                        let holder = holders[session.index(holders.len())];
+                        (holder.0, holder.1)
+                    }
+                    6 if !history.is_empty() => (self.session(session), history[usize::from(*token) % history.len()]),
+                    _ => (self.session(session), u64::from(*token)),
+                };
+                Command::SemRelease { request: self.request(*client), session, name, token }
+            }
+            Op::SemSetLimit { client, session, name, limit } => Command::SemSetLimit {
+                request: self.request(*client),
+                session: self.session(session),
+                name: Self::contended_name(*name),
+                limit: match limit % 16 {
+                    0 => 0,
+                    1 => SEMAPHORE_LIMIT_MAX + 1,
+                    2 => SEMAPHORE_LIMIT_MAX,
+                    other => u32::from(other % 4) + 1,
+                },
+            },
+            Op::SemCancel { client, session, name, waiter } => {
+                let name = Self::contended_name(*name);
+                let waiters = self.model.semaphore(&name).map(|s| s.waiters.clone()).unwrap_or_default();
+                let session = if *waiter && !waiters.is_empty() {
+                    waiters[session.index(waiters.len())]
+                } else {
+                    self.session(session)
+                };
+                Command::SemCancelWait { request: self.request(*client), session, name }
+            }
+            Op::Campaign { client, session, name, value, wait } => Command::Campaign {
+                request: self.request(*client),
+                session: self.session(session),
+                name: Self::contended_name(*name),
+                value: Self::value(*value),
+                wait: *wait,
+            },
+            Op::CampaignCancel { client, session, name, waiter } => {
+                let name = Self::contended_name(*name);
+                let waiters: Vec<SessionId> =
+                    self.model.election(&name).map(|e| e.waiters.iter().map(|w| w.0).collect()).unwrap_or_default();
+                let session = if *waiter && !waiters.is_empty() {
+                    waiters[session.index(waiters.len())]
+                } else {
+                    self.session(session)
+                };
+                Command::CampaignCancelWait { request: self.request(*client), session, name }
+            }
+            Op::Proclaim { client, session, name, token, value } => {
+                let name = Self::contended_name(*name);
+                let (session, token) = self.leadership(&name, session, *token);
+                Command::Proclaim { request: self.request(*client), session, name, token, value: Self::value(*value) }
+            }
+            Op::Resign { client, session, name, token } => {
+                let name = Self::contended_name(*name);
+                let (session, token) = self.leadership(&name, session, *token);
+                Command::Resign { request: self.request(*client), session, name, token }
+            }
         })
+    }
+
+    /// Mostly the leader with its token, as a correct client sends; sometimes a stale
+    /// token of the election or any number.
+    fn leadership(&self, name: &str, session: &Index, token: u8) -> (SessionId, Token) {
+        let current = self.model.election(name).map(|e| (e.leader, e.token));
+        let history = self.grants.get(&(ResourceKind::Election, name.to_owned())).cloned().unwrap_or_default();
+        match (token % 8, current) {
+            (0..=5, Some(current)) => current,
+            (6, _) if !history.is_empty() => (self.session(session), history[usize::from(token) % history.len()]),
+            _ => (self.session(session), u64::from(token)),
+        }
+    }
+
+    fn value(pick: u8) -> String {
+        match pick % 16 {
+            0 => String::new(),
+            1 => "v".repeat(ELECTION_VALUE_BYTES_MAX + 1),
+            2 => "v".repeat(ELECTION_VALUE_BYTES_MAX),
+            other => format!("value-{}", other % 3),
+        }
     }
 
     fn step(&mut self, op: &Op, gap: u64) {
@@ -666,14 +1182,20 @@ impl Run {
         self.index = index;
         // Without a live session nearly every command would be rejected.
         let op = match op {
-            Op::Acquire { client, .. } | Op::Cancel { client, .. } | Op::Release { client, .. }
+            Op::Acquire { client, .. }
+            | Op::Cancel { client, .. }
+            | Op::Release { client, .. }
+            | Op::SemAcquire { client, .. }
+            | Op::SemRelease { client, .. }
+            | Op::SemSetLimit { client, .. }
+            | Op::SemCancel { client, .. }
+            | Op::Campaign { client, .. }
+            | Op::CampaignCancel { client, .. }
+            | Op::Proclaim { client, .. }
+            | Op::Resign { client, .. }
                 if self.model.sessions.is_empty() =>
             {
-                &Op::Create {
-                    client: *client,
-                    ttl: 10,
-                    long_client_name: false,
-                }
+                &Op::Create { client: *client, ttl: 10, long_client_name: false }
             }
             other => other,
         };
@@ -681,12 +1203,7 @@ impl Run {
             Some(command) => self.apply(index, command),
             None => {
                 self.machine.apply_empty(index);
-                self.log.push(Entry {
-                    index,
-                    stamp_ms: stamp_ms(index),
-                    command: None,
-                    response: None,
-                });
+                self.log.push(Entry { index, stamp_ms: stamp_ms(index), command: None, response: None });
             }
         }
     }
@@ -700,98 +1217,223 @@ impl Run {
         self.machine.check_invariants();
         assert_eq!(self.machine.last_applied_index(), index);
         let (model_response, model_events) = self.model.apply(index, stamp_ms, &command);
-        assert_eq!(
-            without_message(&response),
-            model_response,
-            "{command:?} at {index}"
-        );
-        assert_eq!(
-            sorted(&events),
-            sorted(&model_events),
-            "{command:?} at {index}"
-        );
+        assert_eq!(without_message(&response), model_response, "{command:?} at {index}");
+        assert_eq!(sorted(&events), sorted(&model_events), "{command:?} at {index}");
 
         self.check_grants(index, &command, &before, &events);
+        self.check_semaphores(&command, &before, &events);
+        self.check_elections(&before, &events);
+        self.last_events = events;
         self.check_views();
         if let Response::SessionCreated { session, .. } = response {
             if !self.created.contains(&session) {
                 self.created.push(session);
             }
         }
-        self.log.push(Entry {
-            index,
-            stamp_ms,
-            command: Some(command),
-            response: Some(response),
-        });
+        self.log.push(Entry { index, stamp_ms, command: Some(command), response: Some(response) });
     }
 
-    /// Grants go to the first waiter that survives the entry, at most once per lock, with
-    /// this entry's index as a token higher than every earlier token of the name.
+    /// Grants go to the first waiters that survive the entry, first in line first, with
+    /// this entry's index as their token. A lock or an election is granted at most once
+    /// per entry, with a token higher than every earlier one of the name; permits of one
+    /// semaphore granted in one entry share the token, still higher than every earlier
+    /// entry's.
     fn check_grants(&mut self, index: u64, command: &Command, before: &Model, events: &[Event]) {
+        // Grantees per resource, in the order of the events.
+        let mut grantees: BTreeMap<(ResourceKind, String), Vec<SessionId>> = BTreeMap::new();
         for event in events {
-            let Event::Granted {
-                name,
-                session,
-                token,
-            } = event
-            else {
+            let Event::Granted { kind, name, session, token } = event else {
                 continue;
             };
             assert_eq!(*token, index);
-            let history = self.grants.entry(name.clone()).or_default();
+            let key = (*kind, name.clone());
+            let history = self.grants.entry(key.clone()).or_default();
             if let Some(last) = history.last() {
-                assert!(token > last, "token {token} of {name:?} after {last}");
+                let shared = *kind == ResourceKind::Semaphore && token == last;
+                assert!(token > last || shared, "token {token} of {kind:?} {name:?} after {last}");
             }
             history.push(*token);
-            match before.lock(name) {
-                None => assert!(
-                    matches!(command, Command::Acquire { session: acquirer, name: acquired, .. }
-                        if acquirer == session && acquired == name),
-                    "a free lock is granted only to its acquirer"
-                ),
-                Some(lock) => {
-                    let first_survivor = lock
-                        .waiters
-                        .iter()
-                        .find(|waiter| self.machine.session_ttl_ms(**waiter).is_some());
-                    assert_eq!(first_survivor, Some(session), "FIFO hand-over of {name:?}");
+            grantees.entry(key).or_default().push(*session);
+        }
+        let survives = |session: &&SessionId| self.machine.session_ttl_ms(**session).is_some();
+        for ((kind, name), granted) in grantees {
+            let queue: Option<Vec<SessionId>> = match kind {
+                ResourceKind::Lock => before.lock(&name).map(|lock| lock.waiters.clone()),
+                ResourceKind::Semaphore => before
+                    .semaphore(&name)
+                    .filter(|semaphore| {
+                        // A permit free with an empty queue goes to the acquirer.
+                        !semaphore.waiters.is_empty() || !matches!(command, Command::SemAcquire { .. })
+                    })
+                    .map(|semaphore| semaphore.waiters.clone()),
+                ResourceKind::Election => {
+                    before.election(&name).map(|election| election.waiters.iter().map(|w| w.0).collect())
+                }
+            };
+            match queue {
+                None => {
+                    let acquirer = match command {
+                        Command::Acquire { session, name, .. } if kind == ResourceKind::Lock => (session, name),
+                        Command::SemAcquire { session, name, .. } if kind == ResourceKind::Semaphore => (session, name),
+                        Command::Campaign { session, name, .. } if kind == ResourceKind::Election => (session, name),
+                        _ => panic!("{kind:?} {name:?} granted without a queue by {command:?}"),
+                    };
+                    assert_eq!(
+                        (granted.as_slice(), &name),
+                        (&[*acquirer.0][..], acquirer.1),
+                        "a free {kind:?} is granted only to its acquirer"
+                    );
+                }
+                Some(queue) => {
+                    let first: Vec<SessionId> = queue.iter().filter(survives).take(granted.len()).copied().collect();
+                    assert_eq!(granted, first, "FIFO hand-over of {kind:?} {name:?}");
+                    if kind != ResourceKind::Semaphore {
+                        assert_eq!(granted.len(), 1, "one grant of {kind:?} {name:?}");
+                    }
                 }
             }
         }
     }
 
-    /// The queries describe the same locks and sessions as the model.
+    /// A semaphore goes over its limit only by a lowering, and then grants nothing until
+    /// it is back under it. The permits of sessions that end are returned in the entry
+    /// that ends them.
+    fn check_semaphores(&self, command: &Command, before: &Model, events: &[Event]) {
+        for name in NAMES {
+            let Some(view) = self.machine.describe_semaphore(name) else {
+                continue;
+            };
+            let holders = view.holders.len();
+            let limit = view.limit as usize;
+            let granted = events.iter().any(|event| {
+                matches!(event, Event::Granted { kind: ResourceKind::Semaphore, name: granted, .. }
+                    if granted == name)
+            });
+            if granted {
+                assert!(holders <= limit, "semaphore {name:?} granted up to {holders} holders, over its limit {limit}");
+            } else {
+                let before_holders = before.semaphore(name).map_or(0, |s| s.holders.len());
+                assert!(
+                    holders <= limit.max(before_holders),
+                    "semaphore {name:?} has {holders} holders, over its limit {limit} and its \
+                     {before_holders} holders before"
+                );
+            }
+        }
+        let ended: Vec<SessionId> = match command {
+            Command::ExpireSessions { .. } | Command::CloseSession { .. } => events
+                .iter()
+                .filter_map(|event| match event {
+                    Event::SessionEnded { session, .. } => Some(*session),
+                    _ => None,
+                })
+                .collect(),
+            _ => return,
+        };
+        for semaphore in &before.semaphores {
+            for (session, token, _) in &semaphore.holders {
+                if ended.contains(session) {
+                    let released = Event::Released {
+                        kind: ResourceKind::Semaphore,
+                        name: semaphore.name.clone(),
+                        session: *session,
+                        token: *token,
+                    };
+                    assert!(
+                        events.contains(&released),
+                        "the permit of ended session {session} on {:?} is returned",
+                        semaphore.name
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every change of an election's leader or value is announced once, with the new
+    /// state; a new leader always has a larger token than every earlier one.
+    fn check_elections(&mut self, before: &Model, events: &[Event]) {
+        for name in NAMES {
+            let old = before.election(name).map(|e| (e.leader, e.token, e.value.clone()));
+            let new = self.machine.describe_election(name).map(|view| view.leader);
+            let announced: Vec<&Option<LeaderView>> = events
+                .iter()
+                .filter_map(|event| match event {
+                    Event::LeaderChanged { name: changed, leader } if changed == name => Some(leader),
+                    _ => None,
+                })
+                .collect();
+            let changed = old != new.as_ref().map(|leader| (leader.session, leader.token, leader.value.clone()));
+            if changed {
+                assert_eq!(announced, vec![&new], "election {name:?} announced its change");
+            } else {
+                assert!(announced.is_empty(), "election {name:?} announced no change");
+            }
+            if let Some(leader) = &new {
+                if let Some(last) = self.leader_tokens.get(name) {
+                    let same = old.as_ref().is_some_and(|old| (old.0, old.1) == (leader.session, leader.token));
+                    assert!(
+                        leader.token > *last || same,
+                        "election {name:?} changed leader with token {} after {last}",
+                        leader.token
+                    );
+                }
+                self.leader_tokens.insert(name.to_owned(), leader.token);
+            }
+        }
+    }
+
+    /// The queries describe the same locks, semaphores, elections and sessions as the
+    /// model.
     fn check_views(&self) {
         assert_eq!(self.machine.lock_count(), self.model.locks.len());
+        assert_eq!(self.machine.semaphore_count(), self.model.semaphores.len());
+        assert_eq!(self.machine.election_count(), self.model.elections.len());
+        let stats: Vec<(String, u32, usize, usize)> = self
+            .machine
+            .semaphore_stats()
+            .map(|(name, limit, holders, waiters)| (name.to_owned(), limit, holders, waiters))
+            .collect();
+        let mut model_stats: Vec<(String, u32, usize, usize)> =
+            self.model.semaphores.iter().map(|s| (s.name.clone(), s.limit, s.holders.len(), s.waiters.len())).collect();
+        model_stats.sort();
+        assert_eq!(stats, model_stats);
+        for name in NAMES {
+            let view = self.machine.describe_semaphore(name).map(|view| {
+                let holders: Vec<(SessionId, Token, u64)> =
+                    view.holders.iter().map(|h| (h.session, h.token, h.since_ms)).collect();
+                let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
+                (view.limit, holders, waiters)
+            });
+            let model = self.model.semaphore(name).map(|s| (s.limit, s.holders.clone(), s.waiters.clone()));
+            assert_eq!(view, model, "semaphore {name:?}");
+
+            let view = self.machine.describe_election(name).map(|view| {
+                let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
+                (view.leader, waiters)
+            });
+            let model = self.model.election(name).map(|e| {
+                let waiters: Vec<SessionId> = e.waiters.iter().map(|w| w.0).collect();
+                (self.model.leader_view(name).unwrap(), waiters)
+            });
+            assert_eq!(view, model, "election {name:?}");
+        }
         let ids: Vec<SessionId> = self.machine.sessions().map(Session::id).collect();
         let model_ids: Vec<SessionId> = self.model.sessions.iter().map(|s| s.id).collect();
         assert_eq!(ids, model_ids);
         for name in NAMES {
             let view = self.machine.describe_lock(name).map(|view| {
                 let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
-                (
-                    view.holder.session,
-                    view.holder.token,
-                    view.holder.since_ms,
-                    waiters,
-                )
+                (view.holder.session, view.holder.token, view.holder.since_ms, waiters)
             });
-            let model = self
-                .model
-                .lock(name)
-                .map(|lock| (lock.holder, lock.token, lock.since_ms, lock.waiters.clone()));
+            let model =
+                self.model.lock(name).map(|lock| (lock.holder, lock.token, lock.since_ms, lock.waiters.clone()));
             assert_eq!(view, model, "lock {name:?}");
         }
         for session in &self.model.sessions {
             let view = self.machine.describe_session(session.id).unwrap();
             assert_eq!(view.ttl_ms, session.ttl_ms);
             assert_eq!(view.client_name, session.client_name);
-            let mut held: Vec<(String, Token)> = view
-                .held
-                .iter()
-                .map(|held| (held.name.clone(), held.token))
-                .collect();
+            let mut held: Vec<(String, Token)> = view.held.iter().map(|held| (held.name.clone(), held.token)).collect();
             held.sort();
             let mut model_held: Vec<(String, Token)> = self
                 .model
@@ -813,6 +1455,52 @@ impl Run {
                 .collect();
             model_waiting.sort();
             assert_eq!(waiting, model_waiting);
+
+            let sorted_held = |held: &[HeldLock]| {
+                let mut held: Vec<(String, Token)> = held.iter().map(|held| (held.name.clone(), held.token)).collect();
+                held.sort();
+                held
+            };
+            let sorted_names = |names: &[String]| {
+                let mut names = names.to_vec();
+                names.sort();
+                names
+            };
+            let mut model_permits: Vec<(String, Token)> = self
+                .model
+                .semaphores
+                .iter()
+                .flat_map(|s| s.holders.iter().filter(|h| h.0 == session.id).map(|h| (s.name.clone(), h.1)))
+                .collect();
+            model_permits.sort();
+            assert_eq!(sorted_held(&view.permits), model_permits);
+            let mut model_waiting: Vec<String> = self
+                .model
+                .semaphores
+                .iter()
+                .filter(|s| s.waiters.contains(&session.id))
+                .map(|s| s.name.clone())
+                .collect();
+            model_waiting.sort();
+            assert_eq!(sorted_names(&view.waiting_semaphores), model_waiting);
+            let mut model_leading: Vec<(String, Token)> = self
+                .model
+                .elections
+                .iter()
+                .filter(|e| e.leader == session.id)
+                .map(|e| (e.name.clone(), e.token))
+                .collect();
+            model_leading.sort();
+            assert_eq!(sorted_held(&view.leading), model_leading);
+            let mut model_campaigning: Vec<String> = self
+                .model
+                .elections
+                .iter()
+                .filter(|e| e.waiters.iter().any(|w| w.0 == session.id))
+                .map(|e| e.name.clone())
+                .collect();
+            model_campaigning.sort();
+            assert_eq!(sorted_names(&view.campaigning), model_campaigning);
         }
     }
 }
@@ -856,7 +1544,7 @@ proptest! {
 
     #[test]
     fn machine_agrees_with_the_model_and_replays_identically(
-        ops in prop::collection::vec((op(), 0u64..3), 1..100),
+        ops in prop::collection::vec((op(), 0u64..3), 1..150),
         cut in any::<Index>(),
     ) {
         let mut run = Run::new();
@@ -892,37 +1580,138 @@ proptest! {
 fn the_grant_check_catches_a_lifo_hand_over() {
     let mut run = Run::new();
     for client in 0..3 {
-        run.step(
-            &Op::Create {
-                client,
-                ttl: 10,
-                long_client_name: false,
-            },
-            0,
-        );
+        run.step(&Op::Create { client, ttl: 10, long_client_name: false }, 0);
     }
     // The first session holds, the other two wait.
     for (client, session) in run.created.clone().into_iter().enumerate() {
         let request = run.request(client as u64);
         run.index += 1;
-        let command = Command::Acquire {
-            request,
-            session,
-            name: NAMES[0].to_owned(),
-            wait: true,
-        };
+        let command = Command::Acquire { request, session, name: NAMES[0].to_owned(), wait: true };
         run.apply(run.index, command);
     }
     let mut before = run.model.clone();
     before.locks[0].waiters.reverse();
     let lock = run.model.lock(NAMES[0]).unwrap().clone();
-    let command = Command::Release {
-        request: run.request(0),
-        session: lock.holder,
-        name: lock.name,
-        token: lock.token,
-    };
+    let command =
+        Command::Release { request: run.request(0), session: lock.holder, name: lock.name, token: lock.token };
     let index = run.index + 1;
     let (_, events) = run.machine.apply(index, stamp_ms(index), &command);
     run.check_grants(index, &command, &before, &events);
+}
+
+/// The generator must reach the situations the checks are about; otherwise the property
+/// test would pass without testing them.
+#[test]
+fn the_generated_runs_reach_every_rule() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
+    let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut runner = TestRunner::deterministic();
+    let strategy = prop::collection::vec((op(), 0u64..3), 1..150);
+    for _ in 0..200 {
+        let ops = strategy.new_tree(&mut runner).unwrap().current();
+        let mut run = Run::new();
+        for (op, gap) in &ops {
+            let before = run.log.len();
+            run.step(op, *gap);
+            let Some(Entry { command: Some(command), response: Some(response), .. }) = run.log.get(before) else {
+                continue;
+            };
+            let replayed = run.log[..before].iter().any(|entry| entry.command.as_ref() == Some(command));
+            let mut note = |what: &'static str| *seen.entry(what).or_default() += 1;
+            let ends = matches!(command, Command::CloseSession { .. } | Command::ExpireSessions { .. });
+            for event in &run.last_events {
+                match event {
+                    Event::Granted { kind: ResourceKind::Semaphore, .. } if ends => {
+                        note("permit handed on by a session end")
+                    }
+                    Event::Granted { kind: ResourceKind::Election, .. } if ends => {
+                        note("leadership handed on by a session end")
+                    }
+                    Event::LeaderChanged { leader: None, .. } => note("election fell vacant"),
+                    Event::WaitFailed { kind: ResourceKind::Election, reason: WaitFailure::SessionEnded, .. } => {
+                        note("campaign ended with its session")
+                    }
+                    _ => {}
+                }
+            }
+            match (command, response) {
+                (Command::SemAcquire { .. }, Response::Rejected(error)) if error.kind == ErrorKind::LimitMismatch => {
+                    note("limit mismatch")
+                }
+                (Command::SemAcquire { .. }, Response::SemAcquire(AcquireOutcome::Busy { .. })) => {
+                    note("semaphore busy")
+                }
+                (Command::SemAcquire { .. }, Response::SemAcquire(AcquireOutcome::Queued { .. })) if replayed => {
+                    note("retried semaphore wait")
+                }
+                (Command::SemSetLimit { limit, .. }, Response::SemLimitSet { previous, .. }) if limit > previous => {
+                    note("limit raised")
+                }
+                (Command::SemSetLimit { limit, .. }, Response::SemLimitSet { previous, .. }) if limit < previous => {
+                    note("limit lowered")
+                }
+                (Command::SemRelease { .. }, Response::SemReleased { .. }) => note("permit released"),
+                (Command::Campaign { .. }, Response::Campaign(AcquireOutcome::Queued { .. })) => {
+                    note("campaign queued")
+                }
+                (Command::Proclaim { .. }, Response::Proclaimed { .. }) => note("proclaimed"),
+                (Command::Resign { .. }, Response::Resigned { .. }) => note("resigned"),
+                (Command::Proclaim { .. } | Command::Resign { .. }, Response::Rejected(error))
+                    if error.kind == ErrorKind::NotLeader =>
+                {
+                    note("not leader")
+                }
+                (Command::SemCancelWait { .. }, Response::WaitCancelled(CancelOutcome::Cancelled)) => {
+                    note("semaphore wait cancelled")
+                }
+                (Command::CampaignCancelWait { .. }, Response::WaitCancelled(CancelOutcome::Cancelled)) => {
+                    note("campaign cancelled")
+                }
+                _ => {}
+            }
+            for semaphore in &run.model.semaphores {
+                if semaphore.holders.len() > semaphore.limit as usize {
+                    note("semaphore over a lowered limit");
+                }
+                if semaphore.holders.len() >= 2 && semaphore.holders[0].1 < semaphore.holders[1].1 {
+                    note("two permits of different grants");
+                }
+                if semaphore.holders.windows(2).any(|pair| pair[0].1 == pair[1].1) {
+                    note("permits sharing a token");
+                }
+            }
+        }
+        for ((kind, _), tokens) in &run.grants {
+            if *kind == ResourceKind::Election && tokens.len() >= 3 {
+                *seen.entry("election led three times").or_default() += 1;
+            }
+        }
+    }
+    let expected = [
+        "limit mismatch",
+        "semaphore busy",
+        "retried semaphore wait",
+        "limit raised",
+        "limit lowered",
+        "permit released",
+        "campaign queued",
+        "proclaimed",
+        "resigned",
+        "not leader",
+        "semaphore wait cancelled",
+        "campaign cancelled",
+        "semaphore over a lowered limit",
+        "two permits of different grants",
+        "permits sharing a token",
+        "election led three times",
+        "permit handed on by a session end",
+        "leadership handed on by a session end",
+        "election fell vacant",
+        "campaign ended with its session",
+    ];
+    for what in expected {
+        assert!(seen.get(what).copied().unwrap_or(0) > 0, "never saw: {what}; saw {seen:?}");
+    }
 }

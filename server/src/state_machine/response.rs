@@ -23,9 +23,32 @@ pub enum Response {
     Released {
         token: Token,
     },
+    /// `Busy` names the semaphore's first holder (in grant order) and its token.
+    SemAcquire(AcquireOutcome),
+    /// The permit granted with `token` is returned.
+    SemReleased {
+        token: Token,
+    },
+    /// The semaphore's limit is now `limit`; it was `previous`.
+    SemLimitSet {
+        limit: u32,
+        previous: u32,
+    },
+    /// `Granted` means the session leads with that token; `Busy` names the leader.
+    Campaign(AcquireOutcome),
+    /// The leader's value is the proclaimed one now; the token stays.
+    Proclaimed {
+        token: Token,
+    },
+    /// The leadership granted with `token` ended.
+    Resigned {
+        token: Token,
+    },
     Rejected(CommandError),
 }
 
+/// The outcome of `Acquire`, `SemAcquire` and `Campaign`; "the lock" below stands for
+/// the lock, a permit of the semaphore or the leadership of the election.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AcquireOutcome {
     /// The session holds the lock; `token` fences its writes.
@@ -33,7 +56,8 @@ pub enum AcquireOutcome {
     /// The session waits; `position` is 0-based among the waiters. The grant arrives as
     /// an `Event::Granted` when the holders before it are gone.
     Queued { position: u32 },
-    /// A try-lock found the lock held by another session.
+    /// A try-lock found the lock held by another session (for a semaphore: no permit
+    /// free, or others waiting first).
     Busy { holder: SessionId, token: Token },
     /// Only for a retry of an acquire that was queued: the wait ended (cancelled or
     /// granted and released since) and the session neither holds nor waits.

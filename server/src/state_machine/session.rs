@@ -2,13 +2,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{AcquireOutcome, CancelOutcome, RequestId, Response, SessionId, Token};
+use super::{AcquireOutcome, CancelOutcome, Command, RequestId, ResourceKind, Response, SessionId, Token};
 
 /// A live session. Closing or expiring it releases what it holds and ends its waits in
 /// one entry.
 ///
 /// Kept small because there can be `SESSIONS_MAX` of them: the lists are `Vec`s that
-/// start with room for one entry, since most sessions hold one or two locks.
+/// start with room for one entry, since most sessions hold one or two locks. Semaphores
+/// and elections share one list, `claims`, so that a session that uses neither pays for
+/// one empty `Vec` only.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Session {
     /// The index of the entry that created the session: unique and the same everywhere.
@@ -20,6 +22,11 @@ pub struct Session {
     pub(super) held: Vec<String>,
     /// Names of the locks this session waits on, in the order it queued.
     pub(super) waiting: Vec<String>,
+    /// The semaphore permits and elections this session holds or waits for. A claim is
+    /// appended when it starts and moved to the end when a wait turns into a grant, so
+    /// the claims of one kind and role are in the order of their grants or queueing.
+    /// Mirrors the semaphore and election tables like `held` mirrors the lock table.
+    pub(super) claims: Vec<Claim>,
     /// Answers to this session's last requests, oldest first, for retries.
     pub(super) remembered: Vec<Remembered>,
 }
@@ -51,9 +58,52 @@ impl Session {
         self.waiting.iter().map(String::as_str)
     }
 
-    pub(super) fn lock_count(&self) -> usize {
-        self.held.len() + self.waiting.len()
+    /// Everything the session holds or waits for: what `LOCKS_PER_SESSION_MAX` bounds.
+    pub(super) fn resource_count(&self) -> usize {
+        self.held.len() + self.waiting.len() + self.claims.len()
     }
+
+    /// Names of the semaphores or elections this session holds (or waits for), in the
+    /// order of the grants (or of queueing).
+    pub(super) fn claimed(&self, kind: ResourceKind, role: Role) -> impl Iterator<Item = &str> {
+        self.claims
+            .iter()
+            .filter(move |claim| claim.kind == kind && claim.role == role)
+            .map(|claim| claim.name.as_str())
+    }
+
+    pub(super) fn add_claim(&mut self, kind: ResourceKind, role: Role, name: &str) {
+        push_compact(&mut self.claims, Claim { kind, role, name: name.to_owned() });
+    }
+
+    /// # Panics
+    ///
+    /// If the session does not list the claim: the tables and the sessions disagree.
+    pub(super) fn remove_claim(&mut self, kind: ResourceKind, role: Role, name: &str) {
+        let position = self
+            .claims
+            .iter()
+            .position(|claim| claim.kind == kind && claim.role == role && claim.name == name)
+            .unwrap_or_else(|| panic!("session {} does not list {role:?} {kind:?} {name:?}", self.id));
+        self.claims.remove(position);
+    }
+}
+
+/// One semaphore or election a session holds or waits for.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub(super) struct Claim {
+    /// `Semaphore` or `Election`; locks have their own lists.
+    pub(super) kind: ResourceKind,
+    pub(super) role: Role,
+    pub(super) name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Role {
+    /// Holds a permit of the semaphore, or leads the election.
+    Holds,
+    /// Waits in the semaphore's or election's queue.
+    Waits,
 }
 
 /// The stored answer to one request, for a retry to find.
@@ -66,13 +116,28 @@ pub(super) struct Remembered {
 }
 
 /// The answers that are worth remembering: those of commands that took effect while the
-/// session lives on. Smaller than `Response` because it has no strings or lists.
+/// session lives on. Smaller than `Response` because it has no strings or lists, and
+/// because answers of the same shape share a variant: the command, which a retry repeats
+/// unchanged, tells which response to rebuild. That keeps one `AcquireOutcome` variant,
+/// so the enum stays as small as the outcome itself.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Answer {
-    SessionCreated { session: SessionId, ttl_ms: u64 },
+    SessionCreated {
+        session: SessionId,
+        ttl_ms: u64,
+    },
+    /// For `Acquire`, `SemAcquire` and `Campaign`.
     Acquire(AcquireOutcome),
+    /// For `CancelWait`, `SemCancelWait` and `CampaignCancelWait`.
     WaitCancelled(CancelOutcome),
-    Released { token: Token },
+    /// For `Release`, `SemRelease`, `Proclaim` and `Resign`.
+    Released {
+        token: Token,
+    },
+    SemLimitSet {
+        limit: u32,
+        previous: u32,
+    },
 }
 
 impl Answer {
@@ -81,27 +146,41 @@ impl Answer {
     /// (whose remembered answers go with them).
     pub(super) fn from_response(response: &Response) -> Option<Answer> {
         match response {
-            Response::SessionCreated { session, ttl_ms } => Some(Answer::SessionCreated {
-                session: *session,
-                ttl_ms: *ttl_ms,
-            }),
-            Response::Acquire(outcome) => Some(Answer::Acquire(*outcome)),
-            Response::WaitCancelled(outcome) => Some(Answer::WaitCancelled(*outcome)),
-            Response::Released { token } => Some(Answer::Released { token: *token }),
-            Response::SessionClosed | Response::SessionsExpired { .. } | Response::Rejected(_) => {
-                None
+            Response::SessionCreated { session, ttl_ms } => {
+                Some(Answer::SessionCreated { session: *session, ttl_ms: *ttl_ms })
             }
+            Response::Acquire(outcome) | Response::SemAcquire(outcome) | Response::Campaign(outcome) => {
+                Some(Answer::Acquire(*outcome))
+            }
+            Response::WaitCancelled(outcome) => Some(Answer::WaitCancelled(*outcome)),
+            Response::Released { token }
+            | Response::SemReleased { token }
+            | Response::Proclaimed { token }
+            | Response::Resigned { token } => Some(Answer::Released { token: *token }),
+            Response::SemLimitSet { limit, previous } => {
+                Some(Answer::SemLimitSet { limit: *limit, previous: *previous })
+            }
+            Response::SessionClosed | Response::SessionsExpired { .. } | Response::Rejected(_) => None,
         }
     }
 
-    pub(super) fn to_response(self) -> Response {
+    /// The response this answer was made from; `command` is the command that got it.
+    pub(super) fn to_response(self, command: &Command) -> Response {
         match self {
-            Answer::SessionCreated { session, ttl_ms } => {
-                Response::SessionCreated { session, ttl_ms }
-            }
-            Answer::Acquire(outcome) => Response::Acquire(outcome),
+            Answer::SessionCreated { session, ttl_ms } => Response::SessionCreated { session, ttl_ms },
+            Answer::Acquire(outcome) => match command {
+                Command::SemAcquire { .. } => Response::SemAcquire(outcome),
+                Command::Campaign { .. } => Response::Campaign(outcome),
+                _ => Response::Acquire(outcome),
+            },
             Answer::WaitCancelled(outcome) => Response::WaitCancelled(outcome),
-            Answer::Released { token } => Response::Released { token },
+            Answer::Released { token } => match command {
+                Command::SemRelease { .. } => Response::SemReleased { token },
+                Command::Proclaim { .. } => Response::Proclaimed { token },
+                Command::Resign { .. } => Response::Resigned { token },
+                _ => Response::Released { token },
+            },
+            Answer::SemLimitSet { limit, previous } => Response::SemLimitSet { limit, previous },
         }
     }
 }

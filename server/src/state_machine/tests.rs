@@ -1,9 +1,12 @@
 //! Table tests: one test per rule, asserting on responses, events and the whole state.
 
+use std::collections::BTreeSet;
+
+use super::session::{Claim, Role};
 use super::*;
 use crate::limits::{
-    CLIENT_NAME_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
-    LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX,
+    CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
+    LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX,
     SESSION_TTL_MS_MIN, WAITERS_PER_LOCK_MAX,
 };
 
@@ -27,19 +30,12 @@ impl Harness {
         let mut machine = StateMachine::new();
         // Openraft's initial membership entry sits at index 0.
         machine.apply_empty(0);
-        Harness {
-            machine,
-            index: 0,
-            sequence: 0,
-        }
+        Harness { machine, index: 0, sequence: 0 }
     }
 
     fn request(&mut self) -> RequestId {
         self.sequence += 1;
-        RequestId {
-            client_id: CLIENT_ID,
-            sequence: self.sequence,
-        }
+        RequestId { client_id: CLIENT_ID, sequence: self.sequence }
     }
 
     fn next_index(&self) -> u64 {
@@ -55,16 +51,11 @@ impl Harness {
     /// For building large states, where checking after every entry would be slow.
     fn apply_unchecked(&mut self, command: &Command) -> (Response, Vec<Event>) {
         self.index += 1;
-        self.machine
-            .apply(self.index, stamp_ms(self.index), command)
+        self.machine.apply(self.index, stamp_ms(self.index), command)
     }
 
     fn create_command(&mut self, client_name: &str) -> Command {
-        Command::CreateSession {
-            request: self.request(),
-            ttl_ms: TTL_MS,
-            client_name: client_name.to_owned(),
-        }
+        Command::CreateSession { request: self.request(), ttl_ms: TTL_MS, client_name: client_name.to_owned() }
     }
 
     fn create(&mut self, client_name: &str) -> SessionId {
@@ -78,12 +69,7 @@ impl Harness {
     }
 
     fn acquire_command(&mut self, session: SessionId, name: &str, wait: bool) -> Command {
-        Command::Acquire {
-            request: self.request(),
-            session,
-            name: name.to_owned(),
-            wait,
-        }
+        Command::Acquire { request: self.request(), session, name: name.to_owned(), wait }
     }
 
     fn acquire(&mut self, session: SessionId, name: &str, wait: bool) -> (Response, Vec<Event>) {
@@ -111,12 +97,7 @@ impl Harness {
     }
 
     fn release_command(&mut self, session: SessionId, name: &str, token: Token) -> Command {
-        Command::Release {
-            request: self.request(),
-            session,
-            name: name.to_owned(),
-            token,
-        }
+        Command::Release { request: self.request(), session, name: name.to_owned(), token }
     }
 
     fn release(&mut self, session: SessionId, name: &str, token: Token) -> (Response, Vec<Event>) {
@@ -125,26 +106,17 @@ impl Harness {
     }
 
     fn cancel(&mut self, session: SessionId, name: &str) -> (Response, Vec<Event>) {
-        let command = Command::CancelWait {
-            request: self.request(),
-            session,
-            name: name.to_owned(),
-        };
+        let command = Command::CancelWait { request: self.request(), session, name: name.to_owned() };
         self.apply(&command)
     }
 
     fn close(&mut self, session: SessionId) -> (Response, Vec<Event>) {
-        let command = Command::CloseSession {
-            request: self.request(),
-            session,
-        };
+        let command = Command::CloseSession { request: self.request(), session };
         self.apply(&command)
     }
 
     fn expire(&mut self, sessions: &[SessionId]) -> (Response, Vec<Event>) {
-        self.apply(&Command::ExpireSessions {
-            sessions: sessions.to_vec(),
-        })
+        self.apply(&Command::ExpireSessions { sessions: sessions.to_vec() })
     }
 
     /// Applies a command that must be rejected, asserts that it changed nothing but the
@@ -185,27 +157,15 @@ fn queued_response(position: u32) -> Response {
 }
 
 fn granted(name: &str, session: SessionId, token: Token) -> Event {
-    Event::Granted {
-        name: name.to_owned(),
-        session,
-        token,
-    }
+    Event::Granted { kind: ResourceKind::Lock, name: name.to_owned(), session, token }
 }
 
 fn released(name: &str, session: SessionId, token: Token) -> Event {
-    Event::Released {
-        name: name.to_owned(),
-        session,
-        token,
-    }
+    Event::Released { kind: ResourceKind::Lock, name: name.to_owned(), session, token }
 }
 
 fn wait_failed(name: &str, session: SessionId, reason: WaitFailure) -> Event {
-    Event::WaitFailed {
-        name: name.to_owned(),
-        session,
-        reason,
-    }
+    Event::WaitFailed { kind: ResourceKind::Lock, name: name.to_owned(), session, reason }
 }
 
 fn ended(session: SessionId, expired: bool) -> Event {
@@ -221,10 +181,156 @@ fn waiters(harness: &Harness, name: &str) -> Vec<SessionId> {
 }
 
 fn holder(harness: &Harness, name: &str) -> Option<(SessionId, Token)> {
+    harness.machine.describe_lock(name).map(|view| (view.holder.session, view.holder.token))
+}
+
+// Semaphores and elections: commands and expected values.
+
+impl Harness {
+    fn sem_acquire_command(&mut self, session: SessionId, name: &str, limit: u32, wait: bool) -> Command {
+        Command::SemAcquire { request: self.request(), session, name: name.to_owned(), limit, wait }
+    }
+
+    fn sem_acquire(&mut self, session: SessionId, name: &str, limit: u32, wait: bool) -> (Response, Vec<Event>) {
+        let command = self.sem_acquire_command(session, name, limit, wait);
+        self.apply(&command)
+    }
+
+    /// Acquires a free permit and returns its token.
+    fn permit(&mut self, session: SessionId, name: &str, limit: u32) -> Token {
+        let index = self.next_index();
+        let (response, events) = self.sem_acquire(session, name, limit, true);
+        assert_eq!(response, Response::SemAcquire(AcquireOutcome::Granted { token: index }));
+        assert_eq!(events, vec![sem_granted(name, session, index)]);
+        index
+    }
+
+    /// Queues on a full semaphore and returns the position.
+    fn sem_queue(&mut self, session: SessionId, name: &str, limit: u32) -> u32 {
+        let (response, events) = self.sem_acquire(session, name, limit, true);
+        assert!(events.is_empty());
+        match response {
+            Response::SemAcquire(AcquireOutcome::Queued { position }) => position,
+            other => panic!("expected to queue, got {other:?}"),
+        }
+    }
+
+    fn sem_release_command(&mut self, session: SessionId, name: &str, token: Token) -> Command {
+        Command::SemRelease { request: self.request(), session, name: name.to_owned(), token }
+    }
+
+    fn sem_release(&mut self, session: SessionId, name: &str, token: Token) -> (Response, Vec<Event>) {
+        let command = self.sem_release_command(session, name, token);
+        self.apply(&command)
+    }
+
+    fn set_limit_command(&mut self, session: SessionId, name: &str, limit: u32) -> Command {
+        Command::SemSetLimit { request: self.request(), session, name: name.to_owned(), limit }
+    }
+
+    fn set_limit(&mut self, session: SessionId, name: &str, limit: u32) -> (Response, Vec<Event>) {
+        let command = self.set_limit_command(session, name, limit);
+        self.apply(&command)
+    }
+
+    fn sem_cancel(&mut self, session: SessionId, name: &str) -> (Response, Vec<Event>) {
+        let command = Command::SemCancelWait { request: self.request(), session, name: name.to_owned() };
+        self.apply(&command)
+    }
+
+    fn campaign_command(&mut self, session: SessionId, name: &str, value: &str, wait: bool) -> Command {
+        Command::Campaign { request: self.request(), session, name: name.to_owned(), value: value.to_owned(), wait }
+    }
+
+    fn campaign(&mut self, session: SessionId, name: &str, value: &str, wait: bool) -> (Response, Vec<Event>) {
+        let command = self.campaign_command(session, name, value, wait);
+        self.apply(&command)
+    }
+
+    /// Campaigns in a vacant election and returns the leader's token.
+    fn elect(&mut self, session: SessionId, name: &str, value: &str) -> Token {
+        let index = self.next_index();
+        let (response, events) = self.campaign(session, name, value, true);
+        assert_eq!(response, Response::Campaign(AcquireOutcome::Granted { token: index }));
+        assert_eq!(events, vec![elected(name, session, index), leader_changed(&self.machine, name),]);
+        index
+    }
+
+    fn campaign_queue(&mut self, session: SessionId, name: &str, value: &str) -> u32 {
+        let (response, events) = self.campaign(session, name, value, true);
+        assert!(events.is_empty());
+        match response {
+            Response::Campaign(AcquireOutcome::Queued { position }) => position,
+            other => panic!("expected to queue, got {other:?}"),
+        }
+    }
+
+    fn campaign_cancel(&mut self, session: SessionId, name: &str) -> (Response, Vec<Event>) {
+        let command = Command::CampaignCancelWait { request: self.request(), session, name: name.to_owned() };
+        self.apply(&command)
+    }
+
+    fn proclaim_command(&mut self, session: SessionId, name: &str, token: Token, value: &str) -> Command {
+        Command::Proclaim { request: self.request(), session, name: name.to_owned(), token, value: value.to_owned() }
+    }
+
+    fn resign_command(&mut self, session: SessionId, name: &str, token: Token) -> Command {
+        Command::Resign { request: self.request(), session, name: name.to_owned(), token }
+    }
+
+    fn resign(&mut self, session: SessionId, name: &str, token: Token) -> (Response, Vec<Event>) {
+        let command = self.resign_command(session, name, token);
+        self.apply(&command)
+    }
+}
+
+fn sem_granted(name: &str, session: SessionId, token: Token) -> Event {
+    Event::Granted { kind: ResourceKind::Semaphore, name: name.to_owned(), session, token }
+}
+
+fn sem_released(name: &str, session: SessionId, token: Token) -> Event {
+    Event::Released { kind: ResourceKind::Semaphore, name: name.to_owned(), session, token }
+}
+
+fn elected(name: &str, session: SessionId, token: Token) -> Event {
+    Event::Granted { kind: ResourceKind::Election, name: name.to_owned(), session, token }
+}
+
+fn resigned(name: &str, session: SessionId, token: Token) -> Event {
+    Event::Released { kind: ResourceKind::Election, name: name.to_owned(), session, token }
+}
+
+/// The announcement of the election's current state.
+fn leader_changed(machine: &StateMachine, name: &str) -> Event {
+    Event::LeaderChanged { name: name.to_owned(), leader: machine.describe_election(name).map(|view| view.leader) }
+}
+
+fn sem_holders(harness: &Harness, name: &str) -> Vec<(SessionId, Token)> {
     harness
         .machine
-        .describe_lock(name)
-        .map(|view| (view.holder.session, view.holder.token))
+        .describe_semaphore(name)
+        .map(|view| view.holders.iter().map(|holder| (holder.session, holder.token)).collect())
+        .unwrap_or_default()
+}
+
+fn sem_waiters(harness: &Harness, name: &str) -> Vec<SessionId> {
+    harness
+        .machine
+        .describe_semaphore(name)
+        .map(|view| view.waiters.iter().map(|waiter| waiter.session).collect())
+        .unwrap_or_default()
+}
+
+fn leader(harness: &Harness, name: &str) -> Option<(SessionId, Token, String)> {
+    harness.machine.describe_election(name).map(|view| (view.leader.session, view.leader.token, view.leader.value))
+}
+
+fn campaigners(harness: &Harness, name: &str) -> Vec<SessionId> {
+    harness
+        .machine
+        .describe_election(name)
+        .map(|view| view.waiters.iter().map(|waiter| waiter.session).collect())
+        .unwrap_or_default()
 }
 
 // Sessions.
@@ -234,18 +340,9 @@ fn create_session_takes_the_entry_index_as_id_and_the_requested_ttl() {
     let mut harness = Harness::new();
     let index = harness.next_index();
     let request = harness.request();
-    let (response, events) = harness.apply(&Command::CreateSession {
-        request,
-        ttl_ms: 2_500,
-        client_name: "worker-1".to_owned(),
-    });
-    assert_eq!(
-        response,
-        Response::SessionCreated {
-            session: index,
-            ttl_ms: 2_500
-        }
-    );
+    let (response, events) =
+        harness.apply(&Command::CreateSession { request, ttl_ms: 2_500, client_name: "worker-1".to_owned() });
+    assert_eq!(response, Response::SessionCreated { session: index, ttl_ms: 2_500 });
     assert!(events.is_empty());
     assert_eq!(harness.machine.session_ttl_ms(index), Some(2_500));
     assert_eq!(
@@ -257,6 +354,10 @@ fn create_session_takes_the_entry_index_as_id_and_the_requested_ttl() {
             created_index: index,
             held: vec![],
             waiting: vec![],
+            permits: vec![],
+            waiting_semaphores: vec![],
+            leading: vec![],
+            campaigning: vec![],
         })
     );
     assert_eq!(harness.machine.last_applied_index(), index);
@@ -272,21 +373,9 @@ fn sessions_are_listed_in_id_order_with_their_ttl() {
     let listed: Vec<(SessionId, u64, String)> = harness
         .machine
         .sessions()
-        .map(|session| {
-            (
-                session.id(),
-                session.ttl_ms(),
-                session.client_name().to_owned(),
-            )
-        })
+        .map(|session| (session.id(), session.ttl_ms(), session.client_name().to_owned()))
         .collect();
-    assert_eq!(
-        listed,
-        vec![
-            (first, TTL_MS, "first".to_owned()),
-            (third, TTL_MS, "third".to_owned())
-        ]
-    );
+    assert_eq!(listed, vec![(first, TTL_MS, "first".to_owned()), (third, TTL_MS, "third".to_owned())]);
     assert_eq!(harness.machine.session_count(), 2);
     assert_eq!(harness.machine.session_ttl_ms(second), None);
     assert_eq!(harness.machine.describe_session(second), None);
@@ -297,14 +386,9 @@ fn ttl_and_name_bounds_are_inclusive() {
     let mut harness = Harness::new();
     for ttl_ms in [SESSION_TTL_MS_MIN, SESSION_TTL_MS_MAX] {
         let request = harness.request();
-        let (response, _) = harness.apply(&Command::CreateSession {
-            request,
-            ttl_ms,
-            client_name: "c".repeat(CLIENT_NAME_BYTES_MAX),
-        });
-        assert!(
-            matches!(response, Response::SessionCreated { ttl_ms: granted, .. } if granted == ttl_ms)
-        );
+        let (response, _) =
+            harness.apply(&Command::CreateSession { request, ttl_ms, client_name: "c".repeat(CLIENT_NAME_BYTES_MAX) });
+        assert!(matches!(response, Response::SessionCreated { ttl_ms: granted, .. } if granted == ttl_ms));
     }
     let session = harness.create("");
     harness.grant(session, &"n".repeat(LOCK_NAME_BYTES_MAX));
@@ -323,22 +407,13 @@ fn acquire_of_a_free_lock_grants_with_the_entry_index_as_token() {
         harness.machine.describe_lock("orders"),
         Some(LockView {
             name: "orders".to_owned(),
-            holder: HolderView {
-                session,
-                client_name: "a".to_owned(),
-                token,
-                since_ms: stamp_ms(index),
-            },
+            holder: HolderView { session, client_name: "a".to_owned(), token, since_ms: stamp_ms(index) },
             waiters: vec![],
         })
     );
     assert_eq!(
         harness.machine.describe_session(session).unwrap().held,
-        vec![HeldLock {
-            name: "orders".to_owned(),
-            token,
-            since_ms: stamp_ms(index)
-        }]
+        vec![HeldLock { name: "orders".to_owned(), token, since_ms: stamp_ms(index) }]
     );
     assert_eq!(harness.machine.lock_count(), 1);
 }
@@ -364,10 +439,7 @@ fn try_lock_of_a_lock_held_by_another_is_busy() {
     let token = harness.grant(a, "orders");
     let before = harness.machine.clone();
     let (response, events) = harness.acquire(b, "orders", false);
-    assert_eq!(
-        response,
-        Response::Acquire(AcquireOutcome::Busy { holder: a, token })
-    );
+    assert_eq!(response, Response::Acquire(AcquireOutcome::Busy { holder: a, token }));
     assert!(events.is_empty());
     assert!(waiters(&harness, "orders").is_empty());
     // Only the remembered answer was added.
@@ -388,10 +460,7 @@ fn waiting_acquires_queue_in_arrival_order() {
     assert_eq!(waiters(&harness, "orders"), vec![c, b, d]);
     let view = harness.machine.describe_lock("orders").unwrap();
     assert_eq!(view.waiters[1].client_name, "b");
-    assert_eq!(
-        harness.machine.describe_session(b).unwrap().waiting,
-        vec!["orders".to_owned()]
-    );
+    assert_eq!(harness.machine.describe_session(b).unwrap().waiting, vec!["orders".to_owned()]);
 }
 
 #[test]
@@ -445,20 +514,12 @@ fn release_hands_the_lock_to_the_first_waiter_in_the_same_entry() {
     let index = harness.next_index();
     let (response, events) = harness.release(a, "orders", token);
     assert_eq!(response, Response::Released { token });
-    assert_eq!(
-        events,
-        vec![released("orders", a, token), granted("orders", b, index)]
-    );
+    assert_eq!(events, vec![released("orders", a, token), granted("orders", b, index)]);
     let view = harness.machine.describe_lock("orders").unwrap();
     assert_eq!((view.holder.session, view.holder.token), (b, index));
     assert_eq!(view.holder.since_ms, stamp_ms(index));
     assert_eq!(waiters(&harness, "orders"), vec![c]);
-    assert!(harness
-        .machine
-        .describe_session(b)
-        .unwrap()
-        .waiting
-        .is_empty());
+    assert!(harness.machine.describe_session(b).unwrap().waiting.is_empty());
 }
 
 #[test]
@@ -487,9 +548,7 @@ fn release_with_a_token_that_is_not_the_current_grant_is_rejected() {
     let command = harness.release_command(b, "orders", second);
     let error = harness.reject(&command);
     assert_eq!(error.kind, ErrorKind::NotHolder);
-    assert!(error
-        .message
-        .contains(&format!("session {a} holds it with token {second}")));
+    assert!(error.message.contains(&format!("session {a} holds it with token {second}")));
 
     let command = harness.release_command(a, "free", second);
     let error = harness.reject(&command);
@@ -510,17 +569,9 @@ fn cancel_wait_removes_the_waiter() {
     harness.queue(c, "orders");
     let (response, events) = harness.cancel(b, "orders");
     assert_eq!(response, Response::WaitCancelled(CancelOutcome::Cancelled));
-    assert_eq!(
-        events,
-        vec![wait_failed("orders", b, WaitFailure::Cancelled)]
-    );
+    assert_eq!(events, vec![wait_failed("orders", b, WaitFailure::Cancelled)]);
     assert_eq!(waiters(&harness, "orders"), vec![c]);
-    assert!(harness
-        .machine
-        .describe_session(b)
-        .unwrap()
-        .waiting
-        .is_empty());
+    assert!(harness.machine.describe_session(b).unwrap().waiting.is_empty());
 
     let (response, events) = harness.cancel(b, "orders");
     assert_eq!(response, Response::WaitCancelled(CancelOutcome::NotWaiting));
@@ -540,10 +591,7 @@ fn cancel_wait_that_loses_the_race_with_the_grant_reports_the_grant() {
     harness.release(a, "orders", token);
     // The leader's wait timer fired before it saw the grant.
     let (response, events) = harness.cancel(b, "orders");
-    assert_eq!(
-        response,
-        Response::WaitCancelled(CancelOutcome::AlreadyGranted { token: index })
-    );
+    assert_eq!(response, Response::WaitCancelled(CancelOutcome::AlreadyGranted { token: index }));
     assert!(events.is_empty());
     assert_eq!(holder(&harness, "orders"), Some((b, index)));
 }
@@ -580,14 +628,8 @@ fn close_releases_everything_ends_waits_and_grants_the_next_waiters() {
     assert_eq!(harness.machine.describe_lock("users"), None);
     assert_eq!(holder(&harness, "items"), Some((c, items)));
     assert_eq!(waiters(&harness, "items"), vec![b]);
-    assert_eq!(
-        harness.machine.check_fence("orders", orders),
-        FenceStatus::Superseded
-    );
-    assert_eq!(
-        harness.machine.check_fence("orders", index),
-        FenceStatus::Current
-    );
+    assert_eq!(harness.machine.check_fence("orders", orders), FenceStatus::Superseded);
+    assert_eq!(harness.machine.check_fence("orders", index), FenceStatus::Current);
 }
 
 #[test]
@@ -600,14 +642,7 @@ fn expiry_releases_and_grants_like_close_and_says_it_expired() {
     let index = harness.next_index();
     let (response, events) = harness.expire(&[a]);
     assert_eq!(response, Response::SessionsExpired { expired: vec![a] });
-    assert_eq!(
-        events,
-        vec![
-            released("orders", a, token),
-            granted("orders", b, index),
-            ended(a, true),
-        ]
-    );
+    assert_eq!(events, vec![released("orders", a, token), granted("orders", b, index), ended(a, true),]);
     assert_eq!(holder(&harness, "orders"), Some((b, index)));
 }
 
@@ -627,12 +662,7 @@ fn expiry_of_several_sessions_grants_each_lock_once_to_a_survivor() {
     harness.queue(c, "two");
     let index = harness.next_index();
     let (response, events) = harness.expire(&[a, b]);
-    assert_eq!(
-        response,
-        Response::SessionsExpired {
-            expired: vec![a, b]
-        }
-    );
+    assert_eq!(response, Response::SessionsExpired { expired: vec![a, b] });
     assert_eq!(
         events,
         vec![
@@ -718,11 +748,7 @@ fn retried_queued_acquire_reports_where_the_wait_stands_now() {
     harness.queue(d, "orders");
 
     assert_eq!(harness.retry(&wait_c), queued_response(1));
-    assert_eq!(
-        waiters(&harness, "orders"),
-        vec![b, c, d],
-        "no second entry"
-    );
+    assert_eq!(waiters(&harness, "orders"), vec![b, c, d], "no second entry");
 
     harness.cancel(b, "orders");
     assert_eq!(harness.retry(&wait_c), queued_response(0));
@@ -732,15 +758,9 @@ fn retried_queued_acquire_reports_where_the_wait_stands_now() {
     assert_eq!(harness.retry(&wait_c), granted_response(index));
 
     harness.release(c, "orders", index);
-    assert_eq!(
-        harness.retry(&wait_c),
-        Response::Acquire(AcquireOutcome::TimedOut)
-    );
+    assert_eq!(harness.retry(&wait_c), Response::Acquire(AcquireOutcome::TimedOut));
     assert_eq!(waiters(&harness, "orders"), Vec::<u64>::new());
-    assert_eq!(
-        holder(&harness, "orders").map(|(session, _)| session),
-        Some(d)
-    );
+    assert_eq!(holder(&harness, "orders").map(|(session, _)| session), Some(d));
 }
 
 #[test]
@@ -752,10 +772,7 @@ fn retried_queued_acquire_after_its_wait_was_cancelled_times_out() {
     let wait_b = harness.acquire_command(b, "orders", true);
     harness.apply(&wait_b);
     harness.cancel(b, "orders");
-    assert_eq!(
-        harness.retry(&wait_b),
-        Response::Acquire(AcquireOutcome::TimedOut)
-    );
+    assert_eq!(harness.retry(&wait_b), Response::Acquire(AcquireOutcome::TimedOut));
     assert!(waiters(&harness, "orders").is_empty());
 }
 
@@ -765,10 +782,7 @@ fn retried_create_session_returns_the_same_session() {
     let command = harness.create_command("a");
     let index = harness.next_index();
     let (response, _) = harness.apply(&command);
-    let created = Response::SessionCreated {
-        session: index,
-        ttl_ms: TTL_MS,
-    };
+    let created = Response::SessionCreated { session: index, ttl_ms: TTL_MS };
     assert_eq!(response, created);
     assert_eq!(harness.retry(&command), created);
     assert_eq!(harness.machine.session_count(), 1);
@@ -787,18 +801,11 @@ fn retried_release_and_cancel_return_the_stored_answer() {
     assert_eq!(harness.retry(&release), Response::Released { token });
     assert_eq!(holder(&harness, "orders"), Some((b, index)));
 
-    let cancel = Command::CancelWait {
-        request: harness.request(),
-        session: a,
-        name: "orders".to_owned(),
-    };
+    let cancel = Command::CancelWait { request: harness.request(), session: a, name: "orders".to_owned() };
     harness.apply(&cancel);
     harness.queue(a, "orders");
     // The stored answer, even though a waits again now.
-    assert_eq!(
-        harness.retry(&cancel),
-        Response::WaitCancelled(CancelOutcome::NotWaiting)
-    );
+    assert_eq!(harness.retry(&cancel), Response::WaitCancelled(CancelOutcome::NotWaiting));
     assert_eq!(waiters(&harness, "orders"), vec![a]);
 }
 
@@ -809,43 +816,14 @@ fn request_id_reused_for_another_command_is_rejected() {
     let b = harness.create("b");
     let command = harness.acquire_command(a, "orders", true);
     harness.apply(&command);
-    let Command::Acquire { request, .. } = command else {
-        unreachable!()
-    };
+    let Command::Acquire { request, .. } = command else { unreachable!() };
     let others = [
-        Command::Acquire {
-            request,
-            session: a,
-            name: "users".to_owned(),
-            wait: true,
-        },
-        Command::Acquire {
-            request,
-            session: a,
-            name: "orders".to_owned(),
-            wait: false,
-        },
-        Command::Acquire {
-            request,
-            session: b,
-            name: "orders".to_owned(),
-            wait: true,
-        },
-        Command::Release {
-            request,
-            session: a,
-            name: "orders".to_owned(),
-            token: 3,
-        },
-        Command::CreateSession {
-            request,
-            ttl_ms: TTL_MS,
-            client_name: "a".to_owned(),
-        },
-        Command::CloseSession {
-            request,
-            session: a,
-        },
+        Command::Acquire { request, session: a, name: "users".to_owned(), wait: true },
+        Command::Acquire { request, session: a, name: "orders".to_owned(), wait: false },
+        Command::Acquire { request, session: b, name: "orders".to_owned(), wait: true },
+        Command::Release { request, session: a, name: "orders".to_owned(), token: 3 },
+        Command::CreateSession { request, ttl_ms: TTL_MS, client_name: "a".to_owned() },
+        Command::CloseSession { request, session: a },
     ];
     for other in &others {
         let error = harness.reject(other);
@@ -868,20 +846,10 @@ fn rejected_commands_are_not_remembered() {
     let a = harness.create("a");
     let token = harness.grant(a, "orders");
     let request = harness.request();
-    let wrong = Command::Release {
-        request,
-        session: a,
-        name: "orders".to_owned(),
-        token: token + 1,
-    };
+    let wrong = Command::Release { request, session: a, name: "orders".to_owned(), token: token + 1 };
     harness.reject(&wrong);
     // The rejection had no effect, so the id is free for the corrected command.
-    let right = Command::Release {
-        request,
-        session: a,
-        name: "orders".to_owned(),
-        token,
-    };
+    let right = Command::Release { request, session: a, name: "orders".to_owned(), token };
     assert_eq!(harness.apply(&right).0, Response::Released { token });
 }
 
@@ -890,27 +858,17 @@ fn only_the_last_answers_of_a_session_are_remembered() {
     let mut harness = Harness::new();
     let create = harness.create_command("a");
     let (response, _) = harness.apply(&create);
-    let Response::SessionCreated { session: a, .. } = response else {
-        panic!("expected a session")
-    };
+    let Response::SessionCreated { session: a, .. } = response else { panic!("expected a session") };
     let mut acquires = Vec::new();
     for number in 0..REQUESTS_REMEMBERED_PER_SESSION_MAX {
         let command = harness.acquire_command(a, &format!("lock-{number}"), true);
         harness.apply(&command);
         acquires.push(command);
     }
-    assert_eq!(
-        harness.machine.sessions[&a].remembered.len(),
-        REQUESTS_REMEMBERED_PER_SESSION_MAX
-    );
-    assert_eq!(
-        harness.machine.requests.len(),
-        REQUESTS_REMEMBERED_PER_SESSION_MAX
-    );
+    assert_eq!(harness.machine.sessions[&a].remembered.len(), REQUESTS_REMEMBERED_PER_SESSION_MAX);
+    assert_eq!(harness.machine.requests.len(), REQUESTS_REMEMBERED_PER_SESSION_MAX);
     // The oldest answer, the creation's, was evicted: its id is new again.
-    let Command::CreateSession { request, .. } = create else {
-        unreachable!()
-    };
+    let Command::CreateSession { request, .. } = create else { unreachable!() };
     assert!(!harness.machine.requests.contains_key(&request));
     // The newest are still there.
     let newest = acquires.last().unwrap().clone();
@@ -943,72 +901,38 @@ fn invalid_commands_are_rejected_with_the_rule_and_change_nothing() {
     harness.grant(a, "orders");
     harness.queue(b, "orders");
     let long_name = "x".repeat(LOCK_NAME_BYTES_MAX + 1);
-    let request = RequestId {
-        client_id: 99,
-        sequence: 1,
-    };
+    let request = RequestId { client_id: 99, sequence: 1 };
     let named = |name: &str| {
         vec![
-            Command::Acquire {
-                request,
-                session: a,
-                name: name.to_owned(),
-                wait: true,
-            },
-            Command::CancelWait {
-                request,
-                session: a,
-                name: name.to_owned(),
-            },
-            Command::Release {
-                request,
-                session: a,
-                name: name.to_owned(),
-                token: 1,
-            },
+            Command::Acquire { request, session: a, name: name.to_owned(), wait: true },
+            Command::CancelWait { request, session: a, name: name.to_owned() },
+            Command::Release { request, session: a, name: name.to_owned(), token: 1 },
         ]
     };
     let unknown = 999;
     let mut cases: Vec<(Command, ErrorKind, String)> = vec![
         (
-            Command::CreateSession {
-                request,
-                ttl_ms: TTL_MS,
-                client_name: "c".repeat(CLIENT_NAME_BYTES_MAX + 1),
-            },
+            Command::CreateSession { request, ttl_ms: TTL_MS, client_name: "c".repeat(CLIENT_NAME_BYTES_MAX + 1) },
             ErrorKind::InvalidArgument,
             "client name is 129 bytes; the limit is 128 (CLIENT_NAME_BYTES_MAX)".to_owned(),
         ),
         (
-            Command::CreateSession {
-                request,
-                ttl_ms: SESSION_TTL_MS_MIN - 1,
-                client_name: String::new(),
-            },
+            Command::CreateSession { request, ttl_ms: SESSION_TTL_MS_MIN - 1, client_name: String::new() },
             ErrorKind::InvalidArgument,
             "session ttl is 999 ms; the minimum is 1000 ms (SESSION_TTL_MS_MIN)".to_owned(),
         ),
         (
-            Command::CreateSession {
-                request,
-                ttl_ms: SESSION_TTL_MS_MAX + 1,
-                client_name: String::new(),
-            },
+            Command::CreateSession { request, ttl_ms: SESSION_TTL_MS_MAX + 1, client_name: String::new() },
             ErrorKind::InvalidArgument,
             "session ttl is 3600001 ms; the maximum is 3600000 ms (SESSION_TTL_MS_MAX)".to_owned(),
         ),
         (
-            Command::CloseSession {
-                request,
-                session: unknown,
-            },
+            Command::CloseSession { request, session: unknown },
             ErrorKind::UnknownSession,
             "session 999 does not exist: it was never created, was closed, or expired".to_owned(),
         ),
         (
-            Command::ExpireSessions {
-                sessions: vec![a; EXPIRE_SESSIONS_PER_COMMAND_MAX + 1],
-            },
+            Command::ExpireSessions { sessions: vec![a; EXPIRE_SESSIONS_PER_COMMAND_MAX + 1] },
             ErrorKind::LimitExceeded,
             "expire command lists 1025 sessions; the limit is 1024 \
              (EXPIRE_SESSIONS_PER_COMMAND_MAX)"
@@ -1044,11 +968,7 @@ fn invalid_commands_are_rejected_with_the_rule_and_change_nothing() {
     }
     for (command, kind, message) in &cases {
         let error = harness.reject(command);
-        assert_eq!(
-            (&error.kind, &error.message),
-            (kind, message),
-            "{command:?}"
-        );
+        assert_eq!((&error.kind, &error.message), (kind, message), "{command:?}");
         assert_eq!(
             error.to_string(),
             format!("{kind:?}: {message}"),
@@ -1089,21 +1009,15 @@ fn locks_per_session_limit_counts_held_and_waiting() {
         assert_eq!(
             error.message,
             format!(
-                "session {a} holds or waits on 1024 locks; the limit is 1024 \
-                 (LOCKS_PER_SESSION_MAX)"
+                "session {a} holds or waits on 1024 locks, semaphore permits and elections \
+                 together; the limit is 1024 (LOCKS_PER_SESSION_MAX)"
             )
         );
     }
     // What adds nothing is still answered at the limit.
-    assert_eq!(
-        harness.acquire(a, "held-0", true).0,
-        granted_response(a + 2)
-    );
+    assert_eq!(harness.acquire(a, "held-0", true).0, granted_response(a + 2));
     assert_eq!(harness.acquire(a, "other-0", true).0, queued_response(0));
-    assert!(matches!(
-        harness.acquire(a, "other-extra", false).0,
-        Response::Acquire(AcquireOutcome::Busy { .. })
-    ));
+    assert!(matches!(harness.acquire(a, "other-extra", false).0, Response::Acquire(AcquireOutcome::Busy { .. })));
 }
 
 #[test]
@@ -1113,8 +1027,7 @@ fn waiters_per_lock_limit_is_enforced() {
     harness.grant(holder_session, "orders");
     for _ in 0..WAITERS_PER_LOCK_MAX {
         let command = harness.create_command("waiter");
-        let (Response::SessionCreated { session, .. }, _) = harness.apply_unchecked(&command)
-        else {
+        let (Response::SessionCreated { session, .. }, _) = harness.apply_unchecked(&command) else {
             panic!("expected a session")
         };
         let command = harness.acquire_command(session, "orders", true);
@@ -1126,10 +1039,7 @@ fn waiters_per_lock_limit_is_enforced() {
     let command = harness.acquire_command(late, "orders", true);
     let error = harness.reject(&command);
     assert_eq!(error.kind, ErrorKind::LimitExceeded);
-    assert_eq!(
-        error.message,
-        "lock \"orders\" has 4096 waiters; the limit is 4096 (WAITERS_PER_LOCK_MAX)"
-    );
+    assert_eq!(error.message, "lock \"orders\" has 4096 waiters; the limit is 4096 (WAITERS_PER_LOCK_MAX)");
 }
 
 #[test]
@@ -1145,6 +1055,7 @@ fn sessions_limit_is_enforced() {
                 client_name: String::new(),
                 held: Vec::new(),
                 waiting: Vec::new(),
+                claims: Vec::new(),
                 remembered: Vec::new(),
             };
             (id, session)
@@ -1156,10 +1067,7 @@ fn sessions_limit_is_enforced() {
     let command = harness.create_command("one too many");
     let error = harness.reject(&command);
     assert_eq!(error.kind, ErrorKind::LimitExceeded);
-    assert_eq!(
-        error.message,
-        "there are 1000000 sessions; the limit is 1000000 (SESSIONS_MAX)"
-    );
+    assert_eq!(error.message, "there are 1000000 sessions; the limit is 1000000 (SESSIONS_MAX)");
     harness.expire(&[1]);
     let index = harness.next_index();
     assert_eq!(harness.create("fits again"), index);
@@ -1205,34 +1113,16 @@ fn check_fence_answers_current_only_for_the_current_grant() {
     let a = harness.create("a");
     let b = harness.create("b");
     let first = harness.grant(a, "orders");
-    assert_eq!(
-        harness.machine.check_fence("orders", first),
-        FenceStatus::Current
-    );
-    assert_eq!(
-        harness.machine.check_fence("orders", first + 1),
-        FenceStatus::Superseded
-    );
-    assert_eq!(
-        harness.machine.check_fence("users", first),
-        FenceStatus::Superseded
-    );
+    assert_eq!(harness.machine.check_fence("orders", first), FenceStatus::Current);
+    assert_eq!(harness.machine.check_fence("orders", first + 1), FenceStatus::Superseded);
+    assert_eq!(harness.machine.check_fence("users", first), FenceStatus::Superseded);
     harness.queue(b, "orders");
     let second = harness.next_index();
     harness.release(a, "orders", first);
-    assert_eq!(
-        harness.machine.check_fence("orders", first),
-        FenceStatus::Superseded
-    );
-    assert_eq!(
-        harness.machine.check_fence("orders", second),
-        FenceStatus::Current
-    );
+    assert_eq!(harness.machine.check_fence("orders", first), FenceStatus::Superseded);
+    assert_eq!(harness.machine.check_fence("orders", second), FenceStatus::Current);
     harness.close(b);
-    assert_eq!(
-        harness.machine.check_fence("orders", second),
-        FenceStatus::Superseded
-    );
+    assert_eq!(harness.machine.check_fence("orders", second), FenceStatus::Superseded);
 }
 
 // Fingerprints and snapshots.
@@ -1246,64 +1136,57 @@ fn fnv1a_matches_the_published_test_vectors() {
 
 #[test]
 fn fingerprints_are_pinned_because_they_live_in_snapshots() {
-    let request = RequestId {
-        client_id: 1,
-        sequence: 2,
-    };
-    let acquire = Command::Acquire {
-        request,
-        session: 3,
-        name: "orders".to_owned(),
-        wait: true,
-    };
+    let request = RequestId { client_id: 1, sequence: 2 };
+    let acquire = Command::Acquire { request, session: 3, name: "orders".to_owned(), wait: true };
     // Changing the encoding would make a retry after an upgrade look like a reuse. The
     // value was computed apart from this code, from the encoding the doc comment gives:
     // tag 4, session 3 and the length 6 as 8 little-endian bytes each, "orders", wait 1.
     assert_eq!(acquire.fingerprint(), 0x5b15_187a_c20b_be12);
     let other_request = Command::Acquire {
-        request: RequestId {
-            client_id: 9,
-            sequence: 9,
-        },
+        request: RequestId { client_id: 9, sequence: 9 },
         session: 3,
         name: "orders".to_owned(),
         wait: true,
     };
     assert_eq!(other_request.fingerprint(), acquire.fingerprint());
     let variants = [
-        Command::Acquire {
-            request,
-            session: 4,
-            name: "orders".to_owned(),
-            wait: true,
-        },
-        Command::Acquire {
-            request,
-            session: 3,
-            name: "order".to_owned(),
-            wait: true,
-        },
-        Command::Acquire {
-            request,
-            session: 3,
-            name: "orders".to_owned(),
-            wait: false,
-        },
-        Command::CancelWait {
-            request,
-            session: 3,
-            name: "orders".to_owned(),
-        },
-        Command::Release {
-            request,
-            session: 3,
-            name: "orders".to_owned(),
-            token: 0,
-        },
+        Command::Acquire { request, session: 4, name: "orders".to_owned(), wait: true },
+        Command::Acquire { request, session: 3, name: "order".to_owned(), wait: true },
+        Command::Acquire { request, session: 3, name: "orders".to_owned(), wait: false },
+        Command::CancelWait { request, session: 3, name: "orders".to_owned() },
+        Command::Release { request, session: 3, name: "orders".to_owned(), token: 0 },
     ];
     for variant in &variants {
         assert_ne!(variant.fingerprint(), acquire.fingerprint(), "{variant:?}");
     }
+
+    // Computed apart from this code too: tag 7, session 3, length 6, "orders", limit 2
+    // (8 bytes), wait 1; and tag 11, session 3, length 6, "orders", length 1, "v", wait 1.
+    let sem_acquire = Command::SemAcquire { request, session: 3, name: "orders".to_owned(), limit: 2, wait: true };
+    assert_eq!(sem_acquire.fingerprint(), 0x397a_fc90_ddb8_d093);
+    let campaign =
+        Command::Campaign { request, session: 3, name: "orders".to_owned(), value: "v".to_owned(), wait: true };
+    assert_eq!(campaign.fingerprint(), 0x8c43_f2ad_1ebe_9b76);
+    // Every kind of command, and every field, changes the fingerprint.
+    let name = || "orders".to_owned();
+    let commands = [
+        acquire.clone(),
+        sem_acquire.clone(),
+        Command::SemAcquire { request, session: 3, name: name(), limit: 3, wait: true },
+        Command::SemAcquire { request, session: 3, name: name(), limit: 2, wait: false },
+        Command::SemRelease { request, session: 3, name: name(), token: 2 },
+        Command::SemSetLimit { request, session: 3, name: name(), limit: 2 },
+        Command::SemCancelWait { request, session: 3, name: name() },
+        campaign.clone(),
+        Command::Campaign { request, session: 3, name: name(), value: "w".to_owned(), wait: true },
+        Command::CampaignCancelWait { request, session: 3, name: name() },
+        Command::Proclaim { request, session: 3, name: name(), token: 2, value: "v".to_owned() },
+        Command::Proclaim { request, session: 3, name: name(), token: 2, value: "w".to_owned() },
+        Command::Resign { request, session: 3, name: name(), token: 2 },
+        Command::Release { request, session: 3, name: name(), token: 2 },
+    ];
+    let fingerprints: BTreeSet<u64> = commands.iter().map(Command::fingerprint).collect();
+    assert_eq!(fingerprints.len(), commands.len());
 }
 
 #[test]
@@ -1314,6 +1197,10 @@ fn snapshot_round_trips_through_postcard() {
     harness.grant(a, "orders");
     harness.queue(b, "orders");
     harness.grant(b, "users");
+    harness.permit(a, "tenant", 1);
+    harness.sem_queue(b, "tenant", 1);
+    harness.elect(b, "scheduler", "b");
+    harness.campaign_queue(a, "scheduler", "a");
     let bytes = postcard::to_stdvec(&harness.machine).unwrap();
     let restored: StateMachine = postcard::from_bytes(&bytes).unwrap();
     assert_eq!(restored, harness.machine);
@@ -1325,7 +1212,10 @@ fn snapshot_round_trips_through_postcard() {
 fn an_idle_session_stays_small() {
     use std::mem::size_of;
     // Inline sizes; the heap adds one slot per listed name and remembered answer.
-    assert!(size_of::<Session>() <= 112, "{}", size_of::<Session>());
+    // One empty `Vec` of claims is all that semaphores and elections add to a session
+    // that uses neither.
+    assert!(size_of::<Session>() <= 136, "{}", size_of::<Session>());
+    assert!(size_of::<Claim>() <= 32, "{}", size_of::<Claim>());
     assert!(size_of::<Lock>() <= 48, "{}", size_of::<Lock>());
     assert!(size_of::<Remembered>() <= 48, "{}", size_of::<Remembered>());
 
@@ -1335,7 +1225,742 @@ fn an_idle_session_stays_small() {
     let session = &harness.machine.sessions[&a];
     assert_eq!(session.held.capacity(), 1);
     assert_eq!(session.waiting.capacity(), 0);
+    assert_eq!(session.claims.capacity(), 0);
     assert_eq!(session.remembered.capacity(), 2);
+}
+
+// Semaphores.
+
+#[test]
+fn first_sem_acquire_sets_the_limit_and_grants_with_the_entry_index() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let token = harness.permit(a, "tenant", 2);
+    let view = harness.machine.describe_semaphore("tenant").unwrap();
+    assert_eq!(view.limit, 2);
+    assert_eq!(
+        view.holders,
+        vec![HolderView { session: a, client_name: "a".to_owned(), token, since_ms: stamp_ms(token) }]
+    );
+    assert!(view.waiters.is_empty());
+    assert_eq!(harness.machine.semaphore_count(), 1);
+    assert_eq!(harness.machine.semaphore_stats().collect::<Vec<_>>(), vec![("tenant", 2, 1, 0)]);
+    let session = harness.machine.describe_session(a).unwrap();
+    assert_eq!(session.permits, vec![HeldLock { name: "tenant".to_owned(), token, since_ms: stamp_ms(token) }]);
+    assert!(session.held.is_empty(), "a permit is not a lock");
+}
+
+#[test]
+fn sem_grants_up_to_the_limit_then_is_busy_or_queues_in_order() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let c = harness.create("c");
+    let d = harness.create("d");
+    let first = harness.permit(a, "tenant", 2);
+    let second = harness.permit(b, "tenant", 2);
+    assert!(first < second);
+    let (response, events) = harness.sem_acquire(c, "tenant", 2, false);
+    assert_eq!(response, Response::SemAcquire(AcquireOutcome::Busy { holder: a, token: first }));
+    assert!(events.is_empty());
+    assert_eq!(harness.sem_queue(c, "tenant", 2), 0);
+    assert_eq!(harness.sem_queue(d, "tenant", 2), 1);
+    assert_eq!(harness.sem_queue(c, "tenant", 2), 0, "no second place in line");
+    // A try-acquire of a waiting session is busy too: it asks for a permit now.
+    assert!(matches!(harness.sem_acquire(c, "tenant", 2, false).0, Response::SemAcquire(AcquireOutcome::Busy { .. })));
+    assert_eq!(sem_holders(&harness, "tenant"), vec![(a, first), (b, second)]);
+    assert_eq!(sem_waiters(&harness, "tenant"), vec![c, d]);
+    assert_eq!(harness.machine.describe_session(c).unwrap().waiting_semaphores, vec!["tenant".to_owned()]);
+}
+
+#[test]
+fn sem_acquire_by_a_holder_returns_its_permit_without_a_second_one() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let token = harness.permit(a, "tenant", 3);
+    for wait in [true, false] {
+        let (response, events) = harness.sem_acquire(a, "tenant", 3, wait);
+        assert_eq!(response, Response::SemAcquire(AcquireOutcome::Granted { token }));
+        assert!(events.is_empty());
+    }
+    assert_eq!(sem_holders(&harness, "tenant"), vec![(a, token)]);
+}
+
+#[test]
+fn sem_acquire_with_another_limit_is_rejected_naming_both() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let token = harness.permit(a, "tenant", 2);
+    for session in [a, b] {
+        let command = harness.sem_acquire_command(session, "tenant", 3, true);
+        let error = harness.reject(&command);
+        assert_eq!(error.kind, ErrorKind::LimitMismatch);
+        assert_eq!(
+            error.message,
+            "semaphore \"tenant\" has limit 2, but this acquire asks for limit 3; every \
+             acquirer must ask for the current limit (the first acquirer set it, SemSetLimit \
+             changes it)"
+        );
+    }
+    assert_eq!(sem_holders(&harness, "tenant"), vec![(a, token)]);
+}
+
+#[test]
+fn sem_release_grants_the_waiters_in_order_in_the_same_entry() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let c = harness.create("c");
+    let d = harness.create("d");
+    let first = harness.permit(a, "tenant", 2);
+    let second = harness.permit(b, "tenant", 2);
+    harness.sem_queue(c, "tenant", 2);
+    harness.sem_queue(d, "tenant", 2);
+    let index = harness.next_index();
+    let (response, events) = harness.sem_release(b, "tenant", second);
+    assert_eq!(response, Response::SemReleased { token: second });
+    assert_eq!(events, vec![sem_released("tenant", b, second), sem_granted("tenant", c, index)]);
+    assert_eq!(sem_holders(&harness, "tenant"), vec![(a, first), (c, index)]);
+    assert_eq!(sem_waiters(&harness, "tenant"), vec![d]);
+    // The newcomer does not pass the one still waiting.
+    let e = harness.create("e");
+    assert!(matches!(
+        harness.sem_acquire(e, "tenant", 2, false).0,
+        Response::SemAcquire(AcquireOutcome::Busy { holder, .. }) if holder == a
+    ));
+    let index = harness.next_index();
+    let (_, events) = harness.sem_release(a, "tenant", first);
+    assert_eq!(events, vec![sem_released("tenant", a, first), sem_granted("tenant", d, index)]);
+}
+
+#[test]
+fn sem_release_without_that_permit_is_rejected() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let token = harness.permit(a, "tenant", 2);
+    let cases = [
+        (
+            harness.sem_release_command(a, "tenant", token + 1),
+            format!(
+                "session {a} cannot release a permit of semaphore \"tenant\" with token {}: \
+                 this session holds its permit with token {token}; only a holder can release, \
+                 with the token of its current grant",
+                token + 1
+            ),
+        ),
+        (
+            harness.sem_release_command(b, "tenant", token),
+            format!(
+                "session {b} cannot release a permit of semaphore \"tenant\" with token \
+                 {token}: this session holds no permit of it; only a holder can release, with \
+                 the token of its current grant"
+            ),
+        ),
+        (
+            harness.sem_release_command(a, "unused", token),
+            format!(
+                "session {a} cannot release a permit of semaphore \"unused\" with token \
+                 {token}: this session holds no permit of it; only a holder can release, with \
+                 the token of its current grant"
+            ),
+        ),
+    ];
+    for (command, message) in &cases {
+        let error = harness.reject(command);
+        assert_eq!((error.kind, &error.message), (ErrorKind::NotHolder, message));
+    }
+    // The lock of the same name is another thing: its release does not touch the permit.
+    let release_lock = harness.release_command(a, "tenant", token);
+    assert_eq!(harness.reject(&release_lock).kind, ErrorKind::NotHolder);
+}
+
+#[test]
+fn last_release_removes_the_semaphore_and_the_next_acquirer_sets_the_limit() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let token = harness.permit(a, "tenant", 2);
+    let (_, events) = harness.sem_release(a, "tenant", token);
+    assert_eq!(events, vec![sem_released("tenant", a, token)]);
+    assert_eq!(harness.machine.describe_semaphore("tenant"), None);
+    assert_eq!(harness.machine.semaphore_count(), 0);
+    harness.permit(a, "tenant", 5);
+    assert_eq!(harness.machine.describe_semaphore("tenant").unwrap().limit, 5);
+}
+
+#[test]
+fn raising_the_limit_grants_waiters_up_to_it_in_one_entry_with_one_token() {
+    let mut harness = Harness::new();
+    let sessions: Vec<SessionId> = (0..5).map(|n| harness.create(&format!("s{n}"))).collect();
+    let first = harness.permit(sessions[0], "tenant", 1);
+    for session in &sessions[1..] {
+        harness.sem_queue(*session, "tenant", 1);
+    }
+    let index = harness.next_index();
+    let (response, events) = harness.set_limit(sessions[4], "tenant", 3);
+    assert_eq!(response, Response::SemLimitSet { limit: 3, previous: 1 });
+    assert_eq!(events, vec![sem_granted("tenant", sessions[1], index), sem_granted("tenant", sessions[2], index),]);
+    assert_eq!(sem_holders(&harness, "tenant"), vec![(sessions[0], first), (sessions[1], index), (sessions[2], index)]);
+    assert_eq!(sem_waiters(&harness, "tenant"), vec![sessions[3], sessions[4]]);
+    // Permits of one grant entry share its token; each session's token is still its own
+    // grant, and releasing one leaves the other.
+    let (_, events) = harness.sem_release(sessions[1], "tenant", index);
+    let next = harness.index;
+    assert_eq!(events, vec![sem_released("tenant", sessions[1], index), sem_granted("tenant", sessions[3], next),]);
+    assert_eq!(harness.machine.check_fence_of(ResourceKind::Semaphore, "tenant", index), FenceStatus::Current);
+    // Acquirers now ask for the new limit.
+    let late = harness.create("late");
+    let command = harness.sem_acquire_command(late, "tenant", 1, true);
+    assert_eq!(harness.reject(&command).kind, ErrorKind::LimitMismatch);
+}
+
+#[test]
+fn lowering_the_limit_revokes_nobody_and_holds_back_grants() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let c = harness.create("c");
+    let d = harness.create("d");
+    let token_a = harness.permit(a, "tenant", 3);
+    let token_b = harness.permit(b, "tenant", 3);
+    let token_c = harness.permit(c, "tenant", 3);
+    harness.sem_queue(d, "tenant", 3);
+    let (response, events) = harness.set_limit(a, "tenant", 1);
+    assert_eq!(response, Response::SemLimitSet { limit: 1, previous: 3 });
+    assert!(events.is_empty());
+    assert_eq!(sem_holders(&harness, "tenant").len(), 3, "nobody is revoked");
+    let (_, events) = harness.sem_release(a, "tenant", token_a);
+    assert_eq!(events, vec![sem_released("tenant", a, token_a)]);
+    let (_, events) = harness.sem_release(b, "tenant", token_b);
+    assert_eq!(events, vec![sem_released("tenant", b, token_b)]);
+    assert_eq!(sem_waiters(&harness, "tenant"), vec![d], "one holder fills the limit");
+    let index = harness.next_index();
+    let (_, events) = harness.sem_release(c, "tenant", token_c);
+    assert_eq!(events, vec![sem_released("tenant", c, token_c), sem_granted("tenant", d, index)]);
+    // Setting the same limit changes nothing.
+    let (response, events) = harness.set_limit(a, "tenant", 1);
+    assert_eq!(response, Response::SemLimitSet { limit: 1, previous: 1 });
+    assert!(events.is_empty());
+}
+
+#[test]
+fn bad_semaphore_commands_are_rejected_with_the_rule() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    harness.permit(a, "tenant", 2);
+    let limit_message = |limit: u32| {
+        format!(
+            "semaphore limit is {limit}; it must be at least 1 and at most 10000 \
+             (SEMAPHORE_LIMIT_MAX)"
+        )
+    };
+    let cases = [
+        (harness.sem_acquire_command(a, "fresh", 0, true), ErrorKind::InvalidArgument, limit_message(0)),
+        (
+            harness.sem_acquire_command(a, "fresh", SEMAPHORE_LIMIT_MAX + 1, true),
+            ErrorKind::InvalidArgument,
+            limit_message(SEMAPHORE_LIMIT_MAX + 1),
+        ),
+        (harness.set_limit_command(a, "tenant", 0), ErrorKind::InvalidArgument, limit_message(0)),
+        (
+            harness.set_limit_command(a, "tenant", SEMAPHORE_LIMIT_MAX + 1),
+            ErrorKind::InvalidArgument,
+            limit_message(SEMAPHORE_LIMIT_MAX + 1),
+        ),
+        (
+            harness.set_limit_command(a, "unused", 3),
+            ErrorKind::InvalidArgument,
+            "semaphore \"unused\" has no holders; the next acquirer sets its limit, so there \
+             is no limit to change"
+                .to_owned(),
+        ),
+        (
+            harness.sem_acquire_command(a, "", 2, true),
+            ErrorKind::InvalidArgument,
+            "semaphore name is empty; a semaphore name needs at least one byte".to_owned(),
+        ),
+        (
+            harness.set_limit_command(a, &"x".repeat(LOCK_NAME_BYTES_MAX + 1), 2),
+            ErrorKind::InvalidArgument,
+            "semaphore name is 257 bytes; the limit is 256 (LOCK_NAME_BYTES_MAX)".to_owned(),
+        ),
+        (
+            harness.sem_acquire_command(999, "tenant", 2, true),
+            ErrorKind::UnknownSession,
+            "session 999 does not exist: it was never created, was closed, or expired".to_owned(),
+        ),
+        (
+            harness.set_limit_command(999, "tenant", 2),
+            ErrorKind::UnknownSession,
+            "session 999 does not exist: it was never created, was closed, or expired".to_owned(),
+        ),
+    ];
+    for (command, kind, message) in &cases {
+        let error = harness.reject(command);
+        assert_eq!((&error.kind, &error.message), (kind, message), "{command:?}");
+    }
+    // The bounds themselves are allowed.
+    harness.permit(a, "one", 1);
+    harness.permit(a, "many", SEMAPHORE_LIMIT_MAX);
+}
+
+#[test]
+fn sem_cancel_wait_removes_the_waiter_or_reports_the_grant() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let c = harness.create("c");
+    let token = harness.permit(a, "tenant", 1);
+    harness.sem_queue(b, "tenant", 1);
+    harness.sem_queue(c, "tenant", 1);
+    let (response, events) = harness.sem_cancel(b, "tenant");
+    assert_eq!(response, Response::WaitCancelled(CancelOutcome::Cancelled));
+    assert_eq!(
+        events,
+        vec![Event::WaitFailed {
+            kind: ResourceKind::Semaphore,
+            name: "tenant".to_owned(),
+            session: b,
+            reason: WaitFailure::Cancelled,
+        }]
+    );
+    assert_eq!(sem_waiters(&harness, "tenant"), vec![c]);
+    let (response, events) = harness.sem_cancel(b, "tenant");
+    assert_eq!(response, Response::WaitCancelled(CancelOutcome::NotWaiting));
+    assert!(events.is_empty());
+    let (response, _) = harness.sem_cancel(a, "tenant");
+    assert_eq!(response, Response::WaitCancelled(CancelOutcome::AlreadyGranted { token }));
+    let (response, _) = harness.sem_cancel(a, "unused");
+    assert_eq!(response, Response::WaitCancelled(CancelOutcome::NotWaiting));
+    // A lock cancel does not reach the semaphore queue.
+    let (response, _) = harness.cancel(c, "tenant");
+    assert_eq!(response, Response::WaitCancelled(CancelOutcome::NotWaiting));
+    assert_eq!(sem_waiters(&harness, "tenant"), vec![c]);
+}
+
+#[test]
+fn expiry_returns_permits_and_grants_waiters_in_its_entry_within_the_limit() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let c = harness.create("c");
+    let d = harness.create("d");
+    let e = harness.create("e");
+    let f = harness.create("f");
+    let token_a = harness.permit(a, "tenant", 2);
+    let token_b = harness.permit(b, "tenant", 2);
+    // c waits first but ends with a and b; d and e are the survivors in line.
+    harness.sem_queue(c, "tenant", 2);
+    harness.sem_queue(d, "tenant", 2);
+    harness.sem_queue(e, "tenant", 2);
+    harness.sem_queue(f, "tenant", 2);
+    let index = harness.next_index();
+    let (response, events) = harness.expire(&[b, c, a]);
+    assert_eq!(response, Response::SessionsExpired { expired: vec![b, c, a] });
+    assert_eq!(
+        events,
+        vec![
+            Event::WaitFailed {
+                kind: ResourceKind::Semaphore,
+                name: "tenant".to_owned(),
+                session: c,
+                reason: WaitFailure::SessionEnded,
+            },
+            sem_released("tenant", a, token_a),
+            sem_released("tenant", b, token_b),
+            sem_granted("tenant", d, index),
+            sem_granted("tenant", e, index),
+            ended(b, true),
+            ended(c, true),
+            ended(a, true),
+        ]
+    );
+    assert_eq!(sem_holders(&harness, "tenant"), vec![(d, index), (e, index)]);
+    assert_eq!(sem_waiters(&harness, "tenant"), vec![f]);
+}
+
+#[test]
+fn retried_semaphore_commands_get_their_answers_and_change_nothing() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let acquire_a = harness.sem_acquire_command(a, "tenant", 1, true);
+    let token = harness.next_index();
+    harness.apply(&acquire_a);
+    let wait_b = harness.sem_acquire_command(b, "tenant", 1, true);
+    assert_eq!(harness.apply(&wait_b).0, Response::SemAcquire(AcquireOutcome::Queued { position: 0 }));
+    assert_eq!(harness.retry(&wait_b), Response::SemAcquire(AcquireOutcome::Queued { position: 0 }));
+    assert_eq!(sem_waiters(&harness, "tenant"), vec![b], "no second place in line");
+
+    let set_limit = harness.set_limit_command(a, "tenant", 1);
+    let answer = harness.apply(&set_limit).0;
+    assert_eq!(harness.retry(&set_limit), answer);
+
+    let release = harness.sem_release_command(a, "tenant", token);
+    let granted_b = harness.next_index();
+    harness.apply(&release);
+    assert_eq!(
+        harness.retry(&release),
+        Response::SemReleased { token },
+        "a retried release does not release the next grant"
+    );
+    assert_eq!(harness.retry(&acquire_a), Response::SemAcquire(AcquireOutcome::Granted { token }));
+    assert_eq!(
+        harness.retry(&wait_b),
+        Response::SemAcquire(AcquireOutcome::Granted { token: granted_b }),
+        "a retried wait reports the grant that came since"
+    );
+    harness.sem_release(b, "tenant", granted_b);
+    assert_eq!(harness.retry(&wait_b), Response::SemAcquire(AcquireOutcome::TimedOut));
+
+    // The same request id with another body is a reuse.
+    let mut reused = wait_b.clone();
+    if let Command::SemAcquire { limit, .. } = &mut reused {
+        *limit = 2;
+    }
+    assert_eq!(harness.reject(&reused).kind, ErrorKind::RequestIdReused);
+}
+
+// Elections.
+
+#[test]
+fn campaign_in_a_vacant_election_leads_with_the_entry_index_and_its_value() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let token = harness.elect(a, "scheduler", "10.0.0.1:7000");
+    let view = harness.machine.describe_election("scheduler").unwrap();
+    let leader = LeaderView {
+        session: a,
+        client_name: "a".to_owned(),
+        token,
+        since_ms: stamp_ms(token),
+        value: "10.0.0.1:7000".to_owned(),
+    };
+    assert_eq!(view, ElectionView { name: "scheduler".to_owned(), leader: leader.clone(), waiters: vec![] });
+    assert_eq!(
+        leader_changed(&harness.machine, "scheduler"),
+        Event::LeaderChanged { name: "scheduler".to_owned(), leader: Some(leader) }
+    );
+    assert_eq!(harness.machine.election_count(), 1);
+    assert_eq!(
+        harness.machine.describe_session(a).unwrap().leading,
+        vec![HeldLock { name: "scheduler".to_owned(), token, since_ms: stamp_ms(token) }]
+    );
+    assert_eq!(harness.machine.check_fence_of(ResourceKind::Election, "scheduler", token), FenceStatus::Current);
+}
+
+#[test]
+fn campaign_by_the_leader_keeps_token_and_value_others_are_busy_or_queue() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let c = harness.create("c");
+    let token = harness.elect(a, "scheduler", "a-value");
+    let (response, events) = harness.campaign(a, "scheduler", "other", true);
+    assert_eq!(response, Response::Campaign(AcquireOutcome::Granted { token }));
+    assert!(events.is_empty());
+    assert_eq!(leader(&harness, "scheduler"), Some((a, token, "a-value".to_owned())));
+    let (response, events) = harness.campaign(b, "scheduler", "b-value", false);
+    assert_eq!(response, Response::Campaign(AcquireOutcome::Busy { holder: a, token }));
+    assert!(events.is_empty());
+    assert_eq!(harness.campaign_queue(b, "scheduler", "b-value"), 0);
+    assert_eq!(harness.campaign_queue(c, "scheduler", "c-value"), 1);
+    assert_eq!(harness.campaign_queue(b, "scheduler", "changed"), 0);
+    assert_eq!(campaigners(&harness, "scheduler"), vec![b, c]);
+    assert_eq!(harness.machine.describe_session(b).unwrap().campaigning, vec!["scheduler".to_owned()]);
+}
+
+#[test]
+fn proclaim_changes_the_value_and_keeps_the_token() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let token = harness.elect(a, "scheduler", "old");
+    let command = harness.proclaim_command(a, "scheduler", token, "new");
+    let (response, events) = harness.apply(&command);
+    assert_eq!(response, Response::Proclaimed { token });
+    assert_eq!(events, vec![leader_changed(&harness.machine, "scheduler")]);
+    assert_eq!(leader(&harness, "scheduler"), Some((a, token, "new".to_owned())));
+    // The same value again is no change and is not announced.
+    let command = harness.proclaim_command(a, "scheduler", token, "new");
+    let (response, events) = harness.apply(&command);
+    assert_eq!(response, Response::Proclaimed { token });
+    assert!(events.is_empty());
+}
+
+#[test]
+fn proclaim_and_resign_without_the_current_leadership_are_rejected() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let stale = harness.elect(a, "scheduler", "a");
+    harness.resign(a, "scheduler", stale);
+    let token = harness.elect(a, "scheduler", "a");
+    let cases = [
+        (
+            harness.proclaim_command(a, "scheduler", stale, "x"),
+            format!(
+                "session {a} cannot proclaim in election \"scheduler\" with token {stale}: this \
+                 session leads it with token {token}; only the leader can, with the token of \
+                 its current leadership"
+            ),
+        ),
+        (
+            harness.resign_command(a, "scheduler", stale),
+            format!(
+                "session {a} cannot resign in election \"scheduler\" with token {stale}: this \
+                 session leads it with token {token}; only the leader can, with the token of \
+                 its current leadership"
+            ),
+        ),
+        (
+            harness.proclaim_command(b, "scheduler", token, "x"),
+            format!(
+                "session {b} cannot proclaim in election \"scheduler\" with token {token}: \
+                 session {a} leads it with token {token}; only the leader can, with the token \
+                 of its current leadership"
+            ),
+        ),
+        (
+            harness.resign_command(b, "vacant", token),
+            format!(
+                "session {b} cannot resign in election \"vacant\" with token {token}: the \
+                 election is vacant; only the leader can, with the token of its current \
+                 leadership"
+            ),
+        ),
+    ];
+    for (command, message) in &cases {
+        let error = harness.reject(command);
+        assert_eq!((error.kind, &error.message), (ErrorKind::NotLeader, message));
+    }
+    let value_message = "election value is 1025 bytes; the limit is 1024 \
+                         (ELECTION_VALUE_BYTES_MAX)";
+    let long = "v".repeat(ELECTION_VALUE_BYTES_MAX + 1);
+    for command in
+        [harness.proclaim_command(a, "scheduler", token, &long), harness.campaign_command(b, "scheduler", &long, true)]
+    {
+        let error = harness.reject(&command);
+        assert_eq!((error.kind, error.message.as_str()), (ErrorKind::InvalidArgument, value_message));
+    }
+    let longest = "v".repeat(ELECTION_VALUE_BYTES_MAX);
+    let command = harness.proclaim_command(a, "scheduler", token, &longest);
+    assert_eq!(harness.apply(&command).0, Response::Proclaimed { token });
+    let command = harness.campaign_command(a, "", "x", true);
+    assert_eq!(harness.reject(&command).message, "election name is empty; an election name needs at least one byte");
+}
+
+#[test]
+fn resign_hands_leadership_to_the_next_campaigner_with_its_value() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let c = harness.create("c");
+    let first = harness.elect(a, "scheduler", "a-value");
+    harness.campaign_queue(b, "scheduler", "b-value");
+    harness.campaign_queue(c, "scheduler", "c-value");
+    let second = harness.next_index();
+    let (response, events) = harness.resign(a, "scheduler", first);
+    assert_eq!(response, Response::Resigned { token: first });
+    assert_eq!(
+        events,
+        vec![
+            resigned("scheduler", a, first),
+            elected("scheduler", b, second),
+            leader_changed(&harness.machine, "scheduler"),
+        ]
+    );
+    assert_eq!(leader(&harness, "scheduler"), Some((b, second, "b-value".to_owned())));
+    assert_eq!(campaigners(&harness, "scheduler"), vec![c]);
+    assert_eq!(harness.machine.check_fence_of(ResourceKind::Election, "scheduler", first), FenceStatus::Superseded);
+    let third = harness.next_index();
+    harness.resign(b, "scheduler", second);
+    assert_eq!(leader(&harness, "scheduler"), Some((c, third, "c-value".to_owned())));
+    let (_, events) = harness.resign(c, "scheduler", third);
+    assert_eq!(
+        events,
+        vec![resigned("scheduler", c, third), Event::LeaderChanged { name: "scheduler".to_owned(), leader: None },]
+    );
+    assert_eq!(harness.machine.describe_election("scheduler"), None);
+    assert_eq!(harness.machine.election_count(), 0);
+}
+
+#[test]
+fn session_end_hands_leadership_on_and_fails_its_campaigns() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let c = harness.create("c");
+    let first = harness.elect(a, "scheduler", "a-value");
+    let other = harness.elect(c, "cron", "c-value");
+    harness.campaign_queue(b, "scheduler", "b-value");
+    harness.campaign_queue(a, "cron", "a-cron");
+    let index = harness.next_index();
+    let (_, events) = harness.expire(&[a]);
+    assert_eq!(
+        events,
+        vec![
+            Event::WaitFailed {
+                kind: ResourceKind::Election,
+                name: "cron".to_owned(),
+                session: a,
+                reason: WaitFailure::SessionEnded,
+            },
+            resigned("scheduler", a, first),
+            elected("scheduler", b, index),
+            leader_changed(&harness.machine, "scheduler"),
+            ended(a, true),
+        ]
+    );
+    assert_eq!(leader(&harness, "scheduler"), Some((b, index, "b-value".to_owned())));
+    assert_eq!(leader(&harness, "cron"), Some((c, other, "c-value".to_owned())));
+    assert!(campaigners(&harness, "cron").is_empty());
+    let (_, events) = harness.close(b);
+    assert_eq!(
+        events,
+        vec![
+            resigned("scheduler", b, index),
+            Event::LeaderChanged { name: "scheduler".to_owned(), leader: None },
+            ended(b, false),
+        ]
+    );
+}
+
+#[test]
+fn campaign_cancel_wait_removes_the_campaigner_or_reports_the_leadership() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let token = harness.elect(a, "scheduler", "a");
+    harness.campaign_queue(b, "scheduler", "b");
+    let (response, events) = harness.campaign_cancel(b, "scheduler");
+    assert_eq!(response, Response::WaitCancelled(CancelOutcome::Cancelled));
+    assert_eq!(
+        events,
+        vec![Event::WaitFailed {
+            kind: ResourceKind::Election,
+            name: "scheduler".to_owned(),
+            session: b,
+            reason: WaitFailure::Cancelled,
+        }]
+    );
+    assert!(campaigners(&harness, "scheduler").is_empty());
+    let (response, _) = harness.campaign_cancel(b, "scheduler");
+    assert_eq!(response, Response::WaitCancelled(CancelOutcome::NotWaiting));
+    let (response, _) = harness.campaign_cancel(a, "scheduler");
+    assert_eq!(response, Response::WaitCancelled(CancelOutcome::AlreadyGranted { token }));
+}
+
+#[test]
+fn retried_election_commands_get_their_answers_and_change_nothing() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let campaign_a = harness.campaign_command(a, "scheduler", "a", true);
+    let token = harness.next_index();
+    harness.apply(&campaign_a);
+    let campaign_b = harness.campaign_command(b, "scheduler", "b", true);
+    harness.apply(&campaign_b);
+    assert_eq!(harness.retry(&campaign_b), Response::Campaign(AcquireOutcome::Queued { position: 0 }));
+    let proclaim = harness.proclaim_command(a, "scheduler", token, "a2");
+    harness.apply(&proclaim);
+    assert_eq!(harness.retry(&proclaim), Response::Proclaimed { token });
+    let resign = harness.resign_command(a, "scheduler", token);
+    let next = harness.next_index();
+    harness.apply(&resign);
+    assert_eq!(
+        harness.retry(&resign),
+        Response::Resigned { token },
+        "a retried resign does not end the next leadership"
+    );
+    assert_eq!(harness.retry(&campaign_a), Response::Campaign(AcquireOutcome::Granted { token }));
+    assert_eq!(harness.retry(&campaign_b), Response::Campaign(AcquireOutcome::Granted { token: next }));
+    let mut reused = proclaim.clone();
+    if let Command::Proclaim { value, .. } = &mut reused {
+        *value = "other".to_owned();
+    }
+    assert_eq!(harness.reject(&reused).kind, ErrorKind::RequestIdReused);
+}
+
+// Locks, semaphores and elections together.
+
+#[test]
+fn locks_semaphores_and_elections_of_one_name_are_separate() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let lock = harness.grant(a, "x");
+    let permit = harness.permit(b, "x", 1);
+    let leadership = harness.elect(a, "x", "value");
+    assert_eq!(holder(&harness, "x"), Some((a, lock)));
+    assert_eq!(sem_holders(&harness, "x"), vec![(b, permit)]);
+    assert_eq!(leader(&harness, "x").map(|l| l.1), Some(leadership));
+    assert_eq!(harness.machine.check_fence("x", permit), FenceStatus::Superseded);
+    assert_eq!(harness.machine.check_fence_of(ResourceKind::Semaphore, "x", lock), FenceStatus::Superseded);
+    let view = harness.machine.describe_session(a).unwrap();
+    assert_eq!(view.held.len(), 1);
+    assert!(view.permits.is_empty());
+    assert_eq!(view.leading.len(), 1);
+    let (_, events) = harness.close(a);
+    assert_eq!(
+        events,
+        vec![
+            released("x", a, lock),
+            resigned("x", a, leadership),
+            Event::LeaderChanged { name: "x".to_owned(), leader: None },
+            ended(a, false),
+        ]
+    );
+    assert_eq!(sem_holders(&harness, "x"), vec![(b, permit)]);
+}
+
+#[test]
+fn the_per_session_limit_counts_locks_permits_and_elections_together() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    harness.grant(b, "busy-lock");
+    harness.permit(b, "busy-semaphore", 1);
+    harness.elect(b, "busy-election", "b");
+    for number in 0..LOCKS_PER_SESSION_MAX - 6 {
+        let command = harness.acquire_command(a, &format!("lock-{number}"), true);
+        harness.apply_unchecked(&command);
+    }
+    harness.permit(a, "semaphore", 2);
+    harness.sem_queue(a, "busy-semaphore", 1);
+    harness.elect(a, "election", "a");
+    harness.campaign_queue(a, "busy-election", "a");
+    harness.queue(a, "busy-lock");
+    let command = harness.acquire_command(a, "last-lock", true);
+    harness.apply(&command);
+    assert_eq!(harness.machine.sessions[&a].resource_count(), LOCKS_PER_SESSION_MAX);
+    let message = format!(
+        "session {a} holds or waits on 1024 locks, semaphore permits and elections together; \
+         the limit is 1024 (LOCKS_PER_SESSION_MAX)"
+    );
+    for command in [
+        harness.acquire_command(a, "fresh", true),
+        harness.sem_acquire_command(a, "fresh", 1, true),
+        harness.sem_acquire_command(a, "fresh", 1, false),
+        harness.campaign_command(a, "fresh", "a", false),
+    ] {
+        let error = harness.reject(&command);
+        assert_eq!((error.kind, &error.message), (ErrorKind::LimitExceeded, &message));
+    }
+    // What adds nothing is still answered at the limit.
+    assert!(matches!(
+        harness.sem_acquire(a, "semaphore", 2, true).0,
+        Response::SemAcquire(AcquireOutcome::Granted { .. })
+    ));
+    assert_eq!(
+        harness.sem_acquire(a, "busy-semaphore", 1, true).0,
+        Response::SemAcquire(AcquireOutcome::Queued { position: 0 })
+    );
+    assert!(matches!(harness.campaign(a, "election", "a", true).0, Response::Campaign(AcquireOutcome::Granted { .. })));
+    assert_eq!(
+        harness.campaign(a, "busy-election", "a", true).0,
+        Response::Campaign(AcquireOutcome::Queued { position: 0 })
+    );
 }
 
 // The invariant checker itself.
@@ -1364,12 +1989,7 @@ fn invariants_catch_a_dead_session_holding_a_lock() {
 #[should_panic(expected = "but another session holds it")]
 fn invariants_catch_two_sessions_claiming_one_lock() {
     let (mut machine, _, _, c) = corruptible();
-    machine
-        .sessions
-        .get_mut(&c)
-        .unwrap()
-        .held
-        .push("orders".to_owned());
+    machine.sessions.get_mut(&c).unwrap().held.push("orders".to_owned());
     machine.check_invariants();
 }
 
@@ -1378,12 +1998,7 @@ fn invariants_catch_two_sessions_claiming_one_lock() {
 fn invariants_catch_a_holder_that_also_waits() {
     let (mut machine, a, _, _) = corruptible();
     machine.locks.get_mut("orders").unwrap().waiters.push(a);
-    machine
-        .sessions
-        .get_mut(&a)
-        .unwrap()
-        .waiting
-        .push("orders".to_owned());
+    machine.sessions.get_mut(&a).unwrap().waiting.push("orders".to_owned());
     machine.check_invariants();
 }
 
@@ -1418,4 +2033,102 @@ fn invariants_catch_a_forgotten_request_index_entry() {
     let request = *machine.requests.keys().next().unwrap();
     machine.requests.remove(&request);
     machine.check_invariants();
+}
+
+/// Returns a state where a and b hold permits of "tenant" (limit 2), a leads "scheduler"
+/// and b campaigns in it, and c holds nothing.
+fn corruptible_semaphore_and_election() -> (StateMachine, SessionId, SessionId, SessionId) {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let c = harness.create("c");
+    harness.permit(a, "tenant", 2);
+    harness.permit(b, "tenant", 2);
+    harness.elect(a, "scheduler", "a");
+    harness.campaign_queue(b, "scheduler", "b");
+    harness.machine.apply_empty(harness.index + 1);
+    (harness.machine, a, b, c)
+}
+
+#[test]
+#[should_panic(expected = "which exceeds its limit 2")]
+fn invariants_catch_a_semaphore_with_one_holder_too_many() {
+    let (mut machine, _, _, c) = corruptible_semaphore_and_election();
+    let token = machine.last_applied_index();
+    machine.semaphores.get_mut("tenant").unwrap().holders.push(Holder { session: c, token, since_ms: 0 });
+    machine.sessions.get_mut(&c).unwrap().add_claim(ResourceKind::Semaphore, Role::Holds, "tenant");
+    machine.check_invariants();
+}
+
+#[test]
+fn invariants_accept_more_holders_than_a_lowered_limit() {
+    let (mut machine, a, _, _) = corruptible_semaphore_and_election();
+    let index = machine.last_applied_index() + 1;
+    let request = RequestId { client_id: 1, sequence: 1 };
+    let command = Command::SemSetLimit { request, session: a, name: "tenant".to_owned(), limit: 1 };
+    machine.apply(index, stamp_ms(index), &command);
+    machine.check_invariants();
+    assert_eq!(machine.describe_semaphore("tenant").unwrap().holders.len(), 2);
+}
+
+#[test]
+#[should_panic(expected = "under its limit 2 while sessions wait")]
+fn invariants_catch_a_free_permit_left_while_sessions_wait() {
+    let (mut machine, _, b, c) = corruptible_semaphore_and_election();
+    let semaphore = machine.semaphores.get_mut("tenant").unwrap();
+    semaphore.holders.retain(|holder| holder.session != b);
+    semaphore.waiters.push(c);
+    let session_b = machine.sessions.get_mut(&b).unwrap();
+    session_b.remove_claim(ResourceKind::Semaphore, Role::Holds, "tenant");
+    machine.sessions.get_mut(&c).unwrap().add_claim(ResourceKind::Semaphore, Role::Waits, "tenant");
+    machine.check_invariants();
+}
+
+#[test]
+#[should_panic(expected = "but another session leads it")]
+fn invariants_catch_two_leaders_of_one_election() {
+    let (mut machine, _, _, c) = corruptible_semaphore_and_election();
+    machine.sessions.get_mut(&c).unwrap().add_claim(ResourceKind::Election, Role::Holds, "scheduler");
+    machine.check_invariants();
+}
+
+#[test]
+#[should_panic(expected = "or both holds and waits on it")]
+fn invariants_catch_a_leader_that_also_campaigns() {
+    let (mut machine, a, _, _) = corruptible_semaphore_and_election();
+    machine
+        .elections
+        .get_mut("scheduler")
+        .unwrap()
+        .waiters
+        .push(election::Campaigner { session: a, value: String::new() });
+    machine.sessions.get_mut(&a).unwrap().add_claim(ResourceKind::Election, Role::Waits, "scheduler");
+    machine.check_invariants();
+}
+
+#[test]
+#[should_panic(expected = "is unused but keeps an entry")]
+fn invariants_catch_an_empty_semaphore_entry() {
+    let (mut machine, _, _, _) = corruptible_semaphore_and_election();
+    machine
+        .semaphores
+        .insert("empty".to_owned(), Semaphore { limit: 1, limit_set_index: 1, holders: vec![], waiters: vec![] });
+    machine.check_invariants();
+}
+
+#[test]
+#[should_panic(expected = "does not list it")]
+fn invariants_catch_a_permit_the_session_does_not_list() {
+    let (mut machine, a, _, _) = corruptible_semaphore_and_election();
+    machine.sessions.get_mut(&a).unwrap().claims.retain(|claim| claim.kind != ResourceKind::Semaphore);
+    machine.check_invariants();
+}
+
+#[test]
+#[should_panic(expected = "no permit to grant")]
+fn the_grant_path_refuses_a_permit_beyond_the_limit() {
+    let (mut machine, _, _, c) = corruptible_semaphore_and_election();
+    let index = machine.last_applied_index();
+    let mut events = Vec::new();
+    machine.grant_permit(index, 0, "tenant", c, &mut events);
 }

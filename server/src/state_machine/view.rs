@@ -39,13 +39,54 @@ pub struct SessionView {
     pub held: Vec<HeldLock>,
     /// Names of the locks waited on, in the order the session queued.
     pub waiting: Vec<String>,
+    /// Semaphore permits held, in the order of the grants.
+    pub permits: Vec<HeldLock>,
+    /// Names of the semaphores waited on, in the order the session queued.
+    pub waiting_semaphores: Vec<String>,
+    /// Elections this session leads, in the order it became leader.
+    pub leading: Vec<HeldLock>,
+    /// Names of the elections this session waits to lead, in the order it queued.
+    pub campaigning: Vec<String>,
 }
 
+/// A lock, permit or leadership a session holds.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct HeldLock {
     pub name: String,
     pub token: Token,
     pub since_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct SemaphoreView {
+    pub name: String,
+    /// May be below `holders.len()` after a lowering: lowering revokes no permit.
+    pub limit: u32,
+    /// In the order of the grants. A described semaphore has a holder or a waiter.
+    pub holders: Vec<HolderView>,
+    /// First in line first.
+    pub waiters: Vec<WaiterView>,
+}
+
+/// The leader of an election, as described and as sent to observers.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LeaderView {
+    pub session: SessionId,
+    pub client_name: String,
+    /// The index of the entry that made this session leader; a proclaim keeps it.
+    pub token: Token,
+    /// The leader's wall-clock stamp of that entry; informational only.
+    pub since_ms: u64,
+    pub value: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ElectionView {
+    pub name: String,
+    /// A described election has a leader: a vacant one has no entry.
+    pub leader: LeaderView,
+    /// Campaigners waiting to lead, first in line first.
+    pub waiters: Vec<WaiterView>,
 }
 
 /// The answer to `check_fence`.

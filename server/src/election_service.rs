@@ -1,0 +1,143 @@
+//! The `Elections` gRPC service: campaigns, proclamations, resignations, and a stream
+//! of every change of an election in commit order, vacancies included.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use leasehold_proto as pb;
+use leasehold_proto::elections_server::Elections;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::convert;
+use crate::replica::Replica;
+use crate::state_machine::{AcquireOutcome, Command, LeaderView, ResourceKind, Response as Applied, StateMachine};
+use crate::waiting::{self, WaitEnd};
+
+/// Changes buffered per `Observe` stream before the stream is dropped (its client
+/// reconnects and reads the current state).
+pub const OBSERVE_REPLIES_QUEUED_MAX: usize = 256;
+
+pub struct ElectionService {
+    pub replica: Arc<Replica>,
+}
+
+fn leader_info(leader: LeaderView) -> pb::LeaderInfo {
+    pb::LeaderInfo {
+        session_id: leader.session,
+        client_name: leader.client_name,
+        token: leader.token,
+        value: leader.value,
+        since_unix_ms: leader.since_ms,
+    }
+}
+
+fn current_leader(machine: &StateMachine, name: &str) -> Option<LeaderView> {
+    machine.describe_election(name).map(|election| election.leader)
+}
+
+fn elected(token: u64) -> Response<pb::CampaignResponse> {
+    Response::new(pb::CampaignResponse {
+        outcome: Some(pb::campaign_response::Outcome::Elected(pb::Granted { token })),
+    })
+}
+
+fn not_elected(machine: &StateMachine, name: &str) -> Response<pb::CampaignResponse> {
+    let leader = current_leader(machine, name).map(leader_info).unwrap_or_default();
+    Response::new(pb::CampaignResponse { outcome: Some(pb::campaign_response::Outcome::NotElected(leader)) })
+}
+
+fn unexpected(response: Applied) -> Status {
+    Status::internal(format!("unexpected answer from the state machine: {response:?}"))
+}
+
+type ObserveStream = Pin<Box<dyn Stream<Item = Result<pb::ObserveResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Elections for ElectionService {
+    async fn campaign(&self, request: Request<pb::CampaignRequest>) -> Result<Response<pb::CampaignResponse>, Status> {
+        let started_ms = self.replica.clock.now_ms();
+        let (command, wait_ms) = convert::campaign(request.into_inner())?;
+        let Command::Campaign { request, session, ref name, .. } = command else { unreachable!("convert::campaign") };
+        let name = name.clone();
+        match self.replica.propose(command).await? {
+            Applied::Campaign(AcquireOutcome::Granted { token }) => Ok(elected(token)),
+            Applied::Campaign(AcquireOutcome::Busy { .. } | AcquireOutcome::TimedOut) => {
+                self.replica.read(true, |machine| not_elected(machine, &name)).await
+            }
+            Applied::Campaign(AcquireOutcome::Queued { .. }) => {
+                match waiting::wait_for_grant(
+                    &self.replica,
+                    ResourceKind::Election,
+                    request,
+                    session,
+                    &name,
+                    wait_ms,
+                    started_ms,
+                )
+                .await?
+                {
+                    WaitEnd::Granted(token) => Ok(elected(token)),
+                    WaitEnd::TimedOut => self.replica.read(true, |machine| not_elected(machine, &name)).await,
+                }
+            }
+            Applied::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn proclaim(&self, request: Request<pb::ProclaimRequest>) -> Result<Response<pb::ProclaimResponse>, Status> {
+        match self.replica.propose(convert::proclaim(request.into_inner())?).await? {
+            Applied::Proclaimed { .. } => Ok(Response::new(pb::ProclaimResponse {})),
+            Applied::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn resign(&self, request: Request<pb::ResignRequest>) -> Result<Response<pb::ResignResponse>, Status> {
+        match self.replica.propose(convert::resign(request.into_inner())?).await? {
+            Applied::Resigned { .. } => Ok(Response::new(pb::ResignResponse {})),
+            Applied::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn leader(&self, request: Request<pb::LeaderRequest>) -> Result<Response<pb::LeaderResponse>, Status> {
+        let request = request.into_inner();
+        let name = convert::lock_name(&request.name)?;
+        let leader = self.replica.read(request.stale, |machine| current_leader(machine, &name)).await?;
+        Ok(Response::new(pb::LeaderResponse { leader: leader.map(leader_info) }))
+    }
+
+    type ObserveStream = ObserveStream;
+
+    async fn observe(&self, request: Request<pb::ObserveRequest>) -> Result<Response<Self::ObserveStream>, Status> {
+        let name = convert::lock_name(&request.into_inner().name)?;
+        // Subscribe first, then read: a change applied in between is in both, and
+        // its index tells the stream to skip it.
+        let Some(mut changes) = self.replica.shared.observers.subscribe(&name) else {
+            return Err(Status::resource_exhausted("too many open Observe streams on this node"));
+        };
+        let (initial_index, initial) =
+            self.replica.read(false, |machine| (machine.last_applied_index(), current_leader(machine, &name))).await?;
+        let (replies, outgoing) = mpsc::channel(OBSERVE_REPLIES_QUEUED_MAX);
+        tokio::spawn(async move {
+            let first = pb::ObserveResponse { leader: initial.map(leader_info), applied_index: initial_index };
+            if replies.send(Ok(first)).await.is_err() {
+                return;
+            }
+            while let Some(change) = changes.recv().await {
+                if change.index <= initial_index {
+                    continue;
+                }
+                let reply = pb::ObserveResponse { leader: change.leader.map(leader_info), applied_index: change.index };
+                if replies.send(Ok(reply)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(outgoing))))
+    }
+}

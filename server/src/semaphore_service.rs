@@ -1,0 +1,145 @@
+//! The `Semaphores` gRPC service: at most K holders per name, K enforced by the
+//! replicated state machine.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_proto as pb;
+use leasehold_proto::semaphores_server::Semaphores;
+use tonic::{Request, Response, Status};
+
+use crate::convert;
+use crate::replica::Replica;
+use crate::state_machine::{AcquireOutcome, Command, ResourceKind, Response as Applied, StateMachine};
+use crate::waiting::{self, WaitEnd};
+
+pub struct SemaphoreService {
+    pub replica: Arc<Replica>,
+}
+
+fn granted(token: u64) -> Response<pb::SemAcquireResponse> {
+    Response::new(pb::SemAcquireResponse {
+        outcome: Some(pb::sem_acquire_response::Outcome::Granted(pb::Granted { token })),
+    })
+}
+
+fn full(machine: &StateMachine, name: &str, timed_out: bool) -> Response<pb::SemAcquireResponse> {
+    let (holders, limit) = machine
+        .describe_semaphore(name)
+        .map(|semaphore| (semaphore.holders.len() as u32, semaphore.limit))
+        .unwrap_or((0, 0));
+    let not_acquired = pb::SemNotAcquired { holders, limit, timed_out };
+    Response::new(pb::SemAcquireResponse {
+        outcome: Some(pb::sem_acquire_response::Outcome::NotAcquired(not_acquired)),
+    })
+}
+
+fn unexpected(response: Applied) -> Status {
+    Status::internal(format!("unexpected answer from the state machine: {response:?}"))
+}
+
+#[tonic::async_trait]
+impl Semaphores for SemaphoreService {
+    async fn acquire(
+        &self,
+        request: Request<pb::SemAcquireRequest>,
+    ) -> Result<Response<pb::SemAcquireResponse>, Status> {
+        let started_ms = self.replica.clock.now_ms();
+        let (command, wait_ms) = convert::sem_acquire(request.into_inner())?;
+        let Command::SemAcquire { request, session, ref name, .. } = command else {
+            unreachable!("convert::sem_acquire")
+        };
+        let name = name.clone();
+        let record_wait = |replica: &Replica| {
+            let waited = replica.clock.now_ms().saturating_sub(started_ms);
+            replica.shared.semaphore_waits.record(&name, Duration::from_millis(waited));
+        };
+        match self.replica.propose(command).await? {
+            Applied::SemAcquire(AcquireOutcome::Granted { token }) => {
+                record_wait(&self.replica);
+                Ok(granted(token))
+            }
+            Applied::SemAcquire(AcquireOutcome::Busy { .. }) => {
+                self.replica.read(true, |machine| full(machine, &name, false)).await
+            }
+            Applied::SemAcquire(AcquireOutcome::TimedOut) => {
+                self.replica.read(true, |machine| full(machine, &name, true)).await
+            }
+            Applied::SemAcquire(AcquireOutcome::Queued { .. }) => {
+                match waiting::wait_for_grant(
+                    &self.replica,
+                    ResourceKind::Semaphore,
+                    request,
+                    session,
+                    &name,
+                    wait_ms,
+                    started_ms,
+                )
+                .await?
+                {
+                    WaitEnd::Granted(token) => {
+                        record_wait(&self.replica);
+                        Ok(granted(token))
+                    }
+                    WaitEnd::TimedOut => self.replica.read(true, |machine| full(machine, &name, true)).await,
+                }
+            }
+            Applied::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn release(
+        &self,
+        request: Request<pb::SemReleaseRequest>,
+    ) -> Result<Response<pb::SemReleaseResponse>, Status> {
+        match self.replica.propose(convert::sem_release(request.into_inner())?).await? {
+            Applied::SemReleased { .. } => Ok(Response::new(pb::SemReleaseResponse {})),
+            Applied::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn set_limit(
+        &self,
+        request: Request<pb::SemSetLimitRequest>,
+    ) -> Result<Response<pb::SemSetLimitResponse>, Status> {
+        match self.replica.propose(convert::sem_set_limit(request.into_inner())?).await? {
+            Applied::SemLimitSet { previous, .. } => {
+                Ok(Response::new(pb::SemSetLimitResponse { previous_limit: previous }))
+            }
+            Applied::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn describe(
+        &self,
+        request: Request<pb::DescribeSemaphoreRequest>,
+    ) -> Result<Response<pb::DescribeSemaphoreResponse>, Status> {
+        let request = request.into_inner();
+        let name = convert::lock_name(&request.name)?;
+        let view = self.replica.read(request.stale, |machine| machine.describe_semaphore(&name)).await?;
+        let Some(view) = view else {
+            return Ok(Response::new(pb::DescribeSemaphoreResponse::default()));
+        };
+        Ok(Response::new(pb::DescribeSemaphoreResponse {
+            limit: view.limit,
+            holders: view
+                .holders
+                .into_iter()
+                .map(|holder| pb::SemaphoreHolder {
+                    session_id: holder.session,
+                    client_name: holder.client_name,
+                    token: holder.token,
+                    since_unix_ms: holder.since_ms,
+                })
+                .collect(),
+            waiters: view
+                .waiters
+                .into_iter()
+                .map(|waiter| pb::LockWaiter { session_id: waiter.session, client_name: waiter.client_name })
+                .collect(),
+        }))
+    }
+}
