@@ -8,4 +8,18 @@ cd "$LEASEHOLD_ROOT"
 echo "test.sh: target directory $CARGO_TARGET_DIR"
 # Build first, with the same selection the test run uses, so the run below only runs.
 leasehold_build
-exec cargo nextest run --release --workspace --locked --no-fail-fast "$@"
+# The payments example's tests write to a real PostgreSQL: a private instance on
+# 127.0.0.1:55432, stopped again at the end if this run started it.
+if ! "$LEASEHOLD_ROOT/scripts/postgres.sh" status >/dev/null; then
+  "$LEASEHOLD_ROOT/scripts/postgres.sh" start
+  trap '"$LEASEHOLD_ROOT/scripts/postgres.sh" stop' EXIT
+fi
+LEASEHOLD_TEST_DATABASE_URL="$("$LEASEHOLD_ROOT/scripts/postgres.sh" url)"
+export LEASEHOLD_TEST_DATABASE_URL
+status=0
+# nextest does not run documentation examples; cargo test does, with the same profile.
+if [ "$#" -eq 0 ]; then
+  cargo test --release --workspace --locked --doc || status=$?
+fi
+cargo nextest run --release --workspace --locked --no-fail-fast "$@" || status=$?
+exit "$status"
