@@ -47,6 +47,8 @@ pub(crate) struct ClientInner {
     sequence: AtomicU64,
     pub(crate) request_deadline: Duration,
     pub(crate) client_name: String,
+    /// The keepalive task's inbox, while it runs (see `keepalive`).
+    pub(crate) keepalives: Mutex<Option<tokio::sync::mpsc::UnboundedSender<crate::keepalive::Command>>>,
 }
 
 /// Parses "a:1,b:2" (or a list) into endpoints.
@@ -111,6 +113,7 @@ impl Client {
                 sequence: AtomicU64::new(1),
                 request_deadline: Duration::from_millis(REQUEST_DEADLINE_MS_DEFAULT),
                 client_name,
+                keepalives: Mutex::new(None),
             }),
         })
     }

@@ -27,7 +27,9 @@
 //!
 //! * `client` — endpoints, leader following, retries with the same request id.
 //! * `session` — the lease and its keepalive task, conservative deadline, jeopardy.
+//! * `keepalive` — one keepalive stream per client for all of its sessions.
 //! * `lock` — lock guards and the fencing token.
+//! * `fence` — `FencingToken` for SQL and HTTP, and how storage checks it.
 //! * `semaphore` — at most K holders per name; permit guards.
 //! * `election` — campaigns, leadership handles, observing changes.
 //! * `error` — errors; `Indeterminate` for requests that may have taken effect.
@@ -38,6 +40,7 @@ pub mod duration;
 pub mod election;
 pub mod error;
 pub mod fence;
+pub mod keepalive;
 pub mod lock;
 pub mod semaphore;
 pub mod session;

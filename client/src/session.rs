@@ -10,12 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_proto as pb;
-use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::watch;
 
 use crate::client::{Client, ATTEMPT_TIMEOUT_MS, RETRY_PAUSE_MS};
 use crate::error::{Error, Result};
+use crate::keepalive;
 use crate::lock::{Acquired, LockGuard, NotAcquired};
 
 /// One answer of a request that may wait: granted with a token, or not (yet).
@@ -24,12 +23,6 @@ pub(crate) enum WaitAnswer<Detail> {
     NotYet { timed_out: bool, detail: Detail },
 }
 
-/// Keepalives are sent this many times per TTL.
-pub const KEEPALIVES_PER_TTL: u32 = 3;
-/// The session is in jeopardy when less than this fraction of the TTL is left.
-pub const JEOPARDY_TTL_DIVISOR: u32 = 2;
-/// How often the session re-evaluates its deadline while nothing else happens.
-pub const DEADLINE_CHECK_INTERVAL_MS: u64 = 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionState {
@@ -63,13 +56,13 @@ pub(crate) struct SessionInner {
     pub(crate) client: Client,
     pub(crate) id: u64,
     ttl: Duration,
+    /// Published by the client's keepalive task.
     state: watch::Receiver<(SessionState, Instant)>,
-    keepalive: JoinHandle<()>,
 }
 
 impl Drop for SessionInner {
     fn drop(&mut self) {
-        self.keepalive.abort();
+        keepalive::deregister(&self.client, self.id);
         // Best effort: close the session so its locks are released now rather than
         // after the TTL.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -118,8 +111,8 @@ impl Session {
                 .await?;
         let ttl = Duration::from_millis(created.ttl_ms);
         let (state_sender, state) = watch::channel((SessionState::Alive, sent_at + ttl));
-        let keepalive = tokio::spawn(keep_alive(client.clone(), created.session_id, ttl, sent_at + ttl, state_sender));
-        Ok(Session { inner: Arc::new(SessionInner { client, id: created.session_id, ttl, state, keepalive }) })
+        keepalive::register(&client, created.session_id, ttl, sent_at + ttl, state_sender);
+        Ok(Session { inner: Arc::new(SessionInner { client, id: created.session_id, ttl, state }) })
     }
 
     pub fn id(&self) -> u64 {
@@ -159,7 +152,7 @@ impl Session {
 
     /// Closes the session: every lock it holds is released in one committed entry.
     pub async fn close(self) -> Result<()> {
-        self.inner.keepalive.abort();
+        keepalive::deregister(&self.inner.client, self.inner.id);
         close_session(&self.inner.client, self.inner.id).await
     }
 
@@ -261,102 +254,3 @@ impl Session {
     }
 }
 
-/// Keeps the session alive and keeps its (state, deadline) current.
-async fn keep_alive(
-    client: Client,
-    session_id: u64,
-    ttl: Duration,
-    mut deadline: Instant,
-    state: watch::Sender<(SessionState, Instant)>,
-) {
-    let interval = ttl / KEEPALIVES_PER_TTL;
-    let jeopardy_margin = ttl / JEOPARDY_TTL_DIVISOR;
-    let publish = |deadline: Instant| {
-        let now = Instant::now();
-        let value = if now >= deadline {
-            SessionState::Lost
-        } else if deadline - now < jeopardy_margin {
-            SessionState::Jeopardy
-        } else {
-            SessionState::Alive
-        };
-        state.send_replace((value, deadline));
-        value
-    };
-    let mut next_send = Instant::now() + interval;
-    'connect: loop {
-        if publish(deadline) == SessionState::Lost {
-            return;
-        }
-        let endpoint = client.preferred_endpoint();
-        let Ok(channel) = client.channel(&endpoint) else {
-            return;
-        };
-        let (requests, outgoing) = mpsc::channel::<pb::KeepAliveRequest>(4);
-        let opened = tokio::time::timeout(
-            Duration::from_millis(ATTEMPT_TIMEOUT_MS).min(interval),
-            Client::leasehold(channel).keep_alive(ReceiverStream::new(outgoing)),
-        )
-        .await;
-        let mut answers = match opened {
-            Ok(Ok(response)) => response.into_inner(),
-            Ok(Err(status)) => {
-                client.follow_hint(&status);
-                tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
-                continue 'connect;
-            }
-            Err(_) => {
-                client.rotate();
-                continue 'connect;
-            }
-        };
-        let mut sent_at: Option<Instant> = None;
-        loop {
-            let tick = tokio::time::sleep(Duration::from_millis(DEADLINE_CHECK_INTERVAL_MS));
-            tokio::select! {
-                answer = answers.message() => match answer {
-                    Ok(Some(answer)) => {
-                        if !answer.alive {
-                            state.send_replace((SessionState::Lost, Instant::now()));
-                            return;
-                        }
-                        if let Some(sent) = sent_at.take() {
-                            let granted = Duration::from_millis(answer.ttl_ms).min(ttl);
-                            deadline = deadline.max(sent + granted);
-                        }
-                    }
-                    Ok(None) | Err(_) => {
-                        if let Err(status) = answer {
-                            client.follow_hint(&status);
-                        } else {
-                            client.rotate();
-                        }
-                        tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
-                        continue 'connect;
-                    }
-                },
-                _ = tick => {}
-            }
-            if publish(deadline) == SessionState::Lost {
-                return;
-            }
-            let now = Instant::now();
-            if now >= next_send {
-                if let Some(sent) = sent_at {
-                    if now - sent > interval {
-                        // The last keepalive went unanswered for a whole interval:
-                        // try another node.
-                        client.rotate();
-                        continue 'connect;
-                    }
-                } else {
-                    if requests.send(pb::KeepAliveRequest { session_id }).await.is_err() {
-                        continue 'connect;
-                    }
-                    sent_at = Some(now);
-                    next_send = now + interval;
-                }
-            }
-        }
-    }
-}

@@ -152,7 +152,7 @@ async fn a_worker_killed_mid_charge_is_completed_by_the_next_holder_without_a_se
     assert!(token_b > token_a, "B's token {token_b} must exceed A's {token_a}");
     // A's last keepalive was at most TTL / KEEPALIVES_PER_TTL before the kill, and a
     // lease is never shortened: the grant passes on only once the TTL has run out.
-    let earliest = TTL - TTL / leasehold::session::KEEPALIVES_PER_TTL;
+    let earliest = TTL - TTL / leasehold::keepalive::KEEPALIVES_PER_TTL;
     assert!(waited >= earliest, "B was granted {waited:?} after the kill, before A's lease could expire");
     let charged_b = b.next_line("B's charge").await;
     assert!(
