@@ -3,6 +3,10 @@
 //! send-report …`. One sends; the other two exit 75 and skip. Every user gets one
 //! email per campaign.
 //!
+//! With `leasehold elect`, only the leader runs the schedule; the others campaign. A
+//! leader paused past its TTL loses to the next campaigner, whose run finds every
+//! email already sent, and is stopped (exit 70) when it wakes.
+//!
 //! The control runs the three senders without the lock: all three run, and the
 //! `UNIQUE (user_id, campaign_id)` key alone still keeps one email per user — the
 //! lock saves the work, the table guarantees the outcome.
@@ -127,4 +131,76 @@ async fn control_without_the_lock_all_three_send_and_the_unique_key_still_keeps_
     let emails = summary::emails(&database.connect().await).await.unwrap();
     assert_eq!((emails.exactly_once, emails.missing, emails.duplicated), (USERS, 0, 0), "{emails:?}");
     assert_eq!(emails.runs[0].1.len(), PODS, "without the lock every pod ran: {emails:?}");
+}
+
+const SCHEDULER: &str = "weekly-report-scheduler";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_elect_only_the_leader_runs_the_schedule_and_its_successor_sends_nothing_twice() {
+    let cluster = support::cluster().await;
+    let database = TestDatabase::create("report_elect").await;
+    schema::add_users(&database.connect().await, USERS).await.unwrap();
+    let campaign = "2025-W10";
+    let client = leasehold::Client::lazy(cluster.endpoints()).unwrap();
+    let mut pods: Vec<Process> = (1..=PODS)
+        .map(|pod| {
+            let pod = format!("pod-{pod}");
+            let wrapped = sender(&database, campaign, &pod);
+            let mut command = Command::new(leasehold_binary());
+            command
+                .env("LEASEHOLD_ENDPOINTS", cluster.endpoints().join(","))
+                .env(database::DATABASE_URL_ENV, &database.url)
+                .args(["elect", SCHEDULER, &pod, "--ttl", "2s", "--"])
+                .arg(wrapped.get_program())
+                .args(wrapped.get_args());
+            Process::spawn(&format!("elect {pod}"), command)
+        })
+        .collect();
+
+    // Whoever the election names runs the schedule; the others wait in the queue.
+    let campaigners = |expected: usize| {
+        let client = client.clone();
+        move || {
+            let client = client.clone();
+            async move {
+                let sessions = client.list_sessions().await.ok()?;
+                let waiting = sessions.iter().filter(|session| session.campaigning.iter().any(|name| name == SCHEDULER)).count();
+                let leader = client.leader(SCHEDULER).await.ok()??;
+                (waiting == expected).then_some(leader)
+            }
+        }
+    };
+    let leader = leasehold_jepsen::wait::until(support::PROCESS_DEADLINE, "one leader and two campaigners", campaigners(PODS - 1)).await;
+    let first: usize = leader.value["pod-".len()..].parse::<usize>().unwrap() - 1;
+    assert!(pods[first].next_line("the leader's election").await.starts_with("elected "));
+    let sent = pods[first].next_line("the leader's report").await;
+    assert!(sent.contains(&format!("sent {USERS} email(s)")), "{sent:?}");
+    for (index, pod) in pods.iter_mut().enumerate().filter(|(index, _)| *index != first) {
+        assert_eq!(pod.try_exit_code(), None, "pod {} still campaigns", index + 1);
+        assert_eq!(pod.try_line(), None, "pod {} ran nothing while not leader", index + 1);
+    }
+
+    // The leader stalls past its TTL (a GC pause): the next campaigner leads.
+    pods[first].signal(libc::SIGSTOP);
+    let successor = leasehold_jepsen::wait::until(support::PROCESS_DEADLINE, "the next campaigner to lead", || {
+        let client = client.clone();
+        let old = leader.token;
+        async move { client.leader(SCHEDULER).await.ok()?.filter(|next| next.token > old) }
+    })
+    .await;
+    let second: usize = successor.value["pod-".len()..].parse::<usize>().unwrap() - 1;
+    assert_ne!(second, first);
+    assert!(pods[second].next_line("the successor's election").await.starts_with("elected "));
+    let resent = pods[second].next_line("the successor's report").await;
+    assert!(resent.contains("sent 0 email(s)"), "every email was already sent: {resent:?}");
+
+    // The stalled leader wakes, sees its leadership gone, stops its job: exit 70.
+    pods[first].signal(libc::SIGCONT);
+    assert_eq!(pods[first].exit_code("the stalled leader to give up").await, Some(70));
+    for pod in &mut pods {
+        pod.go();
+        pod.signal(libc::SIGTERM);
+    }
+    let emails = summary::emails(&database.connect().await).await.unwrap();
+    assert_eq!((emails.exactly_once, emails.missing, emails.duplicated), (USERS, 0, 0), "{emails:?}");
 }

@@ -209,6 +209,11 @@ impl Process {
         }
     }
 
+    /// A line already printed on stdout, if any, without waiting.
+    pub fn try_line(&mut self) -> Option<String> {
+        self.lines.try_recv().ok()
+    }
+
     pub fn signal(&self, signal: i32) {
         if self.exit_code.is_some() {
             return;
