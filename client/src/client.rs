@@ -51,6 +51,18 @@ pub(crate) struct ClientInner {
     pub(crate) keepalives: Mutex<Option<tokio::sync::mpsc::UnboundedSender<crate::keepalive::Command>>>,
 }
 
+/// This machine's host name, for the default client name ("host:pid").
+fn host_name() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: gethostname writes at most buffer.len() bytes into the buffer we own.
+    let result = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    let end = buffer.iter().position(|byte| *byte == 0).unwrap_or(buffer.len());
+    match (result, std::str::from_utf8(&buffer[..end])) {
+        (0, Ok(name)) if !name.is_empty() => name.to_string(),
+        _ => "unknown-host".to_string(),
+    }
+}
+
 /// Parses "a:1,b:2" (or a list) into endpoints.
 pub fn parse_endpoints(text: &str) -> Vec<String> {
     text.split(',').map(|endpoint| endpoint.trim().to_string()).filter(|endpoint| !endpoint.is_empty()).collect()
@@ -99,11 +111,7 @@ impl Client {
                 break id;
             }
         };
-        let client_name = format!(
-            "{}:{}",
-            std::env::var("HOSTNAME").ok().filter(|name| !name.is_empty()).unwrap_or_else(|| "host".into()),
-            std::process::id()
-        );
+        let client_name = format!("{}:{}", host_name(), std::process::id());
         Ok(Client {
             inner: Arc::new(ClientInner {
                 endpoints,
