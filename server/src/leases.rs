@@ -32,9 +32,48 @@ pub struct Leases {
 #[derive(Default)]
 struct LeaseTable {
     leases: BTreeMap<SessionId, Lease>,
+    /// The leases not being expired, ordered by deadline, so the leader finds the
+    /// expired ones without scanning every session.
+    by_deadline: BTreeSet<(MonotonicMs, SessionId)>,
     /// Sessions whose expiry was proposed and not yet applied: a keepalive for one
     /// of them is answered "not alive", because the expiry will win.
     expiring: BTreeSet<SessionId>,
+}
+
+impl LeaseTable {
+    fn insert(&mut self, session: SessionId, lease: Lease) {
+        if let Some(previous) = self.leases.insert(session, lease) {
+            self.by_deadline.remove(&(previous.deadline_ms, session));
+        }
+        self.expiring.remove(&session);
+        self.by_deadline.insert((lease.deadline_ms, session));
+    }
+
+    fn remove(&mut self, session: SessionId) {
+        if let Some(lease) = self.leases.remove(&session) {
+            self.by_deadline.remove(&(lease.deadline_ms, session));
+        }
+        self.expiring.remove(&session);
+    }
+
+    /// Moves a deadline later (never earlier).
+    fn extend(&mut self, session: SessionId, deadline_ms: MonotonicMs) -> Option<MonotonicMs> {
+        let lease = self.leases.get_mut(&session)?;
+        if deadline_ms > lease.deadline_ms {
+            let expiring = self.expiring.contains(&session);
+            if !expiring {
+                self.by_deadline.remove(&(lease.deadline_ms, session));
+                self.by_deadline.insert((deadline_ms, session));
+            }
+            lease.deadline_ms = deadline_ms;
+        }
+        Some(lease.deadline_ms)
+    }
+
+    fn rebuild(&mut self) {
+        self.expiring.clear();
+        self.by_deadline = self.leases.iter().map(|(id, lease)| (lease.deadline_ms, *id)).collect();
+    }
 }
 
 impl Leases {
@@ -49,25 +88,22 @@ impl Leases {
     /// A session was created by an applied entry.
     pub fn session_created(&self, session: SessionId, ttl_ms: u64) {
         let deadline_ms = self.clock.now_ms() + ttl_ms;
-        let mut table = self.table.lock().unwrap();
-        table.leases.insert(session, Lease { ttl_ms, deadline_ms });
+        self.table.lock().unwrap().insert(session, Lease { ttl_ms, deadline_ms });
     }
 
     /// A session was closed or expired by an applied entry.
     pub fn session_ended(&self, session: SessionId) {
-        let mut table = self.table.lock().unwrap();
-        table.leases.remove(&session);
-        table.expiring.remove(&session);
+        self.table.lock().unwrap().remove(session);
     }
 
-    /// Replaces every lease (after a snapshot was installed or when this node became
-    /// leader), each with a fresh deadline of now + TTL.
+    /// Replaces every lease (after a snapshot was installed or at start), each with a
+    /// fresh deadline of now + TTL.
     pub fn restart_all(&self, sessions: impl IntoIterator<Item = (SessionId, u64)>) {
         let now = self.clock.now_ms();
         let mut table = self.table.lock().unwrap();
         table.leases =
             sessions.into_iter().map(|(id, ttl_ms)| (id, Lease { ttl_ms, deadline_ms: now + ttl_ms })).collect();
-        table.expiring.clear();
+        table.rebuild();
     }
 
     /// Restarts the deadline of every known session (this node just became leader).
@@ -77,7 +113,7 @@ impl Leases {
         for lease in table.leases.values_mut() {
             lease.deadline_ms = lease.deadline_ms.max(now + lease.ttl_ms);
         }
-        table.expiring.clear();
+        table.rebuild();
     }
 
     /// A keepalive, after the leader confirmed its leadership: returns the TTL the
@@ -88,9 +124,9 @@ impl Leases {
         if table.expiring.contains(&session) {
             return None;
         }
-        let lease = table.leases.get_mut(&session)?;
-        lease.deadline_ms = lease.deadline_ms.max(now + lease.ttl_ms);
-        Some(lease.deadline_ms - now)
+        let ttl_ms = table.leases.get(&session)?.ttl_ms;
+        let deadline_ms = table.extend(session, now + ttl_ms)?;
+        Some(deadline_ms - now)
     }
 
     /// Time left before the session's deadline on this node's clock.
@@ -105,15 +141,18 @@ impl Leases {
     pub fn take_expired(&self) -> Vec<SessionId> {
         let now = self.clock.now_ms();
         let mut table = self.table.lock().unwrap();
-        let LeaseTable { leases, expiring } = &mut *table;
-        let expired: Vec<SessionId> = leases
+        let expired: Vec<(MonotonicMs, SessionId)> = table
+            .by_deadline
             .iter()
-            .filter(|(id, lease)| lease.deadline_ms <= now && !expiring.contains(id))
-            .map(|(id, _)| *id)
+            .take_while(|(deadline_ms, _)| *deadline_ms <= now)
             .take(EXPIRE_SESSIONS_PER_COMMAND_MAX)
+            .copied()
             .collect();
-        expiring.extend(expired.iter().copied());
-        expired
+        for entry in &expired {
+            table.by_deadline.remove(entry);
+            table.expiring.insert(entry.1);
+        }
+        expired.into_iter().map(|(_, session)| session).collect()
     }
 
     /// The proposal of these expiries failed (leadership lost): forget that they were
@@ -121,7 +160,11 @@ impl Leases {
     pub fn expiry_not_proposed(&self, sessions: &[SessionId]) {
         let mut table = self.table.lock().unwrap();
         for session in sessions {
-            table.expiring.remove(session);
+            if table.expiring.remove(session) {
+                if let Some(lease) = table.leases.get(session).copied() {
+                    table.by_deadline.insert((lease.deadline_ms, *session));
+                }
+            }
         }
     }
 
