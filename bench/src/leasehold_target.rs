@@ -1,0 +1,131 @@
+//! Leasehold through its public API: the `leasehold` library for sessions, locks and
+//! semaphores; the `KeepAlive` gRPC stream directly for the keepalive workload (the
+//! library sends one keepalive per TTL/3, the workload sends them back to back).
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use leasehold::proto as pb;
+use leasehold::{Acquired, Client, LockGuard, PermitGuard, Session};
+use tokio::sync::mpsc;
+use tonic::transport::Endpoint;
+
+/// How long one keepalive may wait for its answer.
+pub const KEEPALIVE_ANSWER_TIMEOUT_MS: u64 = 2_000;
+/// How long connecting to a node may take.
+pub const CONNECT_TIMEOUT_MS: u64 = 1_000;
+
+pub struct LeaseholdWorker {
+    endpoints: Vec<String>,
+    session: Session,
+    /// The back-to-back keepalive stream of the keepalive workload, opened on first use.
+    keepalive: Option<KeepAliveStream>,
+}
+
+struct KeepAliveStream {
+    requests: mpsc::Sender<pb::KeepAliveRequest>,
+    answers: tonic::codec::Streaming<pb::KeepAliveResponse>,
+}
+
+pub enum LeaseholdHeld {
+    Lock(LockGuard),
+    Permit(PermitGuard),
+}
+
+impl LeaseholdWorker {
+    pub async fn open(endpoints: &[String], ttl: Duration) -> anyhow::Result<LeaseholdWorker> {
+        let client = Client::connect(endpoints.to_vec()).await.context("connect to Leasehold")?;
+        let session = client.session(ttl).await.context("create a session")?;
+        Ok(LeaseholdWorker { endpoints: endpoints.to_vec(), session, keepalive: None })
+    }
+
+    pub async fn lock(&mut self, name: &str, wait: Duration) -> anyhow::Result<Option<LeaseholdHeld>> {
+        Ok(match self.session.acquire(name, wait).await? {
+            Acquired::Granted(guard) => Some(LeaseholdHeld::Lock(guard)),
+            Acquired::NotAcquired(_) => None,
+        })
+    }
+
+    pub async fn semaphore_acquire(
+        &mut self,
+        name: &str,
+        limit: u32,
+        wait: Duration,
+    ) -> anyhow::Result<Option<LeaseholdHeld>> {
+        Ok(self.session.semaphore(name, limit).acquire_within(wait).await?.ok().map(LeaseholdHeld::Permit))
+    }
+
+    pub async fn release(&mut self, held: LeaseholdHeld) -> anyhow::Result<()> {
+        match held {
+            LeaseholdHeld::Lock(guard) => guard.release().await?,
+            LeaseholdHeld::Permit(permit) => permit.release().await?,
+        }
+        Ok(())
+    }
+
+    /// One keepalive of this worker's session, sent to the leader and answered.
+    pub async fn keepalive(&mut self) -> anyhow::Result<()> {
+        if self.keepalive.is_none() {
+            self.keepalive = Some(self.open_keepalive_stream().await?);
+        }
+        let stream = self.keepalive.as_mut().expect("opened above");
+        let answer = async {
+            stream
+                .requests
+                .send(pb::KeepAliveRequest { session_id: self.session.id() })
+                .await
+                .context("keepalive stream closed")?;
+            stream.answers.message().await?.context("keepalive stream ended")
+        };
+        let answered = tokio::time::timeout(Duration::from_millis(KEEPALIVE_ANSWER_TIMEOUT_MS), answer).await;
+        match answered {
+            Ok(Ok(answer)) if answer.alive => Ok(()),
+            Ok(Ok(_)) => {
+                self.keepalive = None;
+                bail!("session {} is gone", self.session.id())
+            }
+            Ok(Err(error)) => {
+                self.keepalive = None;
+                Err(error)
+            }
+            Err(_) => {
+                self.keepalive = None;
+                bail!("keepalive not answered in {KEEPALIVE_ANSWER_TIMEOUT_MS} ms")
+            }
+        }
+    }
+
+    async fn open_keepalive_stream(&self) -> anyhow::Result<KeepAliveStream> {
+        let leader = leader_index(&self.endpoints).await?.context("no node says it leads")?;
+        let channel = Endpoint::from_shared(format!("http://{}", self.endpoints[leader]))?
+            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
+        let (requests, outgoing) = mpsc::channel(1);
+        let answers = pb::leasehold_client::LeaseholdClient::new(channel)
+            .keep_alive(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .await?
+            .into_inner();
+        Ok(KeepAliveStream { requests, answers })
+    }
+
+    pub async fn close(self) {
+        let _ = self.session.close().await;
+    }
+}
+
+/// The index in `endpoints` of the node that says it leads.
+pub async fn leader_index(endpoints: &[String]) -> anyhow::Result<Option<usize>> {
+    let client = Client::lazy(endpoints.to_vec())?;
+    let mut best: Option<(u64, usize)> = None;
+    for (index, endpoint) in endpoints.iter().enumerate() {
+        let status = tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), client.status_of(endpoint)).await;
+        if let Ok(Ok(status)) = status {
+            if status.state == "leader" && best.is_none_or(|(term, _)| status.term > term) {
+                best = Some((status.term, index));
+            }
+        }
+    }
+    Ok(best.map(|(_, index)| index))
+}

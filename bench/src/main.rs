@@ -1,0 +1,125 @@
+//! `leasehold-bench run …` measures one workload against one system;
+//! `leasehold-bench summarize FILE…` prints medians and ratios over rounds.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use leasehold_bench::report::{self, Report};
+use leasehold_bench::target::TargetKind;
+use leasehold_bench::workload::{self, Settings, Workload};
+
+#[derive(Parser)]
+#[command(name = "leasehold-bench", about = "Lock workloads against Leasehold, etcd and Redis, side by side.")]
+struct Arguments {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs one workload against one running system; prints a table and a JSON line.
+    Run(RunArguments),
+    /// Reads JSON lines of several runs and prints medians and ratios as Markdown.
+    Summarize {
+        /// Files of JSON lines written by `run --json-out`.
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArguments {
+    #[arg(long, value_enum, default_value = "leasehold")]
+    target: TargetKind,
+    #[arg(long, value_enum)]
+    workload: Workload,
+    /// Client addresses, comma-separated (Leasehold: client ports; etcd: client
+    /// URLs without scheme; Redis: one host:port).
+    #[arg(long, value_delimiter = ',', required = true)]
+    endpoints: Vec<String>,
+    /// Server process ids in the order of --endpoints: their CPU is measured, and
+    /// failover kills the leader's. Without them CPU is not reported.
+    #[arg(long, value_delimiter = ',')]
+    pids: Vec<i32>,
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    duration: Duration,
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    warmup: Duration,
+    /// Session (lease) TTL of every client.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    ttl: Duration,
+    /// Longest wait for a contended lock or a permit.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    wait: Duration,
+    /// An operation that takes longer counts as an error.
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    operation_timeout: Duration,
+    /// The shared semaphore's limit.
+    #[arg(long, default_value_t = 4)]
+    limit: u32,
+    /// When, after the warm-up, failover kills the leader (default: a third of --duration).
+    #[arg(long, value_parser = parse_duration)]
+    kill_after: Option<Duration>,
+    /// Free text stored with the result (e.g. the round).
+    #[arg(long, default_value = "")]
+    label: String,
+    /// Appends the JSON line to this file too.
+    #[arg(long)]
+    json_out: Option<PathBuf>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    leasehold::duration::parse(text)
+}
+
+fn main() -> anyhow::Result<()> {
+    let arguments = Arguments::parse();
+    match arguments.command {
+        Command::Run(run) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let report = runtime.block_on(workload::run(&Settings {
+                target: run.target,
+                workload: run.workload,
+                endpoints: run.endpoints,
+                pids: run.pids,
+                clients: run.clients,
+                warmup: run.warmup,
+                duration: run.duration,
+                ttl: run.ttl,
+                wait: run.wait,
+                operation_timeout: run.operation_timeout,
+                semaphore_limit: run.limit,
+                kill_after: run.kill_after.unwrap_or(run.duration / 3),
+                label: run.label,
+            }))?;
+            // Clients still closing in the background are not waited for.
+            runtime.shutdown_timeout(Duration::from_millis(workload::CLOSE_TIMEOUT_MS));
+            print!("{}", report.table());
+            let line = serde_json::to_string(&report)?;
+            println!("{line}");
+            if let Some(path) = run.json_out {
+                let mut file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .with_context(|| format!("open {}", path.display()))?;
+                writeln!(file, "{line}")?;
+            }
+        }
+        Command::Summarize { files } => {
+            let mut reports = Vec::new();
+            for path in files {
+                let text = std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+                for line in text.lines().filter(|line| line.starts_with('{')) {
+                    reports.push(serde_json::from_str::<Report>(line).with_context(|| format!("parse {line}"))?);
+                }
+            }
+            print!("{}", report::summarize(&reports));
+        }
+    }
+    Ok(())
+}

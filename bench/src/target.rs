@@ -1,0 +1,114 @@
+//! The systems under test behind one interface: a worker is one client (its own
+//! connection and its own session or lease) that can take and release locks and
+//! permits and send keepalives.
+
+use std::time::Duration;
+
+use crate::etcd_target::{self, EtcdWorker};
+use crate::leasehold_target::{self, LeaseholdHeld, LeaseholdWorker};
+use crate::redis_target::{RedisHeld, RedisWorker};
+use crate::workload::Workload;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetKind {
+    Leasehold,
+    Etcd,
+    Redis,
+}
+
+impl TargetKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::Leasehold => "leasehold",
+            TargetKind::Etcd => "etcd",
+            TargetKind::Redis => "redis",
+        }
+    }
+
+    /// Whether `workload` means something on this system: etcd has no semaphore
+    /// primitive, and a single Redis has no leader to kill.
+    pub fn supports(self, workload: Workload) -> bool {
+        !matches!(
+            (self, workload),
+            (TargetKind::Etcd, Workload::Semaphore)
+                | (TargetKind::Redis, Workload::Semaphore)
+                | (TargetKind::Redis, Workload::Failover)
+        )
+    }
+
+    pub async fn open_worker(self, endpoints: &[String], index: usize, ttl: Duration) -> anyhow::Result<Worker> {
+        Ok(match self {
+            TargetKind::Leasehold => Worker::Leasehold(LeaseholdWorker::open(endpoints, ttl).await?),
+            TargetKind::Etcd => Worker::Etcd(EtcdWorker::open(endpoints, index, ttl).await?),
+            TargetKind::Redis => Worker::Redis(RedisWorker::open(endpoints, index, ttl).await?),
+        })
+    }
+
+    /// The index in `endpoints` of the current leader, for the failover workload.
+    pub async fn leader_index(self, endpoints: &[String]) -> anyhow::Result<Option<usize>> {
+        match self {
+            TargetKind::Leasehold => leasehold_target::leader_index(endpoints).await,
+            TargetKind::Etcd => etcd_target::leader_index(endpoints).await,
+            TargetKind::Redis => Ok(None),
+        }
+    }
+}
+
+pub enum Worker {
+    Leasehold(LeaseholdWorker),
+    Etcd(EtcdWorker),
+    Redis(RedisWorker),
+}
+
+/// A lock or permit a worker holds.
+pub enum Held {
+    Leasehold(LeaseholdHeld),
+    /// etcd: the key that holds the lock.
+    Etcd(Vec<u8>),
+    Redis(RedisHeld),
+}
+
+impl Worker {
+    /// Takes lock `name`, waiting at most `wait`; None when not granted in time.
+    pub async fn lock(&mut self, name: &str, wait: Duration) -> anyhow::Result<Option<Held>> {
+        Ok(match self {
+            Worker::Leasehold(worker) => worker.lock(name, wait).await?.map(Held::Leasehold),
+            Worker::Etcd(worker) => worker.lock(name, wait).await?.map(Held::Etcd),
+            Worker::Redis(worker) => worker.lock(name, wait).await?.map(Held::Redis),
+        })
+    }
+
+    pub async fn semaphore_acquire(&mut self, name: &str, limit: u32, wait: Duration) -> anyhow::Result<Option<Held>> {
+        match self {
+            Worker::Leasehold(worker) => Ok(worker.semaphore_acquire(name, limit, wait).await?.map(Held::Leasehold)),
+            _ => anyhow::bail!("semaphores are measured on Leasehold only"),
+        }
+    }
+
+    pub async fn release(&mut self, held: Held) -> anyhow::Result<()> {
+        match (self, held) {
+            (Worker::Leasehold(worker), Held::Leasehold(held)) => worker.release(held).await,
+            (Worker::Etcd(worker), Held::Etcd(key)) => worker.unlock(key).await,
+            (Worker::Redis(worker), Held::Redis(held)) => worker.unlock(held).await,
+            _ => unreachable!("a worker releases only what it took"),
+        }
+    }
+
+    /// One keepalive of the worker's session (lease), sent and answered.
+    pub async fn keepalive(&mut self) -> anyhow::Result<()> {
+        match self {
+            Worker::Leasehold(worker) => worker.keepalive().await,
+            Worker::Etcd(worker) => worker.keepalive().await,
+            Worker::Redis(worker) => worker.keepalive().await,
+        }
+    }
+
+    pub async fn close(self) {
+        match self {
+            Worker::Leasehold(worker) => worker.close().await,
+            Worker::Etcd(worker) => worker.close().await,
+            Worker::Redis(worker) => worker.close().await,
+        }
+    }
+}
