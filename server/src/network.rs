@@ -2,7 +2,9 @@
 //! for every RPC; outgoing connections bound to this node's own peer IP so that a
 //! partition between two node addresses really separates them.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use leasehold_proto::peer_client::PeerClient;
@@ -31,11 +33,25 @@ pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub struct Network {
     /// This node's peer IP, used as the source address of outgoing connections.
     local_ip: Option<IpAddr>,
+    /// One HTTP/2 connection per peer address, shared by every client openraft asks
+    /// for: replication streams, votes, and the heartbeats of each leadership check
+    /// (which asks for a fresh client every time and must not open a connection).
+    channels: Mutex<BTreeMap<String, Channel>>,
 }
 
 impl Network {
     pub fn new(local_ip: Option<IpAddr>) -> Self {
-        Self { local_ip }
+        Self { local_ip, channels: Mutex::new(BTreeMap::new()) }
+    }
+
+    fn channel(&self, address: &str) -> Option<Channel> {
+        let mut channels = self.channels.lock().unwrap();
+        if let Some(channel) = channels.get(address) {
+            return Some(channel.clone());
+        }
+        let channel = peer_endpoint(address, self.local_ip).ok()?.connect_lazy();
+        channels.insert(address.to_string(), channel.clone());
+        Some(channel)
     }
 }
 
@@ -53,8 +69,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerConnection;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerConnection {
-        let client = peer_endpoint(&node.peer_addr, self.local_ip).ok().map(|endpoint| {
-            PeerClient::new(endpoint.connect_lazy())
+        let client = self.channel(&node.peer_addr).map(|channel| {
+            PeerClient::new(channel)
                 .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
         });

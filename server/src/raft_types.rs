@@ -24,18 +24,20 @@ impl fmt::Display for Node {
     }
 }
 
-/// The application payload of a normal log entry.
+/// The application payload of a normal log entry: one command, or several that
+/// touch pairwise different resources (see `Command::batch_key`), batched by the
+/// leader so that one fsync and one replication round commit them all.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Proposal {
     /// The leader's wall clock when it proposed the entry, milliseconds since the Unix
     /// epoch. Informational only ("since" in describe output); no decision uses it.
     pub stamp_ms: u64,
-    pub command: Command,
+    pub commands: Vec<Command>,
 }
 
 impl fmt::Display for Proposal {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(formatter, "{:?}", self.command)
+        write!(formatter, "{} command(s)", self.commands.len())
     }
 }
 
@@ -45,8 +47,8 @@ openraft::declare_raft_types!(
     /// Leasehold's Raft types.
     pub TypeConfig:
         D = Proposal,
-        // None for entries that carry no command (blank, membership).
-        R = Option<Response>,
+        // One response per command of the entry; none for blank and membership entries.
+        R = Vec<Response>,
         NodeId = NodeId,
         Node = Node,
         SnapshotData = Cursor<Vec<u8>>,

@@ -2,6 +2,7 @@
 //! command and get its applied response, confirm leadership (batched), and read the
 //! state linearizably.
 
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use tonic::Status;
 
 use crate::clock::Clock;
 use crate::raft_types::{Node, NodeId, Proposal, Raft};
-use crate::state_machine::{Command, Response, StateMachine};
+use crate::state_machine::{Command, ResourceKind, Response, StateMachine};
 use crate::state_machine_store::Shared;
 
 /// The metadata key that carries the leader's client address on a not-leader error.
@@ -25,6 +26,21 @@ pub const READ_APPLY_WAIT_MS_MAX: u64 = 5_000;
 
 type LeaderCheckReply = oneshot::Sender<Result<u64, Status>>;
 
+/// Commands waiting for a log entry at most; a full queue makes proposers wait.
+pub const PROPOSALS_QUEUED_MAX: usize = 65_536;
+/// Commands in one log entry at most.
+pub const COMMANDS_PER_ENTRY_MAX: usize = 512;
+/// Entries being committed at once. While they are, new commands gather into the
+/// next entry, so the batch grows with the load and one fsync and one replication
+/// round commit many commands.
+pub const ENTRIES_IN_FLIGHT_MAX: usize = 2;
+
+/// A command waiting for its entry, and who waits for its answer.
+struct Pending {
+    command: Command,
+    reply: oneshot::Sender<Result<Response, Status>>,
+}
+
 pub struct Replica {
     pub raft: Raft,
     pub shared: Arc<Shared>,
@@ -32,40 +48,30 @@ pub struct Replica {
     pub cluster_name: String,
     pub clock: Clock,
     leader_checks: mpsc::Sender<LeaderCheckReply>,
+    proposals: mpsc::Sender<Pending>,
 }
 
 impl Replica {
     pub fn new(raft: Raft, shared: Arc<Shared>, node_id: NodeId, cluster_name: String, clock: Clock) -> Arc<Self> {
         let (leader_checks, queue) = mpsc::channel(LEADER_CHECKS_QUEUED_MAX);
         tokio::spawn(run_leader_checks(raft.clone(), queue));
-        Arc::new(Self { raft, shared, node_id, cluster_name, clock, leader_checks })
+        let (proposals, pending) = mpsc::channel(PROPOSALS_QUEUED_MAX);
+        tokio::spawn(run_proposals(raft.clone(), clock.clone(), pending));
+        Arc::new(Self { raft, shared, node_id, cluster_name, clock, leader_checks, proposals })
     }
 
     /// Appends `command` to the log and returns what applying it answered.
+    /// Concurrent commands share log entries (see `run_proposals`).
     pub async fn propose(&self, command: Command) -> Result<Response, Status> {
-        let proposal = Proposal { stamp_ms: self.clock.unix_ms(), command };
-        match self.raft.client_write(proposal).await {
-            Ok(written) => written.data.ok_or_else(|| Status::internal("a command entry applied without a response")),
-            Err(error) => Err(self.write_error(error)),
-        }
+        let (reply, answer) = oneshot::channel();
+        let shutting_down = || Status::unavailable("the node is shutting down");
+        self.proposals.send(Pending { command, reply }).await.map_err(|_| shutting_down())?;
+        answer.await.map_err(|_| shutting_down())?
     }
 
     /// Proposes a command on behalf of the cluster (session expiry): no client waits.
-    pub async fn propose_quietly(&self, command: Command) -> Result<Option<Response>, String> {
-        let proposal = Proposal { stamp_ms: self.clock.unix_ms(), command };
-        self.raft.client_write(proposal).await.map(|written| written.data).map_err(|error| error.to_string())
-    }
-
-    fn write_error(&self, error: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> Status {
-        if let Some(forward) = error.forward_to_leader() {
-            return self.not_leader(forward);
-        }
-        match error {
-            RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {
-                Status::failed_precondition(error.to_string())
-            }
-            other => Status::unavailable(format!("node {} cannot commit now: {other}", self.node_id)),
-        }
+    pub async fn propose_quietly(&self, command: Command) -> Result<Response, String> {
+        self.propose(command).await.map_err(|status| status.message().to_string())
     }
 
     /// UNAVAILABLE with the leader's client address, for the client to follow.
@@ -136,6 +142,94 @@ pub fn not_leader_status(node_id: NodeId, leader_id: Option<NodeId>, leader_addr
         }
     }
     status
+}
+
+/// Batches proposals into log entries. A command that touches one resource shares
+/// an entry with others that touch different ones; a command that must be alone
+/// (creating, closing or expiring sessions) gets its own. Commands that had to wait
+/// for a later entry keep their order.
+async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pending>) {
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(ENTRIES_IN_FLIGHT_MAX));
+    let mut deferred: VecDeque<Pending> = VecDeque::new();
+    loop {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
+        let first = match deferred.pop_front() {
+            Some(pending) => pending,
+            None => match queue.recv().await {
+                Some(pending) => pending,
+                None => return,
+            },
+        };
+        let mut batch = vec![first];
+        if let Some((kind, name)) = batch[0].command.batch_key() {
+            let mut keys: BTreeSet<(ResourceKind, String)> = BTreeSet::from([(kind, name.to_string())]);
+            let mut fits = |pending: &Pending, batch_len: usize| {
+                batch_len < COMMANDS_PER_ENTRY_MAX
+                    && pending.command.batch_key().is_some_and(|(kind, name)| keys.insert((kind, name.to_string())))
+            };
+            let mut still_deferred = VecDeque::new();
+            while let Some(pending) = deferred.pop_front() {
+                if fits(&pending, batch.len()) {
+                    batch.push(pending);
+                } else {
+                    still_deferred.push_back(pending);
+                }
+            }
+            deferred = still_deferred;
+            while batch.len() < COMMANDS_PER_ENTRY_MAX {
+                let Ok(pending) = queue.try_recv() else { break };
+                if fits(&pending, batch.len()) {
+                    batch.push(pending);
+                } else {
+                    deferred.push_back(pending);
+                }
+            }
+        }
+        let raft = raft.clone();
+        let stamp_ms = clock.unix_ms();
+        tokio::spawn(async move {
+            let (commands, replies): (Vec<Command>, Vec<_>) =
+                batch.into_iter().map(|pending| (pending.command, pending.reply)).unzip();
+            let count = commands.len();
+            match raft.client_write(Proposal { stamp_ms, commands }).await {
+                Ok(written) if written.data.len() == count => {
+                    for (reply, response) in replies.into_iter().zip(written.data) {
+                        let _ = reply.send(Ok(response));
+                    }
+                }
+                Ok(written) => {
+                    let status = Status::internal(format!("{count} commands got {} answers", written.data.len()));
+                    for reply in replies {
+                        let _ = reply.send(Err(status.clone()));
+                    }
+                }
+                Err(error) => {
+                    let status = write_error(&raft, error);
+                    for reply in replies {
+                        let _ = reply.send(Err(status.clone()));
+                    }
+                }
+            }
+            drop(permit);
+        });
+    }
+}
+
+fn write_error(raft: &Raft, error: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> Status {
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow();
+    if let Some(forward) = error.forward_to_leader() {
+        let leader_addr = forward.leader_node.as_ref().map(|node| node.client_addr.clone()).or_else(|| {
+            forward
+                .leader_id
+                .and_then(|id| metrics.membership_config.membership().get_node(&id).map(|node| node.client_addr.clone()))
+        });
+        return not_leader_status(metrics.id, forward.leader_id, leader_addr);
+    }
+    match error {
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => Status::failed_precondition(error.to_string()),
+        other => Status::unavailable(format!("node {} cannot commit now: {other}", metrics.id)),
+    }
 }
 
 /// Serves leadership confirmations: every request that queued while a round was in

@@ -164,7 +164,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok((applied.last_applied, applied.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Option<Response>>, StorageError>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Response>>, StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -181,21 +181,24 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 match entry.payload {
                     EntryPayload::Blank => {
                         applied.machine.apply_empty(index);
-                        responses.push(None);
+                        responses.push(Vec::new());
                     }
                     EntryPayload::Membership(membership) => {
                         applied.membership = StoredMembership::new(Some(entry.log_id), membership);
                         applied.machine.apply_empty(index);
-                        responses.push(None);
+                        responses.push(Vec::new());
                     }
                     EntryPayload::Normal(proposal) => {
-                        let (response, entry_events) =
-                            applied.machine.apply(index, proposal.stamp_ms, &proposal.command);
-                        if let Response::SessionCreated { session, ttl_ms } = &response {
-                            created.push((*session, *ttl_ms));
+                        let results = applied.machine.apply_batch(index, proposal.stamp_ms, &proposal.commands);
+                        let mut entry_responses = Vec::with_capacity(results.len());
+                        for (response, entry_events) in results {
+                            if let Response::SessionCreated { session, ttl_ms } = &response {
+                                created.push((*session, *ttl_ms));
+                            }
+                            events.extend(entry_events.into_iter().map(|event| (index, event)));
+                            entry_responses.push(response);
                         }
-                        events.extend(entry_events.into_iter().map(|event| (index, event)));
-                        responses.push(Some(response));
+                        responses.push(entry_responses);
                     }
                 }
             }

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{SessionId, Token};
+use super::{ResourceKind, SessionId, Token};
 
 /// Names one mutating request of one client, so that a retry after a lost response gets
 /// the original answer instead of a second effect.
@@ -137,6 +137,31 @@ impl Command {
             | Command::Proclaim { request, .. }
             | Command::Resign { request, .. } => Some(*request),
             Command::ExpireSessions { .. } => None,
+        }
+    }
+
+    /// The one lock, semaphore or election the command touches, for commands that
+    /// may share a log entry with others; `None` for commands that must have an entry
+    /// of their own: a new session's id is the entry's index, and closing or expiring
+    /// sessions touches everything those sessions hold.
+    ///
+    /// Commands in one entry touch pairwise different resources, so every grant in
+    /// an entry is of a different name and the entry's index stays a token that no
+    /// two grants of one name share.
+    pub fn batch_key(&self) -> Option<(ResourceKind, &str)> {
+        match self {
+            Command::Acquire { name, .. } | Command::CancelWait { name, .. } | Command::Release { name, .. } => {
+                Some((ResourceKind::Lock, name))
+            }
+            Command::SemAcquire { name, .. }
+            | Command::SemRelease { name, .. }
+            | Command::SemSetLimit { name, .. }
+            | Command::SemCancelWait { name, .. } => Some((ResourceKind::Semaphore, name)),
+            Command::Campaign { name, .. }
+            | Command::CampaignCancelWait { name, .. }
+            | Command::Proclaim { name, .. }
+            | Command::Resign { name, .. } => Some((ResourceKind::Election, name)),
+            Command::CreateSession { .. } | Command::CloseSession { .. } | Command::ExpireSessions { .. } => None,
         }
     }
 

@@ -147,6 +147,24 @@ impl StateMachine {
     /// and a replica that sees otherwise must stop rather than diverge.
     pub fn apply(&mut self, index: u64, stamp_ms: u64, command: &Command) -> (Response, Vec<Event>) {
         self.advance(index);
+        self.apply_at(index, stamp_ms, command)
+    }
+
+    /// Applies the commands of one entry in order, each as if it were alone at
+    /// `index`. The proposer puts several commands in one entry only when each has a
+    /// `batch_key` and the keys differ (see `Command::batch_key`); anything else is
+    /// refused here, because two grants of one name would share the entry's index.
+    ///
+    /// # Panics
+    ///
+    /// If `index` is not after the last applied index, or the batch breaks the rule.
+    pub fn apply_batch(&mut self, index: u64, stamp_ms: u64, commands: &[Command]) -> Vec<(Response, Vec<Event>)> {
+        assert!(batch_is_valid(commands), "commands sharing an entry must touch different resources");
+        self.advance(index);
+        commands.iter().map(|command| self.apply_at(index, stamp_ms, command)).collect()
+    }
+
+    fn apply_at(&mut self, index: u64, stamp_ms: u64, command: &Command) -> (Response, Vec<Event>) {
         let mut events = Vec::new();
         let response = match command.request() {
             None => self.execute(index, stamp_ms, command, &mut events),
@@ -754,6 +772,16 @@ impl StateMachine {
     fn lock_mut(&mut self, name: &str) -> &mut Lock {
         self.locks.get_mut(name).unwrap_or_else(|| panic!("lock {name:?} is referenced but not held"))
     }
+}
+
+/// Whether `commands` may share one log entry: one command of any kind, or several
+/// that each touch one resource, all different.
+pub fn batch_is_valid(commands: &[Command]) -> bool {
+    if commands.len() <= 1 {
+        return true;
+    }
+    let mut keys = BTreeSet::new();
+    commands.iter().all(|command| command.batch_key().is_some_and(|key| keys.insert(key)))
 }
 
 fn queue_position(lock: &Lock, session: SessionId) -> Option<u32> {
