@@ -2132,3 +2132,68 @@ fn the_grant_path_refuses_a_permit_beyond_the_limit() {
     let mut events = Vec::new();
     machine.grant_permit(index, 0, "tenant", c, &mut events);
 }
+
+// ---------------------------------------------------------------- batched entries
+
+#[test]
+fn a_batch_applies_commands_on_different_resources_at_one_index_as_if_one_by_one() {
+    let mut batched = Harness::new();
+    let a = batched.create("a");
+    let b = batched.create("b");
+    let a_token = batched.grant(a, "x");
+    let waiter = batched.queue(b, "x");
+    assert_eq!(waiter, 0);
+    let mut sequential = Harness { machine: batched.machine.clone(), index: batched.index, sequence: batched.sequence };
+
+    let commands = vec![
+        batched.release_command(a, "x", a_token),
+        batched.acquire_command(a, "y", true),
+        Command::SemAcquire { request: batched.request(), session: a, name: "x".into(), limit: 2, wait: false },
+    ];
+    let index = batched.next_index();
+    let results = batched.machine.apply_batch(index, stamp_ms(index), &commands);
+    batched.index = index;
+    batched.machine.check_invariants();
+
+    // The same commands alone, each at the entry's index, give the same answers.
+    let mut expected = Vec::new();
+    for command in &commands {
+        let mut alone = sequential.machine.clone();
+        alone.last_applied = None;
+        expected.push(alone.apply(index, stamp_ms(index), command));
+        sequential.machine = alone;
+    }
+    assert_eq!(results, expected);
+    // Two grants of two different names share the entry's index as their token.
+    let lock_x = batched.machine.describe_lock("x").unwrap();
+    let lock_y = batched.machine.describe_lock("y").unwrap();
+    assert_eq!((lock_x.holder.session, lock_x.holder.token), (b, index));
+    assert_eq!((lock_y.holder.session, lock_y.holder.token), (a, index));
+}
+
+#[test]
+fn only_commands_on_pairwise_different_resources_may_share_an_entry() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let acquire_x = harness.acquire_command(a, "x", true);
+    let acquire_x_again = harness.acquire_command(a, "x", true);
+    let acquire_y = harness.acquire_command(a, "y", true);
+    let create = harness.create_command("c");
+    let semaphore_x =
+        Command::SemAcquire { request: harness.request(), session: a, name: "x".into(), limit: 1, wait: true };
+    assert!(batch_is_valid(&[acquire_x.clone(), acquire_y.clone(), semaphore_x]));
+    assert!(!batch_is_valid(&[acquire_x.clone(), acquire_x_again]), "one lock twice");
+    assert!(!batch_is_valid(&[acquire_x.clone(), create.clone()]), "creating a session takes its own entry");
+    assert!(batch_is_valid(&[create]), "alone, any command is fine");
+}
+
+#[test]
+#[should_panic(expected = "different resources")]
+fn a_batch_that_could_grant_one_name_twice_is_refused() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let commands = vec![harness.acquire_command(a, "x", true), harness.acquire_command(b, "x", true)];
+    let index = harness.next_index();
+    harness.machine.apply_batch(index, stamp_ms(index), &commands);
+}
