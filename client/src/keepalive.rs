@@ -210,7 +210,8 @@ async fn run(client: Client, mut commands: mpsc::UnboundedReceiver<Command>) {
                 }
             }
         }
-        let next_due = schedule.due.first().map(|(when, _)| *when).unwrap_or_else(|| Instant::now() + Duration::from_secs(1));
+        let next_due =
+            schedule.due.first().map(|(when, _)| *when).unwrap_or_else(|| Instant::now() + Duration::from_secs(1));
         let open_stream = stream.as_mut().expect("opened above");
         tokio::select! {
             command = commands.recv() => match command {
@@ -261,7 +262,8 @@ async fn run(client: Client, mut commands: mpsc::UnboundedReceiver<Command>) {
 fn expire_due(schedule: &mut Schedule, now: Instant) {
     let ids: Vec<u64> = schedule.sessions.keys().copied().collect();
     for id in ids {
-        let lost = schedule.sessions.get(&id).map(|tracked| tracked.publish(now) == SessionState::Lost).unwrap_or(false);
+        let lost =
+            schedule.sessions.get(&id).map(|tracked| tracked.publish(now) == SessionState::Lost).unwrap_or(false);
         if lost || schedule.sessions.get(&id).is_some_and(|tracked| tracked.state.is_closed()) {
             schedule.remove(id);
         }
@@ -285,12 +287,15 @@ fn process_due(schedule: &mut Schedule, stream: &Stream) -> bool {
         match tracked.sent_at {
             Some(sent) if now - sent >= tracked.interval() => healthy = false,
             Some(_) => {}
-            None if now >= tracked.next_send => match stream.requests.try_send(pb::KeepAliveRequest { session_id: id }) {
+            None if now >= tracked.next_send => match stream.requests.try_send(pb::KeepAliveRequest { session_id: id })
+            {
                 Ok(()) => {
                     tracked.sent_at = Some(now);
                     tracked.next_send = now + tracked.interval();
                 }
-                Err(mpsc::error::TrySendError::Full(_)) => tracked.next_send = now + Duration::from_millis(RETRY_PAUSE_MS),
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracked.next_send = now + Duration::from_millis(RETRY_PAUSE_MS)
+                }
                 Err(mpsc::error::TrySendError::Closed(_)) => healthy = false,
             },
             None => {}

@@ -23,7 +23,6 @@ pub(crate) enum WaitAnswer<Detail> {
     NotYet { timed_out: bool, detail: Detail },
 }
 
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionState {
     /// Keepalives are answered; the deadline is comfortably ahead.
@@ -253,4 +252,3 @@ impl Session {
         }
     }
 }
-

@@ -220,14 +220,16 @@ fn write_error(raft: &Raft, error: RaftError<NodeId, ClientWriteError<NodeId, No
     let metrics = metrics.borrow();
     if let Some(forward) = error.forward_to_leader() {
         let leader_addr = forward.leader_node.as_ref().map(|node| node.client_addr.clone()).or_else(|| {
-            forward
-                .leader_id
-                .and_then(|id| metrics.membership_config.membership().get_node(&id).map(|node| node.client_addr.clone()))
+            forward.leader_id.and_then(|id| {
+                metrics.membership_config.membership().get_node(&id).map(|node| node.client_addr.clone())
+            })
         });
         return not_leader_status(metrics.id, forward.leader_id, leader_addr);
     }
     match error {
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => Status::failed_precondition(error.to_string()),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {
+            Status::failed_precondition(error.to_string())
+        }
         other => Status::unavailable(format!("node {} cannot commit now: {other}", metrics.id)),
     }
 }

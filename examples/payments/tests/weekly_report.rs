@@ -164,13 +164,19 @@ async fn with_elect_only_the_leader_runs_the_schedule_and_its_successor_sends_no
             let client = client.clone();
             async move {
                 let sessions = client.list_sessions().await.ok()?;
-                let waiting = sessions.iter().filter(|session| session.campaigning.iter().any(|name| name == SCHEDULER)).count();
+                let waiting =
+                    sessions.iter().filter(|session| session.campaigning.iter().any(|name| name == SCHEDULER)).count();
                 let leader = client.leader(SCHEDULER).await.ok()??;
                 (waiting == expected).then_some(leader)
             }
         }
     };
-    let leader = leasehold_jepsen::wait::until(support::PROCESS_DEADLINE, "one leader and two campaigners", campaigners(PODS - 1)).await;
+    let leader = leasehold_jepsen::wait::until(
+        support::PROCESS_DEADLINE,
+        "one leader and two campaigners",
+        campaigners(PODS - 1),
+    )
+    .await;
     let first: usize = leader.value["pod-".len()..].parse::<usize>().unwrap() - 1;
     assert!(pods[first].next_line("the leader's election").await.starts_with("elected "));
     let sent = pods[first].next_line("the leader's report").await;
