@@ -14,6 +14,7 @@
 //! * `etcd_wire` — the few etcd v3 messages used, declared by hand.
 //! * `redis_target` — Redis: `SET NX PX`, compare-and-delete, compare-and-pexpire.
 //! * `server_process` — CPU and resident memory of server processes from `/proc`.
+//! * `scale` — memory per idle session with a lock; restart time with many locks.
 //! * `report` — one run's result, its table and JSON, the summary over rounds.
 
 pub mod etcd_target;
@@ -21,6 +22,7 @@ pub mod etcd_wire;
 pub mod leasehold_target;
 pub mod redis_target;
 pub mod report;
+pub mod scale;
 pub mod server_process;
 pub mod target;
 pub mod workload;

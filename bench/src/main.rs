@@ -22,6 +22,32 @@ struct Arguments {
 enum Command {
     /// Runs one workload against one running system; prints a table and a JSON line.
     Run(RunArguments),
+    /// Resident memory per idle session holding one lock (the nodes' VmRSS before and
+    /// after creating --sessions sessions).
+    ScaleSessions {
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        #[arg(long, value_delimiter = ',', required = true)]
+        pids: Vec<i32>,
+        #[arg(long, default_value_t = 100_000)]
+        sessions: usize,
+    },
+    /// Takes --locks locks, then runs --restart-command (which must kill and start
+    /// again the node at --restart-endpoint) and measures until that node answers with
+    /// every entry applied again.
+    ScaleRestart {
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        #[arg(long, default_value_t = 1_000_000)]
+        locks: usize,
+        #[arg(long, default_value_t = 1_000)]
+        locks_per_session: usize,
+        #[arg(long)]
+        restart_endpoint: String,
+        /// A shell command that kills and restarts the node (e.g. `./cluster.sh restart 3`).
+        #[arg(long)]
+        restart_command: String,
+    },
     /// Reads JSON lines of several runs and prints medians and ratios as Markdown.
     Summarize {
         /// Files of JSON lines written by `run --json-out`.
@@ -109,6 +135,54 @@ fn main() -> anyhow::Result<()> {
                     .with_context(|| format!("open {}", path.display()))?;
                 writeln!(file, "{line}")?;
             }
+        }
+        Command::ScaleSessions { endpoints, pids, sessions } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(async {
+                let client = leasehold::Client::connect(&endpoints).await?;
+                let (figure, sessions) = leasehold_bench::scale::sessions_with_a_lock(&client, &pids, sessions).await?;
+                println!(
+                    "{} sessions with one lock each, created in {:.1} s; resident bytes per session by node: {}",
+                    figure.sessions,
+                    figure.fill_seconds,
+                    figure.bytes_per_session.iter().map(|bytes| format!("{bytes:.0}")).collect::<Vec<_>>().join(", ")
+                );
+                println!(
+                    "{}",
+                    serde_json::json!({"scale": "sessions", "sessions": figure.sessions, "bytes_per_session": figure.bytes_per_session, "fill_s": figure.fill_seconds})
+                );
+                drop(sessions);
+                anyhow::Ok(())
+            })?;
+            runtime.shutdown_timeout(Duration::from_secs(5));
+        }
+        Command::ScaleRestart { endpoints, locks, locks_per_session, restart_endpoint, restart_command } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(async {
+                let client = leasehold::Client::connect(&endpoints).await?;
+                let started = std::time::Instant::now();
+                let sessions = leasehold_bench::scale::fill_locks(&client, locks, locks_per_session).await?;
+                let fill_seconds = started.elapsed().as_secs_f64();
+                let status = client.status_any().await?;
+                let index = status.commit_index;
+                let restarted = std::time::Instant::now();
+                let exit = std::process::Command::new("sh").arg("-c").arg(&restart_command).status()?;
+                anyhow::ensure!(exit.success(), "the restart command failed: {exit}");
+                let serving =
+                    leasehold_bench::scale::wait_serving(&client, &restart_endpoint, index, Duration::from_secs(300)).await?;
+                let total = restarted.elapsed();
+                println!(
+                    "{locks} locks taken in {fill_seconds:.1} s; {restart_endpoint} restarted and served with every entry applied after {:.2} s (command included)",
+                    total.as_secs_f64()
+                );
+                println!(
+                    "{}",
+                    serde_json::json!({"scale": "restart", "locks": locks, "fill_s": fill_seconds, "restart_to_serving_s": total.as_secs_f64(), "after_command_s": serving.as_secs_f64()})
+                );
+                drop(sessions);
+                anyhow::Ok(())
+            })?;
+            runtime.shutdown_timeout(Duration::from_secs(5));
         }
         Command::Summarize { files } => {
             let mut reports = Vec::new();
