@@ -243,6 +243,13 @@ impl Client {
                     self.prefer(Some(&endpoint));
                     return Ok(value);
                 }
+                // A refusal of a retry as a reused request id means an earlier attempt
+                // may have been applied with a different body: not a definite failure.
+                Attempt::Failed(Error::Refused(message))
+                    if sent_unanswered.is_some() && message.contains("was already used for a different command") =>
+                {
+                    return Err(Error::Indeterminate(format!("{what}: {message}")));
+                }
                 Attempt::Failed(error) => return Err(error),
                 Attempt::Redirect(leader) => {
                     last_error = format!("{endpoint} is not the leader");

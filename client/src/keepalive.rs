@@ -271,13 +271,15 @@ fn expire_due(schedule: &mut Schedule, now: Instant) {
 }
 
 /// Handles every session whose time came. Returns false when the stream looks dead.
+///
+/// Only the entries due when it starts are handled: a session whose next wake is
+/// `now` again (its keepalive is overdue) is looked at on the next turn, after the
+/// caller had a chance to reconnect, so the loop always ends.
 fn process_due(schedule: &mut Schedule, stream: &Stream) -> bool {
     let now = Instant::now();
     let mut healthy = true;
-    while let Some(&(when, id)) = schedule.due.first() {
-        if when > now {
-            break;
-        }
+    let due: Vec<(Instant, u64)> = schedule.due.iter().take_while(|(when, _)| *when <= now).copied().collect();
+    for (when, id) in due {
         schedule.due.remove(&(when, id));
         let Some(tracked) = schedule.sessions.get_mut(&id) else { continue };
         if tracked.state.is_closed() || tracked.publish(now) == SessionState::Lost {
@@ -287,20 +289,23 @@ fn process_due(schedule: &mut Schedule, stream: &Stream) -> bool {
         match tracked.sent_at {
             Some(sent) if now - sent >= tracked.interval() => healthy = false,
             Some(_) => {}
-            None if now >= tracked.next_send => match stream.requests.try_send(pb::KeepAliveRequest { session_id: id })
-            {
-                Ok(()) => {
-                    tracked.sent_at = Some(now);
-                    tracked.next_send = now + tracked.interval();
+            None if now >= tracked.next_send => {
+                match stream.requests.try_send(pb::KeepAliveRequest { session_id: id }) {
+                    Ok(()) => {
+                        tracked.sent_at = Some(now);
+                        tracked.next_send = now + tracked.interval();
+                    }
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        tracked.next_send = now + Duration::from_millis(RETRY_PAUSE_MS)
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => healthy = false,
                 }
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    tracked.next_send = now + Duration::from_millis(RETRY_PAUSE_MS)
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => healthy = false,
-            },
+            }
             None => {}
         }
-        tracked.wake = tracked.next_wake(now);
+        // Never earlier than the next millisecond: an overdue session must not make
+        // the task spin before it reconnects.
+        tracked.wake = tracked.next_wake(now).max(now + Duration::from_millis(1));
         schedule.due.insert((tracked.wake, id));
     }
     healthy

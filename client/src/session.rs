@@ -212,7 +212,11 @@ impl Session {
                     wait + client.inner.request_deadline,
                     wait + Duration::from_millis(ATTEMPT_TIMEOUT_MS),
                     |channel| {
-                        let wait_ms = give_up.saturating_duration_since(Instant::now()).as_millis() as u64;
+                        // A retry carries the same request id, so it must be the same
+                        // command: a waiting request stays a waiting one (at least 1 ms)
+                        // even when its time has nearly run out.
+                        let left_ms = give_up.saturating_duration_since(Instant::now()).as_millis() as u64;
+                        let wait_ms = if wait.is_zero() { 0 } else { left_ms.max(1) };
                         attempt(channel, request_id, wait_ms)
                     },
                 )
