@@ -13,6 +13,7 @@
 #   ./cluster.sh clean         stop and delete the cluster's data
 #
 # Ports of node I: client 127.0.0.1:710I, peer 127.0.0.1:720I, metrics 127.0.0.1:730I.
+# LEASEHOLD_SERVER_FLAGS adds flags to every node (e.g. "--election-timeout-min-ms 300").
 # Data, logs and process ids live under .cluster/ in the checkout. The script acts
 # only on the process ids it recorded, never on process names.
 set -euo pipefail
@@ -66,7 +67,7 @@ start_node() {
   for j in $(seq 1 "$n"); do members+=(--initial-member "$j=$(client_addr "$j"),$(peer_addr "$j")"); done
   mkdir -p "$CLUSTER_DIR"
   setsid "$SERVER" --node-id "$i" --cluster-name "$CLUSTER_NAME" --data-dir "$CLUSTER_DIR/node$i" \
-    --metrics-addr "$(metrics_addr "$i")" "${members[@]}" \
+    --metrics-addr "$(metrics_addr "$i")" "${members[@]}" ${LEASEHOLD_SERVER_FLAGS:-} \
     >>"$CLUSTER_DIR/node$i.log" 2>&1 </dev/null &
   echo $! >"$CLUSTER_DIR/node$i.pid"
   echo "node $i started (pid $!): client $(client_addr "$i"), peer $(peer_addr "$i"), metrics http://$(metrics_addr "$i")/metrics"

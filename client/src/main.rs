@@ -181,6 +181,12 @@ enum SessionAction {
 }
 
 fn main() -> ExitCode {
+    // Like other command-line tools, end quietly when the reader of our output goes
+    // away (`leasehold session list | head`) instead of panicking on EPIPE.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let arguments = Arguments::parse();
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
