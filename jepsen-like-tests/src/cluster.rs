@@ -27,10 +27,7 @@ pub fn binary(name: &str) -> PathBuf {
         return Path::new(&directory).join(name);
     }
     let executable = std::env::current_exe().expect("current executable");
-    let mut directory = executable
-        .parent()
-        .expect("executable directory")
-        .to_path_buf();
+    let mut directory = executable.parent().expect("executable directory").to_path_buf();
     if directory.ends_with("deps") {
         directory.pop();
     }
@@ -39,16 +36,31 @@ pub fn binary(name: &str) -> PathBuf {
 
 /// Picks a free loopback port (bound and released; the server binds it next).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind an ephemeral port")
-        .local_addr()
-        .unwrap()
-        .port()
+    TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port").local_addr().unwrap().port()
 }
+
+/// Where nodes listen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Addressing {
+    /// 127.0.0.1 with ephemeral ports: for tests in the host network namespace.
+    Ephemeral,
+    /// Node `id` on its own address 127.0.0.(`FIRST_NODE_OCTET` + id - 1) with fixed
+    /// ports: for the fault suite's private network namespace, where nftables rules
+    /// between node addresses partition them (nodes bind their outgoing peer
+    /// connections to their own address).
+    PerNodeIp { client_port: u16, peer_port: u16 },
+}
+
+/// Node 1's last address octet with `Addressing::PerNodeIp`: 127.0.0.11.
+pub const FIRST_NODE_OCTET: u64 = 11;
 
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
     pub nodes: u64,
+    pub addressing: Addressing,
+    /// Where data directories and logs go; a temporary directory (removed on drop)
+    /// when None.
+    pub directory: Option<PathBuf>,
     pub snapshot_every_entries: Option<u64>,
     pub heartbeat_ms: Option<u64>,
     pub election_timeout_min_ms: Option<u64>,
@@ -60,6 +72,8 @@ impl Default for ClusterOptions {
     fn default() -> Self {
         Self {
             nodes: 3,
+            addressing: Addressing::Ephemeral,
+            directory: None,
             snapshot_every_entries: None,
             heartbeat_ms: None,
             election_timeout_min_ms: None,
@@ -84,24 +98,39 @@ pub struct TestCluster {
     pub options: ClusterOptions,
     pub nodes: BTreeMap<u64, NodeProcess>,
     pub cluster_name: String,
-    directory: tempfile::TempDir,
+    /// Nodes removed from the cluster (their logs stay readable).
+    pub retired: Vec<NodeProcess>,
+    /// Holds the temporary directory when `options.directory` is None.
+    _temporary: Option<tempfile::TempDir>,
+    root: PathBuf,
 }
 
 impl TestCluster {
     /// Starts `options.nodes` nodes as the initial members. Call `wait_for_leader`.
     pub fn start(options: ClusterOptions) -> TestCluster {
-        let directory = tempfile::Builder::new()
-            .prefix("leasehold-cluster-")
-            .tempdir()
-            .expect("temporary directory");
+        let (temporary, root) = match &options.directory {
+            Some(directory) => {
+                std::fs::create_dir_all(directory).expect("create the cluster directory");
+                (None, directory.clone())
+            }
+            None => {
+                let temporary =
+                    tempfile::Builder::new().prefix("leasehold-cluster-").tempdir().expect("temporary directory");
+                let root = temporary.path().to_path_buf();
+                (Some(temporary), root)
+            }
+        };
         let mut cluster = TestCluster {
             options,
             nodes: BTreeMap::new(),
             cluster_name: "test".into(),
-            directory,
+            retired: Vec::new(),
+            _temporary: temporary,
+            root,
         };
         for id in 1..=cluster.options.nodes {
-            cluster.define_node(id, true);
+            let (client_addr, peer_addr) = cluster.addresses_for(id);
+            cluster.define_node(id, true, client_addr, peer_addr);
         }
         let ids: Vec<u64> = cluster.nodes.keys().copied().collect();
         for id in ids {
@@ -110,13 +139,31 @@ impl TestCluster {
         cluster
     }
 
-    fn define_node(&mut self, id: u64, initial: bool) {
+    /// The client and peer address a new node `id` gets.
+    fn addresses_for(&self, id: u64) -> (String, String) {
+        match self.options.addressing {
+            Addressing::Ephemeral => (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port())),
+            Addressing::PerNodeIp { client_port, peer_port } => {
+                let octet = FIRST_NODE_OCTET + id - 1;
+                assert!(octet < 255, "node id {id} has no address");
+                (format!("127.0.0.{octet}:{client_port}"), format!("127.0.0.{octet}:{peer_port}"))
+            }
+        }
+    }
+
+    /// The directory holding data directories and logs.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn define_node(&mut self, id: u64, initial: bool, client_addr: String, peer_addr: String) {
+        assert!(!self.nodes.contains_key(&id), "node {id} is already defined");
         let node = NodeProcess {
             id,
-            client_addr: format!("127.0.0.1:{}", free_port()),
-            peer_addr: format!("127.0.0.1:{}", free_port()),
-            data_dir: self.directory.path().join(format!("node{id}")),
-            log: self.directory.path().join(format!("node{id}.log")),
+            client_addr,
+            peer_addr,
+            data_dir: self.root.join(format!("node{id}")),
+            log: self.root.join(format!("node{id}.log")),
             initial,
             child: None,
         };
@@ -141,10 +188,7 @@ impl TestCluster {
         if node.initial {
             for member in self.nodes.values().filter(|member| member.initial) {
                 arguments.push("--initial-member".into());
-                arguments.push(format!(
-                    "{}={},{}",
-                    member.id, member.client_addr, member.peer_addr
-                ));
+                arguments.push(format!("{}={},{}", member.id, member.client_addr, member.peer_addr));
             }
         }
         let options = &self.options;
@@ -167,49 +211,56 @@ impl TestCluster {
         let arguments = self.arguments(id);
         let node = self.nodes.get_mut(&id).expect("node defined");
         assert!(node.child.is_none(), "node {id} is already running");
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(&node.log)
-            .expect("open node log");
+        let log = File::options().create(true).append(true).open(&node.log).expect("open node log");
         let child = Command::new(binary("leasehold-server"))
             .args(&arguments)
-            .env(
-                "RUST_LOG",
-                std::env::var("LEASEHOLD_TEST_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
-            )
+            .env("RUST_LOG", std::env::var("LEASEHOLD_TEST_LOG").unwrap_or_else(|_| "info,openraft=warn".into()))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log)
             .process_group(0)
             .spawn()
-            .unwrap_or_else(|error| {
-                panic!(
-                    "cannot start {}: {error}",
-                    binary("leasehold-server").display()
-                )
-            });
+            .unwrap_or_else(|error| panic!("cannot start {}: {error}", binary("leasehold-server").display()));
         node.child = Some(child);
     }
 
     /// Starts a node that is not an initial member; add it with `Client::add_member`.
     pub fn start_joining_node(&mut self, id: u64) -> &NodeProcess {
-        self.define_node(id, false);
+        let (client_addr, peer_addr) = self.addresses_for(id);
+        self.define_node(id, false, client_addr, peer_addr);
         self.spawn(id);
         &self.nodes[&id]
     }
 
+    /// Starts a node that is not an initial member on given addresses (those of a
+    /// removed node, so clients' endpoint lists stay valid), with an empty data
+    /// directory; add it with `Client::add_member`.
+    pub fn start_joining_node_at(&mut self, id: u64, client_addr: String, peer_addr: String) -> &NodeProcess {
+        self.define_node(id, false, client_addr, peer_addr);
+        self.spawn(id);
+        &self.nodes[&id]
+    }
+
+    /// Forgets a node that was removed from the cluster, killing it if it still
+    /// runs. Its log stays in `retired`.
+    pub fn retire(&mut self, id: u64) {
+        self.kill(id);
+        if let Some(node) = self.nodes.remove(&id) {
+            self.retired.push(node);
+        }
+    }
+
+    /// Process ids of every running node, for a last-resort cleanup.
+    pub fn running_pids(&self) -> Vec<i32> {
+        self.nodes.values().filter_map(|node| node.child.as_ref().map(|child| child.id() as i32)).collect()
+    }
+
     pub fn pid(&self, id: u64) -> Option<i32> {
-        self.nodes[&id]
-            .child
-            .as_ref()
-            .map(|child| child.id() as i32)
+        self.nodes[&id].child.as_ref().map(|child| child.id() as i32)
     }
 
     fn signal(&self, id: u64, signal: i32) {
-        let pid = self
-            .pid(id)
-            .unwrap_or_else(|| panic!("node {id} is not running"));
+        let pid = self.pid(id).unwrap_or_else(|| panic!("node {id} is not running"));
         // SAFETY: signalling a child process we started, by its id.
         unsafe {
             libc::kill(pid, signal);
@@ -255,10 +306,7 @@ impl TestCluster {
     }
 
     pub fn endpoints(&self) -> Vec<String> {
-        self.nodes
-            .values()
-            .map(|node| node.client_addr.clone())
-            .collect()
+        self.nodes.values().map(|node| node.client_addr.clone()).collect()
     }
 
     pub fn client(&self) -> Client {
@@ -297,15 +345,9 @@ impl TestCluster {
 
     /// Waits until node `id` applied at least `index`.
     pub async fn wait_applied(&self, id: u64, index: u64, deadline: Duration) -> StatusResponse {
-        wait::until(
-            deadline,
-            &format!("node {id} to apply index {index}"),
-            || async move {
-                self.status(id)
-                    .await
-                    .filter(|status| status.applied_index >= index)
-            },
-        )
+        wait::until(deadline, &format!("node {id} to apply index {index}"), || async move {
+            self.status(id).await.filter(|status| status.applied_index >= index)
+        })
         .await
     }
 
@@ -324,10 +366,7 @@ impl Drop for TestCluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
             for id in self.nodes.keys() {
-                eprintln!(
-                    "---- node {id} log (last {LOG_TAIL_LINES} lines) ----\n{}",
-                    self.log_tail(*id)
-                );
+                eprintln!("---- node {id} log (last {LOG_TAIL_LINES} lines) ----\n{}", self.log_tail(*id));
             }
         }
         for node in self.nodes.values_mut() {

@@ -6,7 +6,14 @@
 //! ```text
 //! WRITE <resource> <token> <value>\n   ->  ACCEPTED\n | REJECTED <highest token>\n
 //! READ <resource>\n                    ->  VALUE <token> <value>\n | EMPTY\n
+//! FREAD <resource> <token>\n           ->  VALUE <token> <value>\n | EMPTY\n | REJECTED <fence>\n
 //! ```
+//!
+//! `FREAD` is the fenced read of a read-modify-write: it refuses a token below the
+//! resource's fence and raises the fence to its token, so a holder that was
+//! superseded after it read cannot write back what it read over the newer holder's
+//! write (a fence on writes alone loses that update). A write needs a token above
+//! every accepted write's and at least the fence.
 //!
 //! With fencing switched off (the control) every write is accepted, which is what a
 //! store without the check does.
@@ -30,6 +37,8 @@ pub struct Write {
 #[derive(Default)]
 struct State {
     highest: BTreeMap<String, (u64, String)>,
+    /// The highest token seen by a fenced read or an accepted write, per resource.
+    fence: BTreeMap<String, u64>,
     writes: Vec<Write>,
 }
 
@@ -41,37 +50,36 @@ pub struct FencedStore {
 
 impl FencedStore {
     pub fn new(fencing: bool) -> Self {
-        Self {
-            state: Arc::default(),
-            fencing,
-        }
+        Self { state: Arc::default(), fencing }
     }
 
     /// Applies one write: accepted when its token is above every token accepted
     /// for the resource (or always, with fencing off).
     pub fn write(&self, resource: &str, token: u64, value: &str) -> Result<(), u64> {
         let mut state = self.state.lock().unwrap();
-        let highest = state
-            .highest
-            .get(resource)
-            .map(|(token, _)| *token)
-            .unwrap_or(0);
-        let accepted = !self.fencing || token > highest;
-        state.writes.push(Write {
-            resource: resource.into(),
-            token,
-            value: value.into(),
-            accepted,
-        });
+        let highest = state.highest.get(resource).map(|(token, _)| *token).unwrap_or(0);
+        let fence = state.fence.get(resource).copied().unwrap_or(0);
+        let accepted = !self.fencing || (token > highest && token >= fence);
+        state.writes.push(Write { resource: resource.into(), token, value: value.into(), accepted });
         if accepted {
-            state.highest.insert(
-                resource.to_string(),
-                (token.max(highest), value.to_string()),
-            );
+            state.highest.insert(resource.to_string(), (token.max(highest), value.to_string()));
+            state.fence.insert(resource.to_string(), token.max(fence));
             Ok(())
         } else {
-            Err(highest)
+            Err(highest.max(fence))
         }
+    }
+
+    /// A fenced read: refused (with the fence) when `token` is below the
+    /// resource's fence, else raises the fence to `token` and returns the value.
+    pub fn fenced_read(&self, resource: &str, token: u64) -> Result<Option<(u64, String)>, u64> {
+        let mut state = self.state.lock().unwrap();
+        let fence = state.fence.get(resource).copied().unwrap_or(0);
+        if self.fencing && token < fence {
+            return Err(fence);
+        }
+        state.fence.insert(resource.to_string(), token.max(fence));
+        Ok(state.highest.get(resource).cloned())
     }
 
     pub fn read(&self, resource: &str) -> Option<(u64, String)> {
@@ -83,10 +91,7 @@ impl FencedStore {
     }
 
     pub fn accepted_writes(&self, resource: &str) -> Vec<Write> {
-        self.writes()
-            .into_iter()
-            .filter(|write| write.resource == resource && write.accepted)
-            .collect()
+        self.writes().into_iter().filter(|write| write.resource == resource && write.accepted).collect()
     }
 
     /// Serves the line protocol on an ephemeral loopback port.
@@ -122,6 +127,14 @@ impl FencedStore {
                 },
                 Err(_) => "ERROR token is not a number\n".into(),
             },
+            ["FREAD", resource, token] => match token.parse::<u64>() {
+                Ok(token) => match self.fenced_read(resource, token) {
+                    Ok(Some((token, value))) => format!("VALUE {token} {value}\n"),
+                    Ok(None) => "EMPTY\n".into(),
+                    Err(fence) => format!("REJECTED {fence}\n"),
+                },
+                Err(_) => "ERROR token is not a number\n".into(),
+            },
             ["READ", resource] => match self.read(resource) {
                 Some((token, value)) => format!("VALUE {token} {value}\n"),
                 None => "EMPTY\n".into(),
@@ -131,18 +144,26 @@ impl FencedStore {
     }
 }
 
-/// A client of the line protocol, for worker processes.
-pub async fn remote_write(
-    store: SocketAddr,
-    resource: &str,
-    token: u64,
-    value: &str,
-) -> std::io::Result<String> {
+/// Sends one request line and returns the answer line.
+pub async fn remote_request(store: SocketAddr, line: &str) -> std::io::Result<String> {
     let stream = tokio::net::TcpStream::connect(store).await?;
     let (reader, mut writer) = stream.into_split();
-    writer
-        .write_all(format!("WRITE {resource} {token} {value}\n").as_bytes())
-        .await?;
+    writer.write_all(format!("{line}\n").as_bytes()).await?;
+    let mut lines = BufReader::new(reader).lines();
+    match lines.next_line().await? {
+        Some(answer) => Ok(answer),
+        None => Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the store closed the connection without answering",
+        )),
+    }
+}
+
+/// A client of the line protocol, for worker processes.
+pub async fn remote_write(store: SocketAddr, resource: &str, token: u64, value: &str) -> std::io::Result<String> {
+    let stream = tokio::net::TcpStream::connect(store).await?;
+    let (reader, mut writer) = stream.into_split();
+    writer.write_all(format!("WRITE {resource} {token} {value}\n").as_bytes()).await?;
     let mut lines = BufReader::new(reader).lines();
     Ok(lines.next_line().await?.unwrap_or_default())
 }
@@ -162,5 +183,21 @@ mod tests {
         assert_eq!(unfenced.write("orders/42", 10, "charge-b"), Ok(()));
         assert_eq!(unfenced.write("orders/42", 7, "charge-a"), Ok(()));
         assert_eq!(unfenced.accepted_writes("orders/42").len(), 2);
+    }
+
+    #[test]
+    fn a_fenced_read_stops_the_superseded_writer() {
+        let store = FencedStore::new(true);
+        assert_eq!(store.fenced_read("counter", 5), Ok(None));
+        assert_eq!(store.fenced_read("counter", 9), Ok(None));
+        // The holder of 5 read before 9 did; its write back must be refused.
+        assert_eq!(store.write("counter", 5, "a"), Err(9));
+        assert_eq!(store.write("counter", 9, "b"), Ok(()));
+        assert_eq!(store.fenced_read("counter", 7), Err(9));
+        assert_eq!(store.answer("FREAD counter 9"), "VALUE 9 b\n");
+
+        let unfenced = FencedStore::new(false);
+        assert_eq!(unfenced.fenced_read("counter", 9), Ok(None));
+        assert_eq!(unfenced.write("counter", 5, "a"), Ok(()));
     }
 }

@@ -1,16 +1,32 @@
 //! Leasehold's fault-injection suite and the test support it shares with the
 //! cluster tests: real `leasehold-server` processes, a fenced store, waits with
-//! deadlines.
+//! deadlines, and the `leasehold-jepsen run` harness (workloads, nemesis, history,
+//! checkers).
 //!
 //! # Layout
 //!
-//! * `cluster` — start, kill, pause, restart real server processes on loopback.
+//! * `cluster` — start, kill, pause, restart real server processes on loopback
+//!   (ephemeral ports, or one address per node for the private namespace).
 //! * `fenced_store` — a store that keeps the highest fencing token per resource and
 //!   rejects lower ones, served over TCP to worker processes.
 //! * `wait` — waiting on a condition with a deadline and a reason.
 //! * `worker` — the worker process used by tests (`leasehold-jepsen worker …`).
+//! * `history` — invoke/ok/fail/info records with CLOCK_MONOTONIC timestamps.
+//! * `workload` — the workloads and their worker process
+//!   (`leasehold-jepsen workload-worker …`).
+//! * `nemesis` — the faults, partitions with nftables, outcomes.
+//! * `linearizability` — a memoized Wing–Gong–Lowe search for lease locks.
+//! * `checker` — the checks (a), (b), (e), (f), (g) and the overlap count.
+//! * `harness` — `leasehold-jepsen run`: namespace, cluster, workers, nemesis,
+//!   checks, summary.
 
+pub mod checker;
 pub mod cluster;
 pub mod fenced_store;
+pub mod harness;
+pub mod history;
+pub mod linearizability;
+pub mod nemesis;
 pub mod wait;
 pub mod worker;
+pub mod workload;

@@ -1,14 +1,11 @@
-//! `leasehold-jepsen`: Leasehold's fault-injection tool. `worker` runs one test
-//! worker process.
+//! `leasehold-jepsen`: Leasehold's fault-injection tool. `run` runs the suite (a
+//! cluster, workers, a nemesis, the checks); `workload-worker` is one worker process
+//! of a run; `worker` runs one test worker process.
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "leasehold-jepsen",
-    version,
-    about = "Leasehold's fault-injection suite."
-)]
+#[command(name = "leasehold-jepsen", version, about = "Leasehold's fault-injection suite.")]
 struct Arguments {
     #[command(subcommand)]
     command: Command,
@@ -16,6 +13,17 @@ struct Arguments {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs the fault-injection suite; exits 0 when valid, 1 when a check failed,
+    /// 2 when a check could not decide.
+    Run(leasehold_jepsen::harness::RunArguments),
+    /// One worker process of a run (started by `run`).
+    WorkloadWorker(leasehold_jepsen::workload::WorkloadWorkerArguments),
+    /// Re-checks a run's history.jsonl with the history-only checks (a), (f).
+    Check {
+        history: std::path::PathBuf,
+        #[arg(long, default_value_t = 30)]
+        linearizability_budget_s: u64,
+    },
     /// One worker: lock, (wait), write through the fenced store with the token.
     Worker(leasehold_jepsen::worker::WorkerArguments),
 }
@@ -23,6 +31,28 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Arguments::parse().command {
+        Command::Run(arguments) => {
+            let code = leasehold_jepsen::harness::run(arguments).await?;
+            std::process::exit(code);
+        }
+        Command::WorkloadWorker(arguments) => leasehold_jepsen::workload::run(arguments).await,
+        Command::Check { history, linearizability_budget_s } => {
+            use leasehold_jepsen::{checker, history as records};
+            let operations = records::operations(&records::read_records(&history)?);
+            let budget = std::time::Duration::from_secs(linearizability_budget_s);
+            let mut valid = true;
+            for check in [checker::tokens(&operations), checker::linearizability(&operations, budget)] {
+                println!("{} {} {}", check.name, check.verdict.name(), check.detail);
+                for anomaly in &check.anomalies {
+                    println!("  {}", anomaly.what);
+                    for operation in &anomaly.operations {
+                        println!("      {operation}");
+                    }
+                }
+                valid &= check.verdict == checker::Verdict::Pass;
+            }
+            std::process::exit(if valid { 0 } else { 1 });
+        }
         Command::Worker(arguments) => leasehold_jepsen::worker::run(arguments).await,
     }
 }

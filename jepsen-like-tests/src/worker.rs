@@ -43,28 +43,18 @@ pub async fn run(arguments: WorkerArguments) -> anyhow::Result<()> {
         .await
         .context("connect to the cluster")?
         .with_client_name(format!("worker-{}", std::process::id()));
-    let session = client
-        .session(Duration::from_millis(arguments.ttl_ms))
-        .await
-        .context("create a session")?;
-    let guard = session
-        .lock(&arguments.lock)
-        .await
-        .context("acquire the lock")?;
+    let session = client.session(Duration::from_millis(arguments.ttl_ms)).await.context("create a session")?;
+    let guard = session.lock(&arguments.lock).await.context("acquire the lock")?;
     println!("acquired {}", guard.token());
     std::io::stdout().flush()?;
     if arguments.wait_for_go {
         let mut line = String::new();
         std::io::stdin().lock().read_line(&mut line)?;
     }
-    let reply = crate::fenced_store::remote_write(
-        arguments.store,
-        &arguments.resource,
-        guard.token(),
-        &arguments.value,
-    )
-    .await
-    .context("write to the fenced store")?;
+    let reply =
+        crate::fenced_store::remote_write(arguments.store, &arguments.resource, guard.token(), &arguments.value)
+            .await
+            .context("write to the fenced store")?;
     println!("write {reply}");
     std::io::stdout().flush()?;
     let _ = guard.release().await;

@@ -1,0 +1,659 @@
+//! The checks of a run, each a pure function of the history (and of what the
+//! harness observed: the fenced store's writes, the state after a full restart),
+//! so each can be fed a hand-made broken history in a unit test.
+//!
+//! * (a) `tokens` — tokens of ok grants of a name are unique and increase in
+//!   real-time order.
+//! * (b) `fenced_store` — the store accepted no stale token and only issued ones;
+//!   no acknowledged increment was lost or applied twice, no failed one applied.
+//! * (e) `durability` — after every node was killed and restarted, each
+//!   acknowledged, unreleased grant is still there and tokens did not go back.
+//! * (f) `linearizability` — per key, with a time budget ("unknown", never "pass").
+//! * (g) `liveness` — after the final heal every worker acquired within a bound.
+//! * `believed_at_once` — how often two workers believed they held a lock at once
+//!   (expected under pauses; harmless with fencing). Not a verdict.
+//!
+//! (c) semaphore holders ≤ K and (d) one leader per election token come with
+//! issue 4's workloads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use crate::fenced_store::Write;
+use crate::history::{Function, Kind, Operation, Phase};
+use crate::linearizability::{self, Linearizable};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    Fail,
+    /// The check could not decide (a time budget ran out).
+    Unknown,
+    /// The check had nothing to look at (e.g. no full restart happened).
+    Skipped,
+}
+
+impl Verdict {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "FAIL",
+            Verdict::Unknown => "unknown",
+            Verdict::Skipped => "skipped",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Anomaly {
+    pub what: String,
+    /// The operations involved, described.
+    pub operations: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckResult {
+    pub name: &'static str,
+    pub verdict: Verdict,
+    /// A line of figures (how much was checked).
+    pub detail: String,
+    pub anomalies: Vec<Anomaly>,
+}
+
+impl CheckResult {
+    fn from_anomalies(name: &'static str, detail: String, anomalies: Vec<Anomaly>) -> Self {
+        let verdict = if anomalies.is_empty() { Verdict::Pass } else { Verdict::Fail };
+        CheckResult { name, verdict, detail, anomalies }
+    }
+}
+
+fn grants(operations: &[Operation]) -> BTreeMap<&str, Vec<&Operation>> {
+    let mut grants: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+    for operation in operations {
+        if operation.function == Function::Acquire && operation.outcome == Kind::Ok && operation.token.is_some() {
+            grants.entry(&operation.key).or_default().push(operation);
+        }
+    }
+    grants
+}
+
+/// (a) Tokens of ok grants of one name: one session per token, and if grant A
+/// completed before grant B was invoked, token(A) ≤ token(B), equal only for the
+/// same grant (a session acquiring what it holds gets its grant back).
+pub fn tokens(operations: &[Operation]) -> CheckResult {
+    let mut anomalies = Vec::new();
+    let grants = grants(operations);
+    let mut checked = 0;
+    for (name, list) in &grants {
+        let mut owner: BTreeMap<u64, &Operation> = BTreeMap::new();
+        for grant in list {
+            checked += 1;
+            let token = grant.token.unwrap();
+            match owner.get(&token) {
+                Some(first) if first.session != grant.session => anomalies.push(Anomaly {
+                    what: format!("token {token} of {name} granted to two sessions"),
+                    operations: vec![first.describe(), grant.describe()],
+                }),
+                Some(_) => {}
+                None => {
+                    owner.insert(token, grant);
+                }
+            }
+        }
+        let mut by_completion: Vec<&Operation> = list.clone();
+        by_completion.sort_by_key(|grant| grant.complete_ns);
+        let mut by_invoke: Vec<&Operation> = list.clone();
+        by_invoke.sort_by_key(|grant| grant.invoke_ns);
+        let mut highest: Option<&Operation> = None;
+        let mut completed = 0;
+        for grant in by_invoke {
+            while completed < by_completion.len() && by_completion[completed].complete_ns.unwrap() < grant.invoke_ns {
+                let done = by_completion[completed];
+                if highest.is_none_or(|highest| done.token > highest.token) {
+                    highest = Some(done);
+                }
+                completed += 1;
+            }
+            if let Some(earlier) = highest {
+                if earlier.token > grant.token {
+                    anomalies.push(Anomaly {
+                        what: format!(
+                            "token of {name} went back: {} granted after {} had completed",
+                            grant.token.unwrap(),
+                            earlier.token.unwrap()
+                        ),
+                        operations: vec![earlier.describe(), grant.describe()],
+                    });
+                }
+            }
+        }
+    }
+    CheckResult::from_anomalies(
+        "tokens increase (a)",
+        format!("{checked} ok grants on {} names", grants.len()),
+        anomalies,
+    )
+}
+
+/// (b) The fenced store: accepted tokens strictly increase per resource (no stale
+/// token accepted) and were issued by an ok grant of the lock of the same name;
+/// the final list of each counter holds every acknowledged increment exactly once,
+/// no failed one, and nothing nobody invoked.
+pub fn fenced_store(
+    operations: &[Operation],
+    writes: &[Write],
+    final_values: &BTreeMap<String, String>,
+) -> CheckResult {
+    let mut anomalies = Vec::new();
+    let grants = grants(operations);
+    let issued: BTreeSet<(&str, u64)> =
+        grants.iter().flat_map(|(name, list)| list.iter().map(move |grant| (*name, grant.token.unwrap()))).collect();
+    let mut highest: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut accepted = 0;
+    for write in writes.iter().filter(|write| write.accepted) {
+        accepted += 1;
+        let previous = highest.get(write.resource.as_str()).copied().unwrap_or(0);
+        if write.token <= previous {
+            anomalies.push(Anomaly {
+                what: format!("stale write accepted on {}: token {} after {previous}", write.resource, write.token),
+                operations: operations
+                    .iter()
+                    .filter(|operation| {
+                        operation.function == Function::Increment
+                            && operation.key == write.resource
+                            && (operation.token == Some(write.token) || operation.token == Some(previous))
+                    })
+                    .map(Operation::describe)
+                    .collect(),
+            });
+        }
+        highest.insert(&write.resource, previous.max(write.token));
+        if !issued.contains(&(write.resource.as_str(), write.token)) {
+            anomalies.push(Anomaly {
+                what: format!(
+                    "write to {} accepted with token {} that no ok grant issued",
+                    write.resource, write.token
+                ),
+                operations: Vec::new(),
+            });
+        }
+    }
+    let increments: Vec<&Operation> =
+        operations.iter().filter(|operation| operation.function == Function::Increment).collect();
+    let mut counts: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for (resource, list) in final_values {
+        for id in list.split(',').filter(|id| !id.is_empty()) {
+            *counts.entry((resource.as_str(), id)).or_default() += 1;
+        }
+    }
+    let mut invoked: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let (mut acknowledged, mut lost, mut doubled) = (0, 0, 0);
+    for increment in &increments {
+        let Some(id) = increment.value.as_deref() else {
+            continue;
+        };
+        invoked.insert((&increment.key, id));
+        let count = counts.get(&(increment.key.as_str(), id)).copied().unwrap_or(0);
+        let problem = match increment.outcome {
+            Kind::Ok => {
+                acknowledged += 1;
+                if count == 0 {
+                    lost += 1;
+                    Some("acknowledged increment lost")
+                } else if count > 1 {
+                    doubled += 1;
+                    Some("increment applied more than once")
+                } else {
+                    None
+                }
+            }
+            Kind::Fail if count > 0 => Some("failed increment applied"),
+            Kind::Info if count > 1 => {
+                doubled += 1;
+                Some("increment applied more than once")
+            }
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            anomalies.push(Anomaly {
+                what: format!("{problem}: {id} on {} (in the final list {count} times)", increment.key),
+                operations: vec![increment.describe()],
+            });
+        }
+    }
+    for ((resource, id), count) in &counts {
+        if !invoked.contains(&(*resource, *id)) {
+            anomalies.push(Anomaly {
+                what: format!("{resource} holds {id} ({count} times), which nobody invoked"),
+                operations: Vec::new(),
+            });
+        }
+    }
+    let mut result = CheckResult::from_anomalies(
+        "fenced store (b)",
+        format!(
+            "{accepted} writes accepted of {}; {acknowledged} acknowledged increments, {lost} lost, {doubled} applied twice",
+            writes.len()
+        ),
+        anomalies,
+    );
+    if writes.is_empty() && increments.is_empty() {
+        result.verdict = Verdict::Skipped;
+    }
+    result
+}
+
+/// What the harness saw right after every node was killed and restarted (workers
+/// paused throughout): each lock's current grant and the sessions that exist.
+#[derive(Debug, Clone, Default)]
+pub struct RestartObservation {
+    /// When the nodes were killed (CLOCK_MONOTONIC ns).
+    pub killed_ns: u64,
+    /// Each lock name's (session, token) after the restart; None when free.
+    pub holders: BTreeMap<String, Option<(u64, u64)>>,
+    pub sessions: BTreeSet<u64>,
+}
+
+/// (e) For each name, the highest ok grant acknowledged before the kill, unless its
+/// release was invoked before the kill, must still be there after the restart —
+/// or, if its session is gone (it may have expired before the kill), have been
+/// followed by a higher token. A token lower than an acknowledged one is a loss.
+pub fn durability(operations: &[Operation], restarts: &[RestartObservation]) -> CheckResult {
+    let mut anomalies = Vec::new();
+    let mut confirmed = 0;
+    for restart in restarts {
+        let before: Vec<&Operation> = operations
+            .iter()
+            .filter(|operation| operation.complete_ns.is_some_and(|time| time < restart.killed_ns))
+            .collect();
+        for (name, holder) in &restart.holders {
+            let latest = before
+                .iter()
+                .filter(|operation| {
+                    operation.function == Function::Acquire && operation.outcome == Kind::Ok && operation.key == *name
+                })
+                .max_by_key(|operation| operation.token);
+            let Some(latest) = latest else {
+                continue;
+            };
+            let token = latest.token.unwrap();
+            let released = operations.iter().any(|operation| {
+                operation.function == Function::Release
+                    && operation.key == *name
+                    && operation.token == Some(token)
+                    && operation.invoke_ns < restart.killed_ns
+            });
+            let session_alive = restart.sessions.contains(&latest.session);
+            let problem = match holder {
+                Some((_, current)) if *current < token => Some(format!(
+                    "{name}: token {current} after the restart, below the acknowledged {token}"
+                )),
+                _ if released => None,
+                Some((session, current)) if *current == token && *session == latest.session => {
+                    confirmed += 1;
+                    None
+                }
+                Some(_) | None if session_alive => Some(format!(
+                    "{name}: the acknowledged grant {token} of live session {} is gone after the restart (now {holder:?})",
+                    latest.session
+                )),
+                _ => None,
+            };
+            if let Some(what) = problem {
+                anomalies.push(Anomaly { what, operations: vec![latest.describe()] });
+            }
+        }
+    }
+    let mut result = CheckResult::from_anomalies(
+        "durability after a full restart (e)",
+        format!("{} full restarts, {confirmed} unreleased grants confirmed", restarts.len()),
+        anomalies,
+    );
+    if restarts.is_empty() {
+        result.verdict = Verdict::Skipped;
+    }
+    result
+}
+
+/// (f) Per-key linearizability of lock operations; each key gets `budget`.
+pub fn linearizability(operations: &[Operation], budget: Duration) -> CheckResult {
+    let mut by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+    for operation in operations {
+        if matches!(operation.function, Function::Acquire | Function::Release) {
+            by_key.entry(&operation.key).or_default().push(operation);
+        }
+    }
+    let mut anomalies = Vec::new();
+    let mut unknown = Vec::new();
+    let mut checked = 0;
+    for (key, list) in &by_key {
+        let steps = linearizability::lock_steps(list);
+        checked += steps.len();
+        match linearizability::check(&steps, budget) {
+            Linearizable::Yes => {}
+            Linearizable::Unknown => unknown.push(key.to_string()),
+            Linearizable::No => {
+                // The operations just before and at the end of the longest
+                // linearizable prefix: where the history goes wrong.
+                let kept: Vec<&&Operation> =
+                    list.iter().filter(|operation| !linearizability::lock_steps(&[**operation]).is_empty()).collect();
+                let prefix = linearizability::longest_linearizable_prefix(&steps, budget);
+                let around =
+                    kept.iter().skip(prefix.saturating_sub(7)).take(8).map(|operation| operation.describe()).collect();
+                anomalies.push(Anomaly {
+                    what: format!("lock operations on {key} are not linearizable"),
+                    operations: around,
+                });
+            }
+        }
+    }
+    let mut result = CheckResult::from_anomalies(
+        "linearizability per key (f)",
+        format!(
+            "{checked} operations on {} keys{}",
+            by_key.len(),
+            if unknown.is_empty() { String::new() } else { format!("; budget ran out on {}", unknown.join(", ")) }
+        ),
+        anomalies,
+    );
+    if result.verdict == Verdict::Pass && !unknown.is_empty() {
+        result.verdict = Verdict::Unknown;
+    }
+    result
+}
+
+/// (g) After the final heal (`final_ns`), every worker got an ok grant within
+/// `bound`.
+pub fn liveness(operations: &[Operation], processes: &[u64], final_ns: u64, bound: Duration) -> CheckResult {
+    let mut anomalies = Vec::new();
+    let mut slowest = 0u64;
+    for process in processes {
+        let grant = operations
+            .iter()
+            .filter(|operation| {
+                operation.process == *process
+                    && operation.phase == Phase::Final
+                    && operation.function == Function::Acquire
+                    && operation.outcome == Kind::Ok
+            })
+            .filter_map(|operation| operation.complete_ns)
+            .min();
+        match grant {
+            Some(time) if time.saturating_sub(final_ns) <= bound.as_nanos() as u64 => {
+                slowest = slowest.max(time.saturating_sub(final_ns));
+            }
+            Some(time) => anomalies.push(Anomaly {
+                what: format!(
+                    "worker {process} acquired {} ms after the final heal (bound {} ms)",
+                    time.saturating_sub(final_ns) / 1_000_000,
+                    bound.as_millis()
+                ),
+                operations: Vec::new(),
+            }),
+            None => anomalies.push(Anomaly {
+                what: format!("worker {process} never acquired after the final heal"),
+                operations: operations
+                    .iter()
+                    .filter(|operation| operation.process == *process && operation.phase == Phase::Final)
+                    .map(Operation::describe)
+                    .collect(),
+            }),
+        }
+    }
+    CheckResult::from_anomalies(
+        "liveness after the final heal (g)",
+        format!("{} workers, slowest first grant {} ms after the heal", processes.len(), slowest / 1_000_000),
+        anomalies,
+    )
+}
+
+/// How many pairs of workers believed they held the same lock at once: a holding
+/// interval runs from an ok grant's completion to the invoke of its release (or
+/// the end of the history). Examples are returned for the report.
+pub fn believed_at_once(operations: &[Operation]) -> (usize, Vec<String>) {
+    let end = operations
+        .iter()
+        .filter_map(|operation| operation.complete_ns.or(Some(operation.invoke_ns)))
+        .max()
+        .unwrap_or(0);
+    // Release invokes by (process, key, token), in time order.
+    let mut releases: BTreeMap<(u64, &str, Option<u64>), Vec<u64>> = BTreeMap::new();
+    for operation in operations {
+        if operation.function == Function::Release {
+            releases.entry((operation.process, &operation.key, operation.token)).or_default().push(operation.invoke_ns);
+        }
+    }
+    let mut intervals: BTreeMap<&str, Vec<(u64, u64, &Operation)>> = BTreeMap::new();
+    for grant in
+        operations.iter().filter(|operation| operation.function == Function::Acquire && operation.outcome == Kind::Ok)
+    {
+        let start = grant.complete_ns.unwrap();
+        let release = releases
+            .get(&(grant.process, grant.key.as_str(), grant.token))
+            .and_then(|times| times.iter().copied().find(|time| *time >= start))
+            .unwrap_or(end);
+        intervals.entry(&grant.key).or_default().push((start, release, grant));
+    }
+    let mut count = 0;
+    let mut examples = Vec::new();
+    for list in intervals.values_mut() {
+        list.sort_by_key(|(start, _, _)| *start);
+        for (index, (_, end, first)) in list.iter().enumerate() {
+            for (start, _, second) in &list[index + 1..] {
+                if *start >= *end {
+                    break;
+                }
+                if first.session != second.session {
+                    count += 1;
+                    if examples.len() < 5 {
+                        examples.push(format!("{} / {}", first.describe(), second.describe()));
+                    }
+                }
+            }
+        }
+    }
+    (count, examples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{NOT_ACQUIRED, NOT_HOLDER};
+
+    fn operation(
+        process: u64,
+        function: Function,
+        outcome: Kind,
+        key: &str,
+        session: u64,
+        token: Option<u64>,
+        times: (u64, Option<u64>),
+    ) -> Operation {
+        Operation {
+            process,
+            sequence: times.0,
+            function,
+            key: key.into(),
+            session,
+            phase: Phase::Main,
+            outcome,
+            token,
+            value: None,
+            error: None,
+            invoke_ns: times.0,
+            complete_ns: times.1,
+        }
+    }
+
+    fn grant(process: u64, session: u64, token: u64, invoke: u64, complete: u64) -> Operation {
+        operation(process, Function::Acquire, Kind::Ok, "lock/0", session, Some(token), (invoke, Some(complete)))
+    }
+
+    fn release(process: u64, session: u64, token: u64, invoke: u64, complete: u64) -> Operation {
+        operation(process, Function::Release, Kind::Ok, "lock/0", session, Some(token), (invoke, Some(complete)))
+    }
+
+    fn increment(process: u64, key: &str, token: u64, id: &str, outcome: Kind, at: u64) -> Operation {
+        let mut increment = operation(
+            process,
+            Function::Increment,
+            outcome,
+            key,
+            process,
+            Some(token),
+            (at, if outcome == Kind::Info { None } else { Some(at + 1) }),
+        );
+        increment.value = Some(id.into());
+        increment
+    }
+
+    #[test]
+    fn increasing_tokens_pass() {
+        let history = vec![
+            grant(1, 1, 5, 0, 10),
+            release(1, 1, 5, 11, 12),
+            grant(2, 2, 8, 13, 20),
+            // Concurrent with the one above: may be lower.
+            grant(3, 3, 7, 14, 30),
+        ];
+        assert_eq!(tokens(&history).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn a_duplicate_token_is_caught() {
+        let history = vec![grant(1, 1, 5, 0, 10), grant(2, 2, 5, 20, 30)];
+        let result = tokens(&history);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(result.anomalies[0].what.contains("two sessions"));
+    }
+
+    #[test]
+    fn a_decreasing_token_is_caught() {
+        let history = vec![grant(1, 1, 9, 0, 10), grant(2, 2, 7, 20, 30)];
+        let result = tokens(&history);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(result.anomalies[0].what.contains("went back"));
+    }
+
+    fn counter_history() -> Vec<Operation> {
+        vec![
+            operation(1, Function::Acquire, Kind::Ok, "counter/0", 1, Some(5), (0, Some(1))),
+            increment(1, "counter/0", 5, "1.2", Kind::Ok, 2),
+            operation(2, Function::Acquire, Kind::Ok, "counter/0", 2, Some(9), (10, Some(11))),
+            increment(2, "counter/0", 9, "2.2", Kind::Ok, 12),
+            operation(3, Function::Acquire, Kind::Ok, "counter/0", 3, Some(12), (20, Some(21))),
+            increment(3, "counter/0", 12, "3.2", Kind::Fail, 22),
+            increment(3, "counter/0", 12, "3.3", Kind::Info, 24),
+        ]
+    }
+
+    fn accepted(token: u64) -> Write {
+        Write { resource: "counter/0".into(), token, value: String::new(), accepted: true }
+    }
+
+    #[test]
+    fn a_correct_counter_passes() {
+        let finals = BTreeMap::from([("counter/0".to_string(), "1.2,2.2".to_string())]);
+        let result = fenced_store(&counter_history(), &[accepted(5), accepted(9)], &finals);
+        assert_eq!(result.verdict, Verdict::Pass, "{:?}", result.anomalies);
+        // The info increment may have applied.
+        let finals = BTreeMap::from([("counter/0".to_string(), "1.2,2.2,3.3".to_string())]);
+        let result = fenced_store(&counter_history(), &[accepted(5), accepted(9), accepted(12)], &finals);
+        assert_eq!(result.verdict, Verdict::Pass, "{:?}", result.anomalies);
+    }
+
+    #[test]
+    fn a_lost_acknowledged_increment_is_caught() {
+        let finals = BTreeMap::from([("counter/0".to_string(), "2.2".to_string())]);
+        let result = fenced_store(&counter_history(), &[accepted(5), accepted(9)], &finals);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("lost")));
+    }
+
+    #[test]
+    fn a_double_applied_or_failed_increment_is_caught() {
+        let finals = BTreeMap::from([("counter/0".to_string(), "1.2,2.2,2.2".to_string())]);
+        let result = fenced_store(&counter_history(), &[accepted(5), accepted(9)], &finals);
+        assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("more than once")));
+        let finals = BTreeMap::from([("counter/0".to_string(), "1.2,2.2,3.2".to_string())]);
+        let result = fenced_store(&counter_history(), &[accepted(5), accepted(9)], &finals);
+        assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("failed increment applied")));
+    }
+
+    #[test]
+    fn a_stale_or_unissued_accepted_token_is_caught() {
+        let finals = BTreeMap::from([("counter/0".to_string(), "1.2,2.2".to_string())]);
+        let result = fenced_store(&counter_history(), &[accepted(9), accepted(5)], &finals);
+        assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("stale")));
+        let result = fenced_store(&counter_history(), &[accepted(5), accepted(77)], &finals);
+        assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("no ok grant issued")));
+    }
+
+    #[test]
+    fn a_grant_lost_in_a_full_restart_is_caught() {
+        let history = vec![grant(1, 1, 5, 0, 10), release(1, 1, 5, 11, 12), grant(2, 2, 8, 13, 20)];
+        let kept = RestartObservation {
+            killed_ns: 100,
+            holders: BTreeMap::from([("lock/0".to_string(), Some((2, 8)))]),
+            sessions: BTreeSet::from([2]),
+        };
+        assert_eq!(durability(&history, &[kept]).verdict, Verdict::Pass);
+        let lost = RestartObservation {
+            killed_ns: 100,
+            holders: BTreeMap::from([("lock/0".to_string(), None)]),
+            sessions: BTreeSet::from([2]),
+        };
+        assert_eq!(durability(&history, &[lost]).verdict, Verdict::Fail);
+        let went_back = RestartObservation {
+            killed_ns: 100,
+            holders: BTreeMap::from([("lock/0".to_string(), Some((1, 5)))]),
+            sessions: BTreeSet::from([1]),
+        };
+        assert_eq!(durability(&history, &[went_back]).verdict, Verdict::Fail);
+        // The holder's session expired before the kill: free is fine.
+        let expired = RestartObservation {
+            killed_ns: 100,
+            holders: BTreeMap::from([("lock/0".to_string(), None)]),
+            sessions: BTreeSet::new(),
+        };
+        assert_eq!(durability(&history, &[expired]).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn a_non_linearizable_lock_history_is_caught() {
+        // Session 2 is granted while 1 holds, and 1 then releases successfully.
+        let history = vec![grant(1, 1, 5, 0, 10), grant(2, 2, 9, 20, 30), release(1, 1, 5, 40, 50)];
+        let result = linearizability(&history, Duration::from_secs(10));
+        assert_eq!(result.verdict, Verdict::Fail);
+        // A busy answer when the lock was free.
+        let mut busy = operation(3, Function::Acquire, Kind::Fail, "lock/0", 3, None, (60, Some(70)));
+        busy.error = Some(NOT_ACQUIRED.into());
+        let history = vec![grant(1, 1, 5, 0, 10), release(1, 1, 5, 11, 12), busy];
+        assert_eq!(linearizability(&history, Duration::from_secs(10)).verdict, Verdict::Fail);
+        // Expiry explains a refused release after a takeover.
+        let mut refused = release(1, 1, 5, 40, 50);
+        refused.outcome = Kind::Fail;
+        refused.error = Some(NOT_HOLDER.into());
+        let history = vec![grant(1, 1, 5, 0, 10), grant(2, 2, 9, 20, 30), refused];
+        assert_eq!(linearizability(&history, Duration::from_secs(10)).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn liveness_needs_every_worker_to_acquire_in_time() {
+        let mut fast = grant(1, 1, 5, 100, 200);
+        fast.phase = Phase::Final;
+        let mut slow = grant(2, 2, 9, 100, 5_000_000_000);
+        slow.phase = Phase::Final;
+        let bound = Duration::from_secs(1);
+        assert_eq!(liveness(&[fast.clone()], &[1], 0, bound).verdict, Verdict::Pass);
+        assert_eq!(liveness(&[fast.clone(), slow], &[1, 2], 0, bound).verdict, Verdict::Fail);
+        assert_eq!(liveness(&[fast], &[1, 3], 0, bound).verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn overlapping_beliefs_are_counted() {
+        let history =
+            vec![grant(1, 1, 5, 0, 10), grant(2, 2, 9, 20, 30), release(2, 2, 9, 40, 50), release(1, 1, 5, 60, 70)];
+        assert_eq!(believed_at_once(&history).0, 1);
+    }
+}

@@ -1,0 +1,887 @@
+//! `leasehold-jepsen run`: a cluster of real server processes, worker processes
+//! running the workloads, the nemesis, then the checks and a summary.
+//!
+//! The run first re-executes itself under `unshare --net --pid --fork --kill-child
+//! --mount-proc`: a private network namespace (for nftables partitions, with nodes
+//! on 127.0.0.11…) and a private pid namespace in which the harness is process 1.
+//! When it exits or crashes, the kernel kills every process it started and the
+//! namespace with its firewall rules disappears; the host keeps nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+
+use crate::checker::{self, CheckResult, RestartObservation, Verdict};
+use crate::cluster::{Addressing, ClusterOptions, TestCluster};
+use crate::fenced_store::FencedStore;
+use crate::history::{self, monotonic_ns, Kind, Record};
+use crate::nemesis::{self, Fault, FaultRecord, NemesisKind, Outcome};
+use crate::workload::Workload;
+
+/// Set in the environment of the harness once it runs inside its namespace.
+pub const NAMESPACE_ENV: &str = "LEASEHOLD_JEPSEN_IN_NAMESPACE";
+/// Fixed ports of every node (each node has its own address).
+pub const CLIENT_PORT: u16 = 7100;
+pub const PEER_PORT: u16 = 7200;
+pub const HEARTBEAT_MS: u64 = 100;
+pub const ELECTION_TIMEOUT_MIN_MS: u64 = 500;
+pub const ELECTION_TIMEOUT_MAX_MS: u64 = 1_000;
+/// Quiet time between faults.
+pub const FAULT_GAP_MS_MIN: u64 = 1_000;
+pub const FAULT_GAP_MS_MAX: u64 = 3_000;
+/// How long a partition, a killed node or a skewed clock lasts.
+pub const FAULT_HOLD_MS_MIN: u64 = 2_000;
+pub const FAULT_HOLD_MS_MAX: u64 = 5_000;
+/// How long the cluster may take to elect a leader after a fault is healed.
+pub const RECOVERY_MS_MAX: u64 = 30_000;
+/// How long a removed node may take to exit.
+pub const REMOVED_EXIT_MS_MAX: u64 = 15_000;
+/// Workers get this long beyond the liveness bound to finish and exit.
+pub const WORKER_EXIT_SLACK_MS: u64 = 30_000;
+pub const STATUS_POLL_MS: u64 = 100;
+/// How much of a worker's history is read to find its last record.
+pub const TAIL_BYTES: u64 = 4_096;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArguments {
+    /// Number of nodes (3 or 5).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u64,
+    /// How long the workload and the nemesis run ("60s", "10m").
+    #[arg(long, default_value = "60s", value_parser = leasehold::duration::parse)]
+    pub time: Duration,
+    /// The seed of every random choice; random (and printed) when absent.
+    #[arg(long, env = "LEASEHOLD_JEPSEN_SEED")]
+    pub seed: Option<u64>,
+    /// lock, fenced-counter or all (semaphore and election come with issue 4).
+    #[arg(long, default_value = "all")]
+    pub workload: String,
+    /// Comma-separated: kill, pause, partition, clock, member, all, none;
+    /// worker-pause for the GC pause of workers alone.
+    #[arg(long, default_value = "all")]
+    pub nemesis: String,
+    /// Where the history, the summary and (on failure) node logs and data go.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The control: the fenced store accepts every write.
+    #[arg(long)]
+    pub no_fencing: bool,
+    /// Session TTL of the workers.
+    #[arg(long, default_value_t = 3_000)]
+    pub ttl_ms: u64,
+    /// After the final heal every worker must acquire within this bound.
+    #[arg(long, default_value_t = 30_000)]
+    pub liveness_bound_ms: u64,
+    /// Time budget of the linearizability search per key.
+    #[arg(long, default_value_t = 30)]
+    pub linearizability_budget_s: u64,
+    /// Keep node data and logs even when the run is valid.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+fn parse_workloads(text: &str) -> anyhow::Result<Vec<Workload>> {
+    let mut workloads = BTreeSet::new();
+    for word in text.split(',').map(str::trim).filter(|word| !word.is_empty()) {
+        match word {
+            "all" => {
+                workloads.insert(Workload::Lock);
+                workloads.insert(Workload::FencedCounter);
+            }
+            "lock" => {
+                workloads.insert(Workload::Lock);
+            }
+            "fenced-counter" => {
+                workloads.insert(Workload::FencedCounter);
+            }
+            "semaphore" | "election" => {
+                bail!("the {word} workload comes with issue 4 (semaphores and elections)")
+            }
+            other => bail!("unknown workload {other:?}: use lock, fenced-counter or all"),
+        }
+    }
+    if workloads.is_empty() {
+        bail!("no workload given");
+    }
+    Ok(workloads.into_iter().collect())
+}
+
+/// Entry point of `run`: enters the namespace, then runs.
+pub async fn run(mut arguments: RunArguments) -> anyhow::Result<i32> {
+    if arguments.nodes != 3 && arguments.nodes != 5 {
+        bail!("--nodes must be 3 or 5, got {}", arguments.nodes);
+    }
+    parse_workloads(&arguments.workload)?;
+    NemesisKind::parse_list(&arguments.nemesis).map_err(anyhow::Error::msg)?;
+    let seed = *arguments.seed.get_or_insert_with(rand::random);
+    if std::env::var(NAMESPACE_ENV).as_deref() != Ok("1") {
+        println!("leasehold-jepsen: seed {seed}");
+        std::fs::create_dir_all(&arguments.out).context("create --out")?;
+        let executable = std::env::current_exe().context("current executable")?;
+        let mut unshare = Command::new("unshare");
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            // Without root, a user namespace grants what nftables and ip need,
+            // inside the namespace only.
+            unshare.args(["--user", "--map-root-user"]);
+        }
+        let error = unshare
+            .args(["--net", "--pid", "--fork", "--kill-child", "--mount-proc"])
+            .arg(executable)
+            .args(std::env::args_os().skip(1))
+            .env(NAMESPACE_ENV, "1")
+            .env("LEASEHOLD_JEPSEN_SEED", seed.to_string())
+            .exec();
+        bail!("cannot run unshare (util-linux) to enter a private namespace: {error}");
+    }
+    let status = Command::new("ip").args(["link", "set", "lo", "up"]).status().context("run ip (iproute2)")?;
+    if !status.success() {
+        bail!("ip link set lo up failed in the private network namespace");
+    }
+    let mut harness = Harness::start(arguments).await?;
+    let result = harness.run().await;
+    harness.cleanup();
+    result
+}
+
+struct WorkerProcess {
+    process: u64,
+    workload: Workload,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    history: PathBuf,
+}
+
+struct Harness {
+    arguments: RunArguments,
+    seed: u64,
+    random: StdRng,
+    cluster: TestCluster,
+    store: FencedStore,
+    workloads: Vec<Workload>,
+    faults_enabled: Vec<Fault>,
+    workers: Vec<WorkerProcess>,
+    faults: Vec<FaultRecord>,
+    restarts: Vec<RestartObservation>,
+    next_node_id: u64,
+    /// Nodes whose clock was skewed (reset at the final heal).
+    skewed: BTreeSet<u64>,
+    started: Instant,
+}
+
+impl Harness {
+    async fn start(arguments: RunArguments) -> anyhow::Result<Harness> {
+        let seed = arguments.seed.expect("seed chosen");
+        println!("leasehold-jepsen: seed {seed} (inside the private namespace)");
+        let out = arguments.out.clone();
+        std::fs::create_dir_all(out.join("workers"))?;
+        let workloads = parse_workloads(&arguments.workload)?;
+        let kinds = NemesisKind::parse_list(&arguments.nemesis).map_err(anyhow::Error::msg)?;
+        let mut faults_enabled: Vec<Fault> = Vec::new();
+        for fault in kinds.iter().flat_map(|kind| kind.faults().iter().copied()) {
+            if !faults_enabled.contains(&fault) {
+                faults_enabled.push(fault);
+            }
+        }
+        let cluster = TestCluster::start(ClusterOptions {
+            nodes: arguments.nodes,
+            addressing: Addressing::PerNodeIp { client_port: CLIENT_PORT, peer_port: PEER_PORT },
+            directory: Some(out.join("nodes")),
+            heartbeat_ms: Some(HEARTBEAT_MS),
+            election_timeout_min_ms: Some(ELECTION_TIMEOUT_MIN_MS),
+            election_timeout_max_ms: Some(ELECTION_TIMEOUT_MAX_MS),
+            extra_arguments: vec!["--test-clock-knob".into()],
+            ..Default::default()
+        });
+        let store = FencedStore::new(!arguments.no_fencing);
+        let harness = Harness {
+            random: StdRng::seed_from_u64(seed),
+            seed,
+            next_node_id: arguments.nodes + 1,
+            arguments,
+            cluster,
+            store,
+            workloads,
+            faults_enabled,
+            workers: Vec::new(),
+            faults: Vec::new(),
+            restarts: Vec::new(),
+            skewed: BTreeSet::new(),
+            started: Instant::now(),
+        };
+        if harness.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await.is_none() {
+            bail!("the cluster elected no leader within {RECOVERY_MS_MAX} ms of starting");
+        }
+        Ok(harness)
+    }
+
+    fn log(&self, message: &str) {
+        println!("[{:>7.1}s] {message}", self.started.elapsed().as_secs_f64());
+    }
+
+    async fn wait_for_leader(&self, deadline: Duration) -> Option<u64> {
+        let give_up = Instant::now() + deadline;
+        loop {
+            if let Some(leader) = self.cluster.leader().await {
+                return Some(leader);
+            }
+            if Instant::now() >= give_up {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
+        }
+    }
+
+    fn spawn_workers(&mut self, store: std::net::SocketAddr) -> anyhow::Result<()> {
+        let executable = std::env::current_exe()?;
+        let endpoints = self.cluster.endpoints().join(",");
+        let mut process: u64 = 0;
+        for workload in self.workloads.clone() {
+            for _ in 0..workload.workers() {
+                process += 1;
+                let history = self.arguments.out.join("workers").join(format!("worker-{process}.jsonl"));
+                let log =
+                    std::fs::File::create(self.arguments.out.join("workers").join(format!("worker-{process}.log")))?;
+                let seed = self.seed ^ process.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let mut child = Command::new(&executable)
+                    .args(["workload-worker", "--endpoints", &endpoints])
+                    .args(["--process", &process.to_string()])
+                    .args(["--workload", workload.name()])
+                    .args(["--seed", &seed.to_string()])
+                    .args(["--ttl-ms", &self.arguments.ttl_ms.to_string()])
+                    .args(["--store", &store.to_string()])
+                    .arg("--history")
+                    .arg(&history)
+                    .args(["--liveness-bound-ms", &self.arguments.liveness_bound_ms.to_string()])
+                    .env("RUST_LOG", "warn")
+                    .stdin(Stdio::piped())
+                    .stdout(log.try_clone()?)
+                    .stderr(log)
+                    .process_group(0)
+                    .spawn()
+                    .context("start a worker")?;
+                let stdin = child.stdin.take();
+                self.workers.push(WorkerProcess { process, workload, child, stdin, history });
+            }
+        }
+        Ok(())
+    }
+
+    fn signal_worker(&self, index: usize, signal: i32) {
+        // SAFETY: signalling a worker process this harness started, by its id.
+        unsafe {
+            libc::kill(self.workers[index].child.id() as i32, signal);
+        }
+    }
+
+    async fn run(&mut self) -> anyhow::Result<i32> {
+        let store_address = self.store.serve().await?;
+        self.spawn_workers(store_address)?;
+        self.log(&format!(
+            "seed {}: {} nodes, workloads {:?}, faults {:?}, {} workers, {:?}",
+            self.seed,
+            self.arguments.nodes,
+            self.workloads,
+            self.faults_enabled.iter().map(|fault| fault.name()).collect::<Vec<_>>(),
+            self.workers.len(),
+            self.arguments.time
+        ));
+        let end = Instant::now() + self.arguments.time;
+        while Instant::now() < end {
+            let gap = self.random.random_range(FAULT_GAP_MS_MIN..=FAULT_GAP_MS_MAX);
+            let left = end.saturating_duration_since(Instant::now());
+            tokio::time::sleep(Duration::from_millis(gap).min(left)).await;
+            if Instant::now() >= end || self.faults_enabled.is_empty() {
+                continue;
+            }
+            let fault = *self.faults_enabled.choose(&mut self.random).unwrap();
+            let start_ns = monotonic_ns();
+            let (outcome, targets, detail) = self.inject(fault).await;
+            let mut record = FaultRecord { fault: fault.name(), outcome, targets, detail, start_ns, end_ns: 0 };
+            if self.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await.is_none() {
+                record.detail.push_str("; no leader within the recovery deadline after healing");
+            }
+            record.end_ns = monotonic_ns();
+            self.log(&format!("{} {:?} {:?} {}", record.fault, record.outcome, record.targets, record.detail));
+            self.faults.push(record);
+        }
+        self.final_heal().await;
+        let final_ns = monotonic_ns();
+        self.log("final heal done; workers run the liveness phase");
+        for worker in &mut self.workers {
+            if let Some(mut stdin) = worker.stdin.take() {
+                let _ = stdin.write_all(b"final\n");
+            }
+        }
+        let give_up = Instant::now() + Duration::from_millis(self.arguments.liveness_bound_ms + WORKER_EXIT_SLACK_MS);
+        let mut stuck = Vec::new();
+        for worker in &mut self.workers {
+            loop {
+                match worker.child.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if Instant::now() < give_up => {
+                        tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await
+                    }
+                    _ => {
+                        let _ = worker.child.kill();
+                        let _ = worker.child.wait();
+                        stuck.push(worker.process);
+                        break;
+                    }
+                }
+            }
+        }
+        if !stuck.is_empty() {
+            self.log(&format!("workers {stuck:?} did not exit in time and were killed"));
+        }
+        self.check_and_report(final_ns).await
+    }
+
+    fn running_nodes(&mut self) -> Vec<u64> {
+        let ids: Vec<u64> = self.cluster.nodes.keys().copied().collect();
+        ids.into_iter().filter(|id| self.cluster.is_running(*id)).collect()
+    }
+
+    fn hold(&mut self) -> Duration {
+        Duration::from_millis(self.random.random_range(FAULT_HOLD_MS_MIN..=FAULT_HOLD_MS_MAX))
+    }
+
+    /// Installs one fault, holds it, heals it. Returns the outcome, the targets and
+    /// a detail line.
+    async fn inject(&mut self, fault: Fault) -> (Outcome, Vec<u64>, String) {
+        let leader = self.cluster.leader().await;
+        let nodes = self.running_nodes();
+        match fault {
+            Fault::KillLeader | Fault::KillRandom => {
+                let target = match fault {
+                    Fault::KillLeader => leader,
+                    _ => nodes.choose(&mut self.random).copied(),
+                };
+                let Some(target) = target else {
+                    return (Outcome::Skipped, vec![], "no leader to kill".into());
+                };
+                self.cluster.kill(target);
+                let hold = self.hold();
+                tokio::time::sleep(hold).await;
+                self.cluster.restart(target);
+                (Outcome::Installed, vec![target], format!("down for {} ms", hold.as_millis()))
+            }
+            Fault::KillAll => self.kill_all().await,
+            Fault::PauseNode | Fault::PauseLeader => {
+                let target = match fault {
+                    Fault::PauseLeader => leader,
+                    _ => nodes.choose(&mut self.random).copied(),
+                };
+                let Some(target) = target else {
+                    return (Outcome::Skipped, vec![], "no leader to pause".into());
+                };
+                let hold_ms = self.random.random_range(2 * ELECTION_TIMEOUT_MAX_MS..=3 * ELECTION_TIMEOUT_MAX_MS);
+                self.cluster.pause(target);
+                tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+                self.cluster.resume(target);
+                (Outcome::Installed, vec![target], format!("stopped for {hold_ms} ms"))
+            }
+            Fault::PauseWorker => self.pause_worker().await,
+            Fault::PartitionHalves | Fault::PartitionLeader | Fault::PartitionBridge | Fault::PartitionOneWay => {
+                let members: Vec<u64> = self.cluster.nodes.keys().copied().collect();
+                let grudge = nemesis::grudge(fault, &members, leader, &mut self.random);
+                let reject = self.random.random_bool(0.5);
+                let addresses: BTreeMap<u64, String> = self
+                    .cluster
+                    .nodes
+                    .iter()
+                    .map(|(id, node)| {
+                        (*id, node.peer_addr.rsplit_once(':').map(|(ip, _)| ip.to_string()).unwrap_or_default())
+                    })
+                    .collect();
+                let installed = nemesis::install_partition(&grudge, |id| addresses[&id].clone(), reject);
+                let hold = self.hold();
+                let outcome = match installed {
+                    Ok(()) => {
+                        tokio::time::sleep(hold).await;
+                        Outcome::Installed
+                    }
+                    Err(_) => Outcome::Skipped,
+                };
+                nemesis::heal_partition();
+                let targets: BTreeSet<u64> = grudge.iter().flat_map(|(a, b)| [*a, *b]).collect();
+                (
+                    outcome,
+                    targets.into_iter().collect(),
+                    match installed {
+                        Ok(()) => format!(
+                            "{} links cut ({}) for {} ms: {:?}",
+                            grudge.len(),
+                            if reject { "tcp reset" } else { "drop" },
+                            hold.as_millis(),
+                            grudge
+                        ),
+                        Err(error) => error,
+                    },
+                )
+            }
+            Fault::ClockFast | Fault::ClockSlow | Fault::ClockJump => {
+                let Some(target) = leader.or_else(|| nodes.first().copied()) else {
+                    return (Outcome::Skipped, vec![], "no node to skew".into());
+                };
+                let (rate, jump) = match fault {
+                    Fault::ClockFast => (self.random.random_range(2_000..=5_000), 0),
+                    Fault::ClockSlow => (self.random.random_range(300..=700), 0),
+                    _ => (1_000, self.random.random_range(self.arguments.ttl_ms..=2 * self.arguments.ttl_ms)),
+                };
+                let endpoint = self.cluster.nodes[&target].client_addr.clone();
+                let client = self.cluster.client_of(target);
+                let skewed =
+                    tokio::time::timeout(Duration::from_secs(5), client.skew_clock(&endpoint, rate, jump)).await;
+                let (outcome, detail) = match skewed {
+                    Ok(Ok(())) => (Outcome::Installed, format!("rate {rate}/1000, jump {jump} ms")),
+                    Ok(Err(error)) if error.is_definite() || error.to_string().contains("Unimplemented") => {
+                        (Outcome::Skipped, format!("knob refused: {error}"))
+                    }
+                    Ok(Err(error)) => (Outcome::Indeterminate, error.to_string()),
+                    Err(_) => (Outcome::Indeterminate, "knob request timed out".into()),
+                };
+                if outcome != Outcome::Skipped {
+                    self.skewed.insert(target);
+                }
+                if outcome == Outcome::Installed && fault != Fault::ClockJump {
+                    let hold = self.hold();
+                    tokio::time::sleep(hold).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(5), client.skew_clock(&endpoint, 1_000, 0)).await;
+                }
+                (outcome, vec![target], detail)
+            }
+            Fault::MemberReplace => self.replace_member(leader).await,
+        }
+    }
+
+    /// Pauses every worker, kills every node, restarts them, reads each lock's
+    /// holder and the live sessions (for check (e)), resumes the workers.
+    async fn kill_all(&mut self) -> (Outcome, Vec<u64>, String) {
+        for index in 0..self.workers.len() {
+            self.signal_worker(index, libc::SIGSTOP);
+        }
+        let killed_ns = monotonic_ns();
+        let ids: Vec<u64> = self.cluster.nodes.keys().copied().collect();
+        for id in &ids {
+            self.cluster.kill(*id);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for id in &ids {
+            self.cluster.restart(*id);
+        }
+        let leader = self.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await;
+        let mut detail = String::new();
+        if leader.is_some() {
+            // Within a TTL of the new leader's election no session can expire (a new
+            // leader restarts every deadline), so what we read is what survived.
+            let observed_at = Instant::now();
+            let client = self.cluster.client();
+            let mut observation = RestartObservation { killed_ns, ..Default::default() };
+            let mut complete = true;
+            let keys: Vec<String> = self.workloads.iter().flat_map(|workload| workload.keys()).collect();
+            for key in keys {
+                match client.describe_lock(&key, false).await {
+                    Ok(response) => {
+                        observation
+                            .holders
+                            .insert(key, response.holder.map(|holder| (holder.session_id, holder.token)));
+                    }
+                    Err(_) => complete = false,
+                }
+            }
+            match client.list_sessions().await {
+                Ok(sessions) => {
+                    observation.sessions = sessions.iter().map(|session| session.session_id).collect();
+                }
+                Err(_) => complete = false,
+            }
+            let late = observed_at.elapsed() > Duration::from_millis(self.arguments.ttl_ms / 2);
+            if complete && !late {
+                detail =
+                    format!("holders after restart {:?}, {} sessions", observation.holders, observation.sessions.len());
+                self.restarts.push(observation);
+            } else {
+                detail = "could not read the state after the restart in time".into();
+            }
+        } else {
+            detail.push_str("no leader after the restart");
+        }
+        for index in 0..self.workers.len() {
+            self.signal_worker(index, libc::SIGCONT);
+        }
+        (Outcome::Installed, ids, detail)
+    }
+
+    /// SIGSTOPs a worker for 1.5–2 TTLs, preferring one that holds a lock or is in
+    /// the middle of an increment (its last record says so).
+    async fn pause_worker(&mut self) -> (Outcome, Vec<u64>, String) {
+        if self.workers.is_empty() {
+            return (Outcome::Skipped, vec![], "no workers".into());
+        }
+        let look_until = Instant::now() + Duration::from_secs(3);
+        let mut chosen = None;
+        let mut order: Vec<usize> = (0..self.workers.len()).collect();
+        rand::seq::SliceRandom::shuffle(order.as_mut_slice(), &mut self.random);
+        while chosen.is_none() && Instant::now() < look_until {
+            for index in &order {
+                if holding(&self.workers[*index].history) {
+                    chosen = Some(*index);
+                    break;
+                }
+            }
+            if chosen.is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let holding_lock = chosen.is_some();
+        let index = chosen.unwrap_or(order[0]);
+        let ttl = self.arguments.ttl_ms;
+        let hold_ms = self.random.random_range(ttl * 3 / 2..=ttl * 2);
+        self.signal_worker(index, libc::SIGSTOP);
+        tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+        self.signal_worker(index, libc::SIGCONT);
+        (
+            Outcome::Installed,
+            vec![self.workers[index].process],
+            format!(
+                "{} worker stopped for {hold_ms} ms{}",
+                self.workers[index].workload.name(),
+                if holding_lock { " while holding a lock" } else { "" }
+            ),
+        )
+    }
+
+    /// Removes a follower, waits for its process to exit, starts a fresh node on
+    /// the same addresses with a new id and an empty data directory, adds it.
+    async fn replace_member(&mut self, leader: Option<u64>) -> (Outcome, Vec<u64>, String) {
+        let Some(leader) = leader else {
+            return (Outcome::Skipped, vec![], "no leader".into());
+        };
+        let followers: Vec<u64> = self.cluster.nodes.keys().copied().filter(|id| *id != leader).collect();
+        let Some(target) = followers.choose(&mut self.random).copied() else {
+            return (Outcome::Skipped, vec![], "no follower".into());
+        };
+        let client = self.cluster.client();
+        if let Err(error) = client.remove_member(target).await {
+            let outcome = if error.is_definite() { Outcome::Skipped } else { Outcome::Indeterminate };
+            return (outcome, vec![target], format!("remove: {error}"));
+        }
+        let give_up = Instant::now() + Duration::from_millis(REMOVED_EXIT_MS_MAX);
+        let mut detail = String::new();
+        while self.cluster.is_running(target) {
+            if Instant::now() >= give_up {
+                detail.push_str("the removed node did not exit; killed; ");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
+        }
+        let (client_addr, peer_addr) = {
+            let node = &self.cluster.nodes[&target];
+            (node.client_addr.clone(), node.peer_addr.clone())
+        };
+        self.cluster.retire(target);
+        let new_id = self.next_node_id;
+        self.next_node_id += 1;
+        self.cluster.start_joining_node_at(new_id, client_addr.clone(), peer_addr.clone());
+        let added =
+            tokio::time::timeout(Duration::from_secs(90), client.add_member(new_id, &client_addr, &peer_addr, false))
+                .await;
+        match added {
+            Ok(Ok(members)) => {
+                detail.push_str(&format!(
+                    "node {target} removed, node {new_id} added; members {:?}",
+                    members.iter().map(|member| member.node_id).collect::<Vec<_>>()
+                ));
+                (Outcome::Installed, vec![target, new_id], detail)
+            }
+            Ok(Err(error)) => {
+                detail.push_str(&format!("node {target} removed; adding {new_id}: {error}"));
+                (Outcome::Indeterminate, vec![target, new_id], detail)
+            }
+            Err(_) => {
+                detail.push_str(&format!("node {target} removed; adding {new_id} timed out"));
+                (Outcome::Indeterminate, vec![target, new_id], detail)
+            }
+        }
+    }
+
+    /// Heals everything: partitions, pauses, clocks, dead nodes; waits until every
+    /// node applied the leader's commit index.
+    async fn final_heal(&mut self) {
+        nemesis::heal_partition();
+        let ids: Vec<u64> = self.cluster.nodes.keys().copied().collect();
+        for id in &ids {
+            if self.cluster.is_running(*id) {
+                self.cluster.resume(*id);
+            } else {
+                self.cluster.restart(*id);
+            }
+        }
+        for index in 0..self.workers.len() {
+            self.signal_worker(index, libc::SIGCONT);
+        }
+        for id in std::mem::take(&mut self.skewed) {
+            if let Some(node) = self.cluster.nodes.get(&id) {
+                let endpoint = node.client_addr.clone();
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    self.cluster.client_of(id).skew_clock(&endpoint, 1_000, 0),
+                )
+                .await;
+            }
+        }
+        let Some(leader) = self.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await else {
+            self.log("no leader after the final heal");
+            return;
+        };
+        let commit = self.cluster.status(leader).await.map(|status| status.commit_index).unwrap_or(0);
+        let give_up = Instant::now() + Duration::from_millis(RECOVERY_MS_MAX);
+        for id in ids {
+            while Instant::now() < give_up {
+                if self.cluster.status(id).await.is_some_and(|status| status.applied_index >= commit) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
+            }
+        }
+    }
+
+    async fn check_and_report(&mut self, final_ns: u64) -> anyhow::Result<i32> {
+        let out = self.arguments.out.clone();
+        let mut records: Vec<Record> = Vec::new();
+        for worker in &self.workers {
+            records.extend(history::read_records(&worker.history).unwrap_or_default());
+        }
+        records.sort_by_key(|record| (record.time_ns, record.process, record.sequence));
+        {
+            let mut file = std::io::BufWriter::new(std::fs::File::create(out.join("history.jsonl"))?);
+            for record in &records {
+                serde_json::to_writer(&mut file, record)?;
+                file.write_all(b"\n")?;
+            }
+        }
+        {
+            let mut file = std::io::BufWriter::new(std::fs::File::create(out.join("store.jsonl"))?);
+            for write in self.store.writes() {
+                serde_json::to_writer(
+                    &mut file,
+                    &serde_json::json!({
+                        "resource": write.resource,
+                        "token": write.token,
+                        "accepted": write.accepted,
+                        "value": write.value,
+                    }),
+                )?;
+                file.write_all(b"\n")?;
+            }
+        }
+        {
+            let mut file = std::io::BufWriter::new(std::fs::File::create(out.join("faults.jsonl"))?);
+            for fault in &self.faults {
+                serde_json::to_writer(&mut file, fault)?;
+                file.write_all(b"\n")?;
+            }
+        }
+        let operations = history::operations(&records);
+        let counter_keys: Vec<String> =
+            if self.workloads.contains(&Workload::FencedCounter) { Workload::FencedCounter.keys() } else { Vec::new() };
+        let final_values: BTreeMap<String, String> = counter_keys
+            .iter()
+            .map(|key| (key.clone(), self.store.read(key).map(|(_, value)| value).unwrap_or_default()))
+            .collect();
+        let processes: Vec<u64> = self.workers.iter().map(|worker| worker.process).collect();
+        let budget = Duration::from_secs(self.arguments.linearizability_budget_s);
+        let checks: Vec<CheckResult> = vec![
+            checker::tokens(&operations),
+            checker::fenced_store(&operations, &self.store.writes(), &final_values),
+            checker::durability(&operations, &self.restarts),
+            checker::linearizability(&operations, budget),
+            checker::liveness(
+                &operations,
+                &processes,
+                final_ns,
+                Duration::from_millis(self.arguments.liveness_bound_ms),
+            ),
+        ];
+        let (believed, examples) = checker::believed_at_once(&operations);
+        let valid = if checks.iter().any(|check| check.verdict == Verdict::Fail) {
+            "false"
+        } else if checks.iter().any(|check| check.verdict == Verdict::Unknown) {
+            "unknown"
+        } else {
+            "true"
+        };
+        let summary = self.summary(&operations, &checks, believed, &examples, valid);
+        std::fs::write(out.join("summary.txt"), &summary)?;
+        println!("{summary}");
+        if valid == "true" && !self.arguments.keep {
+            // Valid: the node data directories are not needed; the history, the
+            // faults and the summary stay.
+            self.cluster.nodes.keys().copied().collect::<Vec<_>>().iter().for_each(|id| {
+                self.cluster.kill(*id);
+            });
+            let _ = std::fs::remove_dir_all(out.join("nodes"));
+        } else {
+            println!(
+                "seed {}: node logs, data, worker logs and the history are kept under {}",
+                self.seed,
+                out.display()
+            );
+        }
+        Ok(match valid {
+            "true" => 0,
+            "false" => 1,
+            _ => 2,
+        })
+    }
+
+    fn summary(
+        &self,
+        operations: &[history::Operation],
+        checks: &[CheckResult],
+        believed: usize,
+        examples: &[String],
+        valid: &str,
+    ) -> String {
+        let mut text = String::new();
+        let line = |text: &mut String, value: String| {
+            text.push_str(&value);
+            text.push('\n');
+        };
+        line(&mut text, "==== leasehold-jepsen summary ====".into());
+        line(
+            &mut text,
+            format!(
+                "seed: {}   nodes: {}   time: {:?}   workloads: {}   nemesis: {}   fencing: {}",
+                self.seed,
+                self.arguments.nodes,
+                self.arguments.time,
+                self.workloads.iter().map(|workload| workload.name()).collect::<Vec<_>>().join(","),
+                self.arguments.nemesis,
+                !self.arguments.no_fencing
+            ),
+        );
+        let mut by_outcome: BTreeMap<(String, Kind), usize> = BTreeMap::new();
+        for operation in operations {
+            *by_outcome.entry((format!("{:?}", operation.function).to_lowercase(), operation.outcome)).or_default() +=
+                1;
+        }
+        line(&mut text, format!("operations: {}", operations.len()));
+        let mut functions: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+        for ((function, outcome), count) in by_outcome {
+            let entry = functions.entry(function).or_default();
+            match outcome {
+                Kind::Ok => entry.0 += count,
+                Kind::Fail => entry.1 += count,
+                _ => entry.2 += count,
+            }
+        }
+        for (function, (ok, fail, info)) in functions {
+            line(&mut text, format!("  {function:<10} ok {ok:>6}   fail {fail:>6}   info {info:>6}"));
+        }
+        let mut by_fault: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
+        for fault in &self.faults {
+            let entry = by_fault.entry(fault.fault).or_default();
+            match fault.outcome {
+                Outcome::Installed => entry.0 += 1,
+                Outcome::Skipped => entry.1 += 1,
+                Outcome::Indeterminate => entry.2 += 1,
+            }
+        }
+        line(&mut text, format!("faults: {}", self.faults.len()));
+        for (fault, (installed, skipped, indeterminate)) in by_fault {
+            line(
+                &mut text,
+                format!(
+                    "  {fault:<18} installed {installed:>3}   skipped {skipped:>3}   indeterminate {indeterminate:>3}"
+                ),
+            );
+        }
+        line(
+            &mut text,
+            format!(
+                "two workers believed they held the same lock at once: {believed} times (expected under pauses; the fence makes it harmless)"
+            ),
+        );
+        for example in examples.iter().take(3) {
+            line(&mut text, format!("  e.g. {example}"));
+        }
+        line(&mut text, "checks:".into());
+        for check in checks {
+            line(&mut text, format!("  {:<38} {:<8} {}", check.name, check.verdict.name(), check.detail));
+        }
+        let anomalies: Vec<_> =
+            checks.iter().flat_map(|check| check.anomalies.iter().map(move |anomaly| (check.name, anomaly))).collect();
+        if !anomalies.is_empty() {
+            line(&mut text, format!("anomalies: {}", anomalies.len()));
+            for (check, anomaly) in anomalies.iter().take(50) {
+                line(&mut text, format!("  [{check}] {}", anomaly.what));
+                for operation in &anomaly.operations {
+                    line(&mut text, format!("      {operation}"));
+                }
+            }
+            if anomalies.len() > 50 {
+                line(&mut text, format!("  … and {} more", anomalies.len() - 50));
+            }
+        }
+        line(&mut text, format!("valid: {valid}"));
+        if valid != "true" {
+            line(&mut text, format!("seed: {} (rerun with --seed {})", self.seed, self.seed));
+        }
+        text
+    }
+
+    /// Stops every process this harness started (they would die with the pid
+    /// namespace anyway) and removes the partition table.
+    fn cleanup(&mut self) {
+        nemesis::heal_partition();
+        for worker in &mut self.workers {
+            // SAFETY: resuming a worker we may have paused, so that it can die.
+            unsafe {
+                libc::kill(worker.child.id() as i32, libc::SIGCONT);
+            }
+            let _ = worker.child.kill();
+            let _ = worker.child.wait();
+        }
+        let ids: Vec<u64> = self.cluster.nodes.keys().copied().collect();
+        for id in ids {
+            if self.cluster.is_running(id) {
+                self.cluster.resume(id);
+            }
+            self.cluster.kill(id);
+        }
+    }
+}
+
+/// Whether a worker's last record says it holds a lock or is inside an increment.
+fn holding(history: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(history) else {
+        return false;
+    };
+    let length = file.metadata().map(|metadata| metadata.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(length.saturating_sub(TAIL_BYTES)));
+    let mut text = String::new();
+    if file.read_to_string(&mut text).is_err() {
+        return false;
+    }
+    let Some(last) = text.lines().last() else {
+        return false;
+    };
+    let Ok(record) = serde_json::from_str::<Record>(last) else {
+        return false;
+    };
+    matches!(
+        (record.function, record.kind),
+        (history::Function::Acquire, Kind::Ok) | (history::Function::Increment, Kind::Invoke)
+    )
+}

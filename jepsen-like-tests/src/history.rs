@@ -1,0 +1,251 @@
+//! The history of a run: every operation a worker performed, as invoke / ok / fail /
+//! info records with CLOCK_MONOTONIC timestamps (one clock for every process on the
+//! machine, so real-time order between processes is exact), one JSON object a line.
+//!
+//! `info` means the operation may or may not have taken effect (its answer was
+//! lost); a checker must allow both.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Nanoseconds on CLOCK_MONOTONIC, shared by every process of the machine.
+pub fn monotonic_ns() -> u64 {
+    let mut time = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    let result = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut time) };
+    assert_eq!(result, 0, "CLOCK_MONOTONIC is always available");
+    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    Invoke,
+    Ok,
+    Fail,
+    Info,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Function {
+    /// Create a session; `session` of the ok record is its id.
+    Session,
+    /// Acquire lock `key` in `session`; ok carries the token, a fail with error
+    /// `NOT_ACQUIRED` the holder's token.
+    Acquire,
+    /// Release lock `key` held with `token` (compare-and-release).
+    Release,
+    /// Append `value` (a unique id) to the list in the fenced store under `key`, by a
+    /// fenced read and a write with `token`.
+    Increment,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// While the nemesis runs.
+    Main,
+    /// After the final heal: the liveness check's operations.
+    Final,
+}
+
+/// The error of a fail record whose acquire was answered "not acquired" (the lock
+/// was held by another session): the only acquire failure that says something
+/// about the lock's state.
+pub const NOT_ACQUIRED: &str = "not-acquired";
+/// The error of a fail record whose release was refused because the token is not
+/// the current grant (or the session is gone).
+pub const NOT_HOLDER: &str = "not-holder";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The worker (one process).
+    pub process: u64,
+    /// The operation's number within its worker; invoke and completion share it.
+    pub sequence: u64,
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    #[serde(rename = "f")]
+    pub function: Function,
+    /// Lock or counter name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
+    /// The session the operation used (0 before a session exists).
+    #[serde(default)]
+    pub session: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub phase: Phase,
+    pub time_ns: u64,
+}
+
+/// One operation: an invoke and its completion (None while pending, or when the
+/// worker never completed it, which counts as info).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation {
+    pub process: u64,
+    pub sequence: u64,
+    pub function: Function,
+    pub key: String,
+    pub session: u64,
+    pub phase: Phase,
+    /// Ok, Fail or Info.
+    pub outcome: Kind,
+    /// From the completion (acquire ok: the grant; release: the released grant).
+    pub token: Option<u64>,
+    pub value: Option<String>,
+    pub error: Option<String>,
+    pub invoke_ns: u64,
+    /// None for info: it may take effect at any time after the invoke.
+    pub complete_ns: Option<u64>,
+}
+
+impl Operation {
+    /// A short description for anomaly reports.
+    pub fn describe(&self) -> String {
+        let mut text = format!(
+            "p{}#{} {:?} {:?} key={} session={}",
+            self.process, self.sequence, self.function, self.outcome, self.key, self.session
+        );
+        if let Some(token) = self.token {
+            text.push_str(&format!(" token={token}"));
+        }
+        if let Some(value) = &self.value {
+            text.push_str(&format!(" value={value}"));
+        }
+        if let Some(error) = &self.error {
+            text.push_str(&format!(" error={error}"));
+        }
+        text.push_str(&format!(" invoke={}ms", self.invoke_ns / 1_000_000));
+        if let Some(complete) = self.complete_ns {
+            text.push_str(&format!(" complete={}ms", complete / 1_000_000));
+        }
+        text
+    }
+}
+
+/// Appends records to a JSONL file, one write and flush per record.
+pub struct HistoryWriter {
+    file: std::fs::File,
+}
+
+impl HistoryWriter {
+    pub fn create(path: &Path) -> std::io::Result<Self> {
+        let file = std::fs::File::options().create(true).append(true).open(path)?;
+        Ok(Self { file })
+    }
+
+    pub fn append(&mut self, record: &Record) -> std::io::Result<()> {
+        let mut line = serde_json::to_string(record).expect("records serialize");
+        line.push('\n');
+        self.file.write_all(line.as_bytes())?;
+        self.file.flush()
+    }
+}
+
+/// Reads a JSONL history; a torn last line (a worker killed mid-write) is skipped.
+pub fn read_records(path: &Path) -> std::io::Result<Vec<Record>> {
+    let file = std::fs::File::open(path)?;
+    let mut records = Vec::new();
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line?;
+        if let Ok(record) = serde_json::from_str::<Record>(&line) {
+            records.push(record);
+        }
+    }
+    Ok(records)
+}
+
+/// Pairs invokes with completions. An invoke without a completion is info.
+/// Panics on a completion without an invoke: the history is malformed.
+pub fn operations(records: &[Record]) -> Vec<Operation> {
+    let mut pending: BTreeMap<(u64, u64), Operation> = BTreeMap::new();
+    let mut done = Vec::new();
+    for record in records {
+        let key = (record.process, record.sequence);
+        match record.kind {
+            Kind::Invoke => {
+                let operation = Operation {
+                    process: record.process,
+                    sequence: record.sequence,
+                    function: record.function,
+                    key: record.key.clone(),
+                    session: record.session,
+                    phase: record.phase,
+                    outcome: Kind::Info,
+                    token: record.token,
+                    value: record.value.clone(),
+                    error: None,
+                    invoke_ns: record.time_ns,
+                    complete_ns: None,
+                };
+                if let Some(previous) = pending.insert(key, operation) {
+                    done.push(previous);
+                }
+            }
+            outcome => {
+                let mut operation =
+                    pending.remove(&key).unwrap_or_else(|| panic!("completion without invoke: {record:?}"));
+                operation.outcome = outcome;
+                if record.token.is_some() {
+                    operation.token = record.token;
+                }
+                if record.value.is_some() {
+                    operation.value = record.value.clone();
+                }
+                if record.session != 0 {
+                    operation.session = record.session;
+                }
+                operation.error = record.error.clone();
+                if outcome != Kind::Info {
+                    operation.complete_ns = Some(record.time_ns);
+                }
+                done.push(operation);
+            }
+        }
+    }
+    done.extend(pending.into_values());
+    done.sort_by_key(|operation| (operation.invoke_ns, operation.process, operation.sequence));
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invokes_pair_with_completions_and_lost_ones_are_info() {
+        let record = |sequence, kind, time_ns, token| Record {
+            process: 1,
+            sequence,
+            kind,
+            function: Function::Acquire,
+            key: "lock/0".into(),
+            session: 7,
+            token,
+            value: None,
+            error: None,
+            phase: Phase::Main,
+            time_ns,
+        };
+        let operations = operations(&[
+            record(1, Kind::Invoke, 10, None),
+            record(1, Kind::Ok, 20, Some(5)),
+            record(2, Kind::Invoke, 30, None),
+        ]);
+        assert_eq!(operations.len(), 2);
+        assert_eq!(operations[0].outcome, Kind::Ok);
+        assert_eq!(operations[0].token, Some(5));
+        assert_eq!(operations[0].complete_ns, Some(20));
+        assert_eq!(operations[1].outcome, Kind::Info);
+        assert_eq!(operations[1].complete_ns, None);
+    }
+}

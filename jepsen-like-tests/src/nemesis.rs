@@ -1,0 +1,263 @@
+//! The nemesis: which faults exist, how each is installed and healed, and how its
+//! outcome is recorded (installed, skipped or indeterminate).
+//!
+//! Partitions are nftables rules on the output hook, inside the private network
+//! namespace the harness runs in (every loopback packet passes that hook; nodes
+//! bind their outgoing peer connections to their own address 127.0.0.1x, so a rule
+//! between two node addresses cuts exactly that link). The table dies with the
+//! namespace, so a crashed harness leaves nothing on the host.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use rand::seq::SliceRandom;
+use rand::Rng;
+use serde::Serialize;
+
+/// The fault families of `--nemesis`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NemesisKind {
+    Kill,
+    Pause,
+    /// Only the worker pause (part of `Pause`).
+    WorkerPause,
+    Partition,
+    Clock,
+    Member,
+}
+
+impl NemesisKind {
+    pub const ALL: [NemesisKind; 5] =
+        [NemesisKind::Kill, NemesisKind::Pause, NemesisKind::Partition, NemesisKind::Clock, NemesisKind::Member];
+
+    /// Parses "kill,pause,partition,clock,member" or "all" (or "none"), and
+    /// "worker-pause" (only the GC pause of workers: the unfenced control).
+    pub fn parse_list(text: &str) -> Result<BTreeSet<NemesisKind>, String> {
+        let mut kinds = BTreeSet::new();
+        for word in text.split(',').map(str::trim).filter(|word| !word.is_empty()) {
+            match word {
+                "all" => kinds.extend(NemesisKind::ALL),
+                "none" => {}
+                "kill" => {
+                    kinds.insert(NemesisKind::Kill);
+                }
+                "pause" => {
+                    kinds.insert(NemesisKind::Pause);
+                }
+                "worker-pause" => {
+                    kinds.insert(NemesisKind::WorkerPause);
+                }
+                "partition" => {
+                    kinds.insert(NemesisKind::Partition);
+                }
+                "clock" => {
+                    kinds.insert(NemesisKind::Clock);
+                }
+                "member" => {
+                    kinds.insert(NemesisKind::Member);
+                }
+                other => {
+                    return Err(format!(
+                        "unknown nemesis {other:?}: use kill, pause, partition, clock, member, all or none"
+                    ))
+                }
+            }
+        }
+        Ok(kinds)
+    }
+
+    /// The concrete faults of this family.
+    pub fn faults(self) -> &'static [Fault] {
+        match self {
+            NemesisKind::Kill => &[Fault::KillLeader, Fault::KillRandom, Fault::KillAll],
+            NemesisKind::Pause => &[Fault::PauseNode, Fault::PauseLeader, Fault::PauseWorker],
+            NemesisKind::WorkerPause => &[Fault::PauseWorker],
+            NemesisKind::Partition => {
+                &[Fault::PartitionHalves, Fault::PartitionLeader, Fault::PartitionBridge, Fault::PartitionOneWay]
+            }
+            NemesisKind::Clock => &[Fault::ClockFast, Fault::ClockSlow, Fault::ClockJump],
+            NemesisKind::Member => &[Fault::MemberReplace],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// kill -9 of the leader, restart on its data directory.
+    KillLeader,
+    KillRandom,
+    /// kill -9 of every node (workers paused), restart, check durability (e).
+    KillAll,
+    /// SIGSTOP of a node for 2–3 election timeouts.
+    PauseNode,
+    PauseLeader,
+    /// SIGSTOP of a worker for longer than its TTL: the GC pause.
+    PauseWorker,
+    PartitionHalves,
+    PartitionLeader,
+    /// One node sees both sides; the sides do not see each other.
+    PartitionBridge,
+    /// Packets from one node to another are dropped (for TCP this is not really
+    /// one-way: SYNs or ACKs are lost).
+    PartitionOneWay,
+    /// The leader's monotonic clock runs fast (sessions expire early).
+    ClockFast,
+    ClockSlow,
+    /// The leader's monotonic clock jumps forward by more than a TTL.
+    ClockJump,
+    /// Remove a node, start it fresh with an empty data directory, add it back.
+    MemberReplace,
+}
+
+impl Fault {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::KillLeader => "kill-leader",
+            Fault::KillRandom => "kill-random",
+            Fault::KillAll => "kill-all",
+            Fault::PauseNode => "pause-node",
+            Fault::PauseLeader => "pause-leader",
+            Fault::PauseWorker => "pause-worker",
+            Fault::PartitionHalves => "partition-halves",
+            Fault::PartitionLeader => "partition-leader",
+            Fault::PartitionBridge => "partition-bridge",
+            Fault::PartitionOneWay => "partition-one-way",
+            Fault::ClockFast => "clock-fast",
+            Fault::ClockSlow => "clock-slow",
+            Fault::ClockJump => "clock-jump",
+            Fault::MemberReplace => "member-replace",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    Installed,
+    /// Not installed (no leader to target, the knob refused, …).
+    Skipped,
+    /// May or may not have taken effect (an admin request went unanswered).
+    Indeterminate,
+}
+
+/// One fault, as it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultRecord {
+    pub fault: &'static str,
+    pub outcome: Outcome,
+    /// Node ids, or worker process numbers for pause-worker.
+    pub targets: Vec<u64>,
+    pub detail: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Directed links (from, to) between node ids whose packets are dropped.
+pub type Grudge = Vec<(u64, u64)>;
+
+fn both_ways(left: &[u64], right: &[u64]) -> Grudge {
+    let mut grudge = Vec::new();
+    for a in left {
+        for b in right {
+            grudge.push((*a, *b));
+            grudge.push((*b, *a));
+        }
+    }
+    grudge
+}
+
+/// The links a partition fault cuts, among `nodes`; `leader` for the isolated
+/// leader (a random node when unknown).
+pub fn grudge(fault: Fault, nodes: &[u64], leader: Option<u64>, random: &mut impl Rng) -> Grudge {
+    let mut shuffled = nodes.to_vec();
+    shuffled.shuffle(random);
+    match fault {
+        Fault::PartitionHalves => {
+            let (left, right) = shuffled.split_at(shuffled.len() / 2);
+            both_ways(left, right)
+        }
+        Fault::PartitionLeader => {
+            let isolated = leader.unwrap_or(shuffled[0]);
+            let rest: Vec<u64> = nodes.iter().copied().filter(|id| *id != isolated).collect();
+            both_ways(&[isolated], &rest)
+        }
+        Fault::PartitionBridge => {
+            // shuffled[0] is the bridge; the others split into two sides.
+            let others = &shuffled[1..];
+            let (left, right) = others.split_at(others.len() / 2);
+            both_ways(left, right)
+        }
+        Fault::PartitionOneWay => vec![(shuffled[0], shuffled[1])],
+        other => panic!("{other:?} is not a partition"),
+    }
+}
+
+/// The nftables table of the fault suite, in the harness's own network namespace.
+pub const NFT_TABLE: &str = "leasehold_jepsen";
+
+fn nft(arguments: &[&str]) -> Result<(), String> {
+    let output = Command::new("nft").args(arguments).output().map_err(|error| format!("cannot run nft: {error}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!("nft {}: {}", arguments.join(" "), String::from_utf8_lossy(&output.stderr).trim()))
+    }
+}
+
+/// Installs `grudge` (node id → address by `address_of`). `reject` answers TCP
+/// with a reset (fails fast) instead of dropping silently (peers hang until their
+/// deadlines); both paths are worth exercising.
+pub fn install_partition(grudge: &Grudge, address_of: impl Fn(u64) -> String, reject: bool) -> Result<(), String> {
+    heal_partition();
+    nft(&["add", "table", "inet", NFT_TABLE])?;
+    nft(&["add", "chain", "inet", NFT_TABLE, "out", "{ type filter hook output priority 0 ; }"])?;
+    for (from, to) in grudge {
+        let (source, destination) = (address_of(*from), address_of(*to));
+        let mut rule =
+            vec!["add", "rule", "inet", NFT_TABLE, "out", "ip", "saddr", &source, "ip", "daddr", &destination];
+        if reject {
+            rule.extend(["meta", "l4proto", "tcp", "reject", "with", "tcp", "reset"]);
+        } else {
+            rule.push("drop");
+        }
+        nft(&rule)?;
+    }
+    Ok(())
+}
+
+/// Removes every partition rule (the whole table). Harmless when there is none.
+pub fn heal_partition() {
+    let _ = nft(&["delete", "table", "inet", NFT_TABLE]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn nemesis_lists_parse() {
+        assert_eq!(NemesisKind::parse_list("all").unwrap().len(), 5);
+        assert_eq!(
+            NemesisKind::parse_list("kill,pause").unwrap(),
+            BTreeSet::from([NemesisKind::Kill, NemesisKind::Pause])
+        );
+        assert!(NemesisKind::parse_list("flood").is_err());
+    }
+
+    #[test]
+    fn partitions_cut_the_links_they_promise() {
+        let mut random = rand::rngs::StdRng::seed_from_u64(7);
+        let nodes = [1, 2, 3, 4, 5];
+        let halves = grudge(Fault::PartitionHalves, &nodes, None, &mut random);
+        assert_eq!(halves.len(), 2 * 2 * 3);
+        let isolated = grudge(Fault::PartitionLeader, &nodes, Some(3), &mut random);
+        assert!(isolated.iter().all(|(a, b)| *a == 3 || *b == 3));
+        assert_eq!(isolated.len(), 8);
+        let bridge = grudge(Fault::PartitionBridge, &nodes, None, &mut random);
+        let touched: BTreeSet<u64> = bridge.iter().flat_map(|(a, b)| [*a, *b]).collect();
+        assert_eq!(touched.len(), 4, "the bridge node keeps every link");
+        let one_way = grudge(Fault::PartitionOneWay, &nodes, None, &mut random);
+        assert_eq!(one_way.len(), 1);
+    }
+}

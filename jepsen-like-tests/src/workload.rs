@@ -1,0 +1,425 @@
+//! Workloads and the worker process that runs one (`leasehold-jepsen
+//! workload-worker`). A worker is a real process using the client library; it
+//! appends every operation to its own JSONL history and runs until the harness
+//! writes `final` on its stdin. Then it runs the liveness phase (one acquire that
+//! must succeed within a bound) and exits.
+//!
+//! Workloads are an enum: adding one (semaphore and election come with issue 4)
+//! means a variant, its keys, a `step` in the worker and its checks in `checker`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::watch;
+
+use crate::fenced_store::remote_request;
+use crate::history::{monotonic_ns, Function, HistoryWriter, Kind, Phase, Record, NOT_ACQUIRED, NOT_HOLDER};
+
+/// What a worker does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Workload {
+    /// Acquire / hold / release locks with random waits and hold times, some longer
+    /// than the TTL.
+    Lock,
+    /// Under a lock, a read-modify-write of a list in the fenced store: a fenced
+    /// read with the token, a pause, a write of the list with one more unique id.
+    FencedCounter,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Lock => "lock",
+            Workload::FencedCounter => "fenced-counter",
+        }
+    }
+
+    /// The lock names (and for the counter, the store resources) the workload uses.
+    pub fn keys(self) -> Vec<String> {
+        match self {
+            Workload::Lock => (0..LOCK_KEYS).map(|index| format!("lock/{index}")).collect(),
+            Workload::FencedCounter => (0..COUNTER_KEYS).map(|index| format!("counter/{index}")).collect(),
+        }
+    }
+
+    /// Worker processes the workload runs.
+    pub fn workers(self) -> u64 {
+        match self {
+            Workload::Lock => LOCK_WORKERS,
+            Workload::FencedCounter => COUNTER_WORKERS,
+        }
+    }
+}
+
+pub const LOCK_KEYS: usize = 2;
+pub const COUNTER_KEYS: usize = 2;
+pub const LOCK_WORKERS: u64 = 5;
+pub const COUNTER_WORKERS: u64 = 4;
+/// Longest wait of a blocking acquire.
+pub const ACQUIRE_WAIT_MS_MAX: u64 = 2_000;
+/// Usual hold time range; one hold in `LONG_HOLD_ONE_IN` lasts 1.5 TTLs.
+pub const HOLD_MS_MAX: u64 = 200;
+pub const LONG_HOLD_ONE_IN: u32 = 25;
+/// Pause between the fenced read and the write of an increment: the window in
+/// which a paused holder is superseded.
+pub const INCREMENT_THINK_MS_MAX: u64 = 400;
+/// How long a request retries across leader changes before it is indeterminate.
+pub const REQUEST_DEADLINE_MS: u64 = 5_000;
+/// Pause after an operation that could not reach the cluster.
+pub const BACKOFF_MS: u64 = 100;
+/// The liveness phase's acquire waits at most this long.
+pub const LIVENESS_BOUND_MS_DEFAULT: u64 = 30_000;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkloadWorkerArguments {
+    /// Client addresses of the cluster, comma-separated.
+    #[arg(long)]
+    pub endpoints: String,
+    /// This worker's process number in the history.
+    #[arg(long)]
+    pub process: u64,
+    #[arg(long, value_enum)]
+    pub workload: Workload,
+    /// The seed of this worker's random choices (derived from the run's seed).
+    #[arg(long)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 3_000)]
+    pub ttl_ms: u64,
+    /// The fenced store (fenced-counter workload).
+    #[arg(long)]
+    pub store: Option<SocketAddr>,
+    /// Where to append the history.
+    #[arg(long)]
+    pub history: PathBuf,
+    #[arg(long, default_value_t = LIVENESS_BOUND_MS_DEFAULT)]
+    pub liveness_bound_ms: u64,
+}
+
+struct Worker {
+    arguments: WorkloadWorkerArguments,
+    client: leasehold::Client,
+    history: HistoryWriter,
+    random: StdRng,
+    sequence: u64,
+    session: Option<leasehold::Session>,
+    phase: Phase,
+}
+
+/// The marker of the server's refusal of a retry whose command differs from the
+/// first attempt's (see `Worker::acquire`).
+pub const REUSED_REQUEST_ID: &str = "was already used for a different command";
+
+fn is_reused_request_id(error: &leasehold::Error) -> bool {
+    matches!(error, leasehold::Error::Refused(message) if message.contains(REUSED_REQUEST_ID))
+}
+
+/// How an error of the client library enters the history.
+fn outcome_of(error: &leasehold::Error) -> Kind {
+    if error.is_definite() {
+        Kind::Fail
+    } else {
+        Kind::Info
+    }
+}
+
+impl Worker {
+    fn record(
+        &mut self,
+        sequence: u64,
+        kind: Kind,
+        function: Function,
+        key: &str,
+        token: Option<u64>,
+        value: Option<String>,
+        error: Option<String>,
+    ) {
+        let session = self.session.as_ref().map(|session| session.id()).unwrap_or(0);
+        self.record_in(session, sequence, kind, function, key, token, value, error);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record_in(
+        &mut self,
+        session: u64,
+        sequence: u64,
+        kind: Kind,
+        function: Function,
+        key: &str,
+        token: Option<u64>,
+        value: Option<String>,
+        error: Option<String>,
+    ) {
+        let record = Record {
+            process: self.arguments.process,
+            sequence,
+            kind,
+            function,
+            key: key.to_string(),
+            session,
+            token,
+            value,
+            error,
+            phase: self.phase,
+            time_ns: monotonic_ns(),
+        };
+        if let Err(error) = self.history.append(&record) {
+            // Without its history the run means nothing: stop loudly.
+            panic!("cannot append to the history: {error}");
+        }
+    }
+
+    fn invoke(&mut self, function: Function, key: &str, token: Option<u64>, value: Option<String>) -> u64 {
+        self.sequence += 1;
+        let sequence = self.sequence;
+        self.record(sequence, Kind::Invoke, function, key, token, value, None);
+        sequence
+    }
+
+    /// A session that is not lost, creating one if needed.
+    async fn ensure_session(&mut self) -> bool {
+        if let Some(session) = &self.session {
+            if session.state() != leasehold::SessionState::Lost {
+                return true;
+            }
+            self.session = None;
+        }
+        let sequence = self.invoke(Function::Session, "", None, None);
+        match self.client.session(Duration::from_millis(self.arguments.ttl_ms)).await {
+            Ok(session) => {
+                self.session = Some(session);
+                self.record(sequence, Kind::Ok, Function::Session, "", None, None, None);
+                true
+            }
+            Err(error) => {
+                self.record(sequence, outcome_of(&error), Function::Session, "", None, None, Some(error.to_string()));
+                tokio::time::sleep(Duration::from_millis(BACKOFF_MS)).await;
+                false
+            }
+        }
+    }
+
+    /// Drops the session after an indeterminate acquire: whether it holds the lock
+    /// is unknown, so the worker continues under a new session (the old one is
+    /// closed in the background, or expires).
+    fn abandon_session(&mut self) {
+        self.session = None;
+    }
+
+    /// Acquires `key`; the guard when granted.
+    async fn acquire(&mut self, key: &str, wait: Duration) -> Option<leasehold::LockGuard> {
+        let session = self.session.clone().expect("a session");
+        let sequence = self.invoke(Function::Acquire, key, None, None);
+        match session.acquire(key, wait).await {
+            Ok(leasehold::Acquired::Granted(guard)) => {
+                let token = guard.token();
+                self.record(sequence, Kind::Ok, Function::Acquire, key, Some(token), None, None);
+                Some(guard)
+            }
+            Ok(leasehold::Acquired::NotAcquired(not_acquired)) => {
+                self.record(
+                    sequence,
+                    Kind::Fail,
+                    Function::Acquire,
+                    key,
+                    None,
+                    Some(format!("holder-token={}", not_acquired.holder_token)),
+                    Some(NOT_ACQUIRED.into()),
+                );
+                None
+            }
+            Err(error) => {
+                let mut outcome = outcome_of(&error);
+                if is_reused_request_id(&error) {
+                    // The client retried with the same request id but a changed
+                    // command (a shorter wait); the server refused the retry, yet
+                    // the first attempt may have been applied (queued, then
+                    // granted). Not a definite failure, whatever the client says.
+                    outcome = Kind::Info;
+                }
+                self.record(sequence, outcome, Function::Acquire, key, None, None, Some(error.to_string()));
+                if outcome == Kind::Info {
+                    self.abandon_session();
+                } else {
+                    tokio::time::sleep(Duration::from_millis(BACKOFF_MS)).await;
+                }
+                None
+            }
+        }
+    }
+
+    /// Releases a grant (compare-and-release on its token), recorded under the
+    /// guard's session.
+    async fn release(&mut self, guard: leasehold::LockGuard) {
+        let key = guard.name().to_string();
+        let key = key.as_str();
+        let token = guard.token();
+        self.sequence += 1;
+        let sequence = self.sequence;
+        let session = guard.session().id();
+        self.record_in(session, sequence, Kind::Invoke, Function::Release, key, Some(token), None, None);
+        let result = guard.release().await;
+        match result {
+            Ok(()) => self.record_in(session, sequence, Kind::Ok, Function::Release, key, Some(token), None, None),
+            Err(error) => {
+                let refused = matches!(
+                    error,
+                    leasehold::Error::Refused(_) | leasehold::Error::NotFound(_) | leasehold::Error::SessionLost(_)
+                );
+                let (kind, reason) = if refused {
+                    (Kind::Fail, NOT_HOLDER.to_string())
+                } else {
+                    (outcome_of(&error), error.to_string())
+                };
+                self.record_in(session, sequence, kind, Function::Release, key, Some(token), None, Some(reason));
+            }
+        }
+    }
+
+    /// The fenced read-modify-write: appends a unique id to the list under `key`.
+    async fn increment(&mut self, key: &str, token: u64) {
+        let store = self.arguments.store.expect("the fenced-counter workload needs --store");
+        let id = format!("{}.{}", self.arguments.process, self.sequence + 1);
+        let sequence = self.invoke(Function::Increment, key, Some(token), Some(id.clone()));
+        let read = remote_request(store, &format!("FREAD {key} {token}")).await;
+        let list = match read {
+            Ok(answer) if answer == "EMPTY" => String::new(),
+            Ok(answer) if answer.starts_with("VALUE ") => answer.splitn(3, ' ').nth(2).unwrap_or_default().to_string(),
+            Ok(answer) => {
+                // Refused before anything was written: certainly not applied.
+                self.record(sequence, Kind::Fail, Function::Increment, key, Some(token), Some(id), Some(answer));
+                return;
+            }
+            Err(error) => {
+                self.record(
+                    sequence,
+                    Kind::Fail,
+                    Function::Increment,
+                    key,
+                    Some(token),
+                    Some(id),
+                    Some(format!("read: {error}")),
+                );
+                return;
+            }
+        };
+        let think = self.random.random_range(0..=INCREMENT_THINK_MS_MAX);
+        tokio::time::sleep(Duration::from_millis(think)).await;
+        let written = if list.is_empty() { id.clone() } else { format!("{list},{id}") };
+        match remote_request(store, &format!("WRITE {key} {token} {written}")).await {
+            Ok(answer) if answer == "ACCEPTED" => {
+                self.record(sequence, Kind::Ok, Function::Increment, key, Some(token), Some(id), None)
+            }
+            Ok(answer) if answer.starts_with("REJECTED") => {
+                self.record(sequence, Kind::Fail, Function::Increment, key, Some(token), Some(id), Some(answer))
+            }
+            Ok(answer) => {
+                self.record(sequence, Kind::Info, Function::Increment, key, Some(token), Some(id), Some(answer))
+            }
+            Err(error) => self.record(
+                sequence,
+                Kind::Info,
+                Function::Increment,
+                key,
+                Some(token),
+                Some(id),
+                Some(error.to_string()),
+            ),
+        }
+    }
+
+    /// One round of the workload: acquire a random key, hold (and for the counter,
+    /// increment), release.
+    async fn step(&mut self) {
+        if !self.ensure_session().await {
+            return;
+        }
+        let keys = self.arguments.workload.keys();
+        let key = keys[self.random.random_range(0..keys.len())].clone();
+        let wait_ms = if self.random.random_bool(0.3) { 0 } else { self.random.random_range(0..=ACQUIRE_WAIT_MS_MAX) };
+        let Some(guard) = self.acquire(&key, Duration::from_millis(wait_ms)).await else {
+            return;
+        };
+        let token = guard.token();
+        let hold_ms = if self.random.random_ratio(1, LONG_HOLD_ONE_IN) {
+            self.arguments.ttl_ms * 3 / 2
+        } else {
+            self.random.random_range(0..=HOLD_MS_MAX)
+        };
+        match self.arguments.workload {
+            Workload::Lock => tokio::time::sleep(Duration::from_millis(hold_ms)).await,
+            Workload::FencedCounter => {
+                self.increment(&key, token).await;
+                tokio::time::sleep(Duration::from_millis(hold_ms / 4)).await;
+            }
+        }
+        self.release(guard).await;
+    }
+
+    /// The liveness phase: a fresh session, one acquire of this worker's key that
+    /// waits up to the bound, a release.
+    async fn final_phase(&mut self) {
+        self.phase = Phase::Final;
+        if let Some(session) = self.session.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), session.close()).await;
+        }
+        let bound = Duration::from_millis(self.arguments.liveness_bound_ms);
+        let give_up = tokio::time::Instant::now() + bound;
+        let keys = self.arguments.workload.keys();
+        let key = keys[self.arguments.process as usize % keys.len()].clone();
+        while tokio::time::Instant::now() < give_up {
+            if !self.ensure_session().await {
+                continue;
+            }
+            let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+            if let Some(guard) = self.acquire(&key, left).await {
+                self.release(guard).await;
+                break;
+            }
+        }
+        if let Some(session) = self.session.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), session.close()).await;
+        }
+    }
+}
+
+/// Runs one worker until the harness says `final` (or closes stdin), then the
+/// liveness phase.
+pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
+    let client = leasehold::Client::lazy(leasehold::parse_endpoints(&arguments.endpoints))
+        .context("endpoints")?
+        .with_request_deadline(Duration::from_millis(REQUEST_DEADLINE_MS))
+        .with_client_name(format!("worker-{}", arguments.process));
+    let history = HistoryWriter::create(&arguments.history).context("open the history")?;
+    let (final_sender, mut final_signal) = watch::channel(false);
+    // A plain thread: tokio's stdin is not among the workspace's features.
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(line) if line.trim() != "final" => continue,
+                _ => break,
+            }
+        }
+        let _ = final_sender.send(true);
+    });
+    let mut worker = Worker {
+        random: StdRng::seed_from_u64(arguments.seed),
+        arguments,
+        client,
+        history,
+        sequence: 0,
+        session: None,
+        phase: Phase::Main,
+    };
+    // Steps are not cancelled (a dropped guard would release behind the history's
+    // back); each is bounded by its waits and the request deadline.
+    while !*final_signal.borrow_and_update() {
+        worker.step().await;
+    }
+    worker.final_phase().await;
+    Ok(())
+}
