@@ -66,7 +66,11 @@ pub async fn sessions_with_a_lock(
 }
 
 /// Takes `locks` locks spread over sessions of `locks_per_session` each.
-pub async fn fill_locks(client: &Client, locks: usize, locks_per_session: usize) -> anyhow::Result<Vec<leasehold::Session>> {
+pub async fn fill_locks(
+    client: &Client,
+    locks: usize,
+    locks_per_session: usize,
+) -> anyhow::Result<Vec<leasehold::Session>> {
     if locks_per_session == 0 || locks_per_session > leasehold_locks_per_session_max() {
         bail!("locks per session must be 1 to {}", leasehold_locks_per_session_max());
     }

@@ -74,16 +74,6 @@ impl Replica {
         self.propose(command).await.map_err(|status| status.message().to_string())
     }
 
-    /// UNAVAILABLE with the leader's client address, for the client to follow.
-    pub fn not_leader(&self, forward: &ForwardToLeader<NodeId, Node>) -> Status {
-        let leader_addr = match (&forward.leader_node, forward.leader_id) {
-            (Some(node), _) => Some(node.client_addr.clone()),
-            (None, Some(id)) => self.member_client_addr(id),
-            (None, None) => None,
-        };
-        not_leader_status(self.node_id, forward.leader_id, leader_addr)
-    }
-
     pub fn member_client_addr(&self, node_id: NodeId) -> Option<String> {
         let metrics = self.raft.metrics();
         let membership = metrics.borrow().membership_config.clone();
@@ -219,12 +209,7 @@ fn write_error(raft: &Raft, error: RaftError<NodeId, ClientWriteError<NodeId, No
     let metrics = raft.metrics();
     let metrics = metrics.borrow();
     if let Some(forward) = error.forward_to_leader() {
-        let leader_addr = forward.leader_node.as_ref().map(|node| node.client_addr.clone()).or_else(|| {
-            forward.leader_id.and_then(|id| {
-                metrics.membership_config.membership().get_node(&id).map(|node| node.client_addr.clone())
-            })
-        });
-        return not_leader_status(metrics.id, forward.leader_id, leader_addr);
+        return forward_status(&metrics, forward);
     }
     match error {
         RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {
@@ -232,6 +217,17 @@ fn write_error(raft: &Raft, error: RaftError<NodeId, ClientWriteError<NodeId, No
         }
         other => Status::unavailable(format!("node {} cannot commit now: {other}", metrics.id)),
     }
+}
+
+/// UNAVAILABLE naming the leader a not-leader error points at, with its client
+/// address from the membership when the error does not carry the node.
+fn forward_status(metrics: &crate::raft_types::RaftMetrics, forward: &ForwardToLeader<NodeId, Node>) -> Status {
+    let leader_addr = forward.leader_node.as_ref().map(|node| node.client_addr.clone()).or_else(|| {
+        forward
+            .leader_id
+            .and_then(|id| metrics.membership_config.membership().get_node(&id).map(|node| node.client_addr.clone()))
+    });
+    not_leader_status(metrics.id, forward.leader_id, leader_addr)
 }
 
 /// Serves leadership confirmations: every request that queued while a round was in
@@ -256,12 +252,7 @@ fn check_error(raft: &Raft, error: RaftError<NodeId, CheckIsLeaderError<NodeId, 
     let metrics = raft.metrics();
     let metrics = metrics.borrow();
     if let Some(forward) = error.forward_to_leader() {
-        let leader_addr = forward.leader_node.as_ref().map(|node| node.client_addr.clone()).or_else(|| {
-            forward.leader_id.and_then(|id| {
-                metrics.membership_config.membership().get_node(&id).map(|node| node.client_addr.clone())
-            })
-        });
-        return not_leader_status(metrics.id, forward.leader_id, leader_addr);
+        return forward_status(&metrics, forward);
     }
     Status::unavailable(format!("node {} could not confirm its leadership: {error}", metrics.id))
 }
