@@ -6,15 +6,19 @@
 //!   real-time order.
 //! * (b) `fenced_store` — the store accepted no stale token and only issued ones;
 //!   no acknowledged increment was lost or applied twice, no failed one applied.
+//! * (c) `semaphore_holders` — at no instant more than K permits of a name
+//!   certainly held (black-box, lease-aware: see the function).
+//! * (d) `elections` — one session per election token, tokens increase in
+//!   real-time order of wins, no observer sees the states go back.
+//! * `replica_states` — (c) and (d) white-box: every node's own state (sampled
+//!   after each fault) has at most K holders per semaphore and one session per
+//!   election token.
 //! * (e) `durability` — after every node was killed and restarted, each
 //!   acknowledged, unreleased grant is still there and tokens did not go back.
 //! * (f) `linearizability` — per key, with a time budget ("unknown", never "pass").
 //! * (g) `liveness` — after the final heal every worker acquired within a bound.
 //! * `believed_at_once` — how often two workers believed they held a lock at once
 //!   (expected under pauses; harmless with fencing). Not a verdict.
-//!
-//! (c) semaphore holders ≤ K and (d) one leader per election token come with
-//! issue 4's workloads.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -362,8 +366,8 @@ pub fn linearizability(operations: &[Operation], budget: Duration) -> CheckResul
     result
 }
 
-/// (g) After the final heal (`final_ns`), every worker got an ok grant within
-/// `bound`.
+/// (g) After the final heal (`final_ns`), every worker got an ok grant (a lock, a
+/// permit or a leadership) within `bound`.
 pub fn liveness(operations: &[Operation], processes: &[u64], final_ns: u64, bound: Duration) -> CheckResult {
     let mut anomalies = Vec::new();
     let mut slowest = 0u64;
@@ -373,7 +377,7 @@ pub fn liveness(operations: &[Operation], processes: &[u64], final_ns: u64, boun
             .filter(|operation| {
                 operation.process == *process
                     && operation.phase == Phase::Final
-                    && operation.function == Function::Acquire
+                    && is_grant(operation.function)
                     && operation.outcome == Kind::Ok
             })
             .filter_map(|operation| operation.complete_ns)
@@ -405,6 +409,313 @@ pub fn liveness(operations: &[Operation], processes: &[u64], final_ns: u64, boun
         format!("{} workers, slowest first grant {} ms after the heal", processes.len(), slowest / 1_000_000),
         anomalies,
     )
+}
+
+/// Functions whose ok answer is a grant, for the liveness check.
+fn is_grant(function: Function) -> bool {
+    matches!(function, Function::Acquire | Function::SemAcquire | Function::Campaign)
+}
+
+/// (c) Semaphore holders ≤ K, black-box. A permit is certainly held from its
+/// acquire's ok until the invoke of its release when that release succeeded (the
+/// token was still current when it applied). When the release failed or is
+/// unknown, the permit may have been lost with its session at any time after the
+/// session last provably lived: the send time of its last answered keepalive
+/// before the release (`alive_ns`) — not that time plus the TTL, which a paused
+/// worker or a leader's jumping clock can cut short. At no instant may more than
+/// `limit` permits of one name be certainly held. Tokens of a name are also
+/// unique to one session.
+pub fn semaphore_holders(operations: &[Operation], limit: usize) -> CheckResult {
+    let mut anomalies = Vec::new();
+    // Release operations by (process, key, token), in invoke order.
+    let mut releases: BTreeMap<(u64, &str, u64), Vec<&Operation>> = BTreeMap::new();
+    for operation in operations {
+        if operation.function == Function::SemRelease {
+            if let Some(token) = operation.token {
+                releases.entry((operation.process, &operation.key, token)).or_default().push(operation);
+            }
+        }
+    }
+    // Per name, per token: the certain interval (start, end) and the grant.
+    let mut held: BTreeMap<&str, BTreeMap<u64, (u64, u64, &Operation)>> = BTreeMap::new();
+    let mut owner: BTreeMap<(&str, u64), &Operation> = BTreeMap::new();
+    let mut grants = 0;
+    let mut certain = 0;
+    for grant in operations
+        .iter()
+        .filter(|operation| operation.function == Function::SemAcquire && operation.outcome == Kind::Ok)
+    {
+        let (Some(token), Some(start)) = (grant.token, grant.complete_ns) else {
+            continue;
+        };
+        grants += 1;
+        match owner.get(&(grant.key.as_str(), token)) {
+            Some(first) if first.session != grant.session => anomalies.push(Anomaly {
+                what: format!("permit token {token} of {} granted to two sessions", grant.key),
+                operations: vec![first.describe(), grant.describe()],
+            }),
+            Some(_) => {}
+            None => {
+                owner.insert((&grant.key, token), grant);
+            }
+        }
+        let release = releases
+            .get(&(grant.process, grant.key.as_str(), token))
+            .and_then(|list| list.iter().find(|release| release.invoke_ns >= start));
+        let end = match release {
+            Some(release) if release.outcome == Kind::Ok => release.invoke_ns,
+            Some(release) => release.invoke_ns.min(release.alive_ns.unwrap_or(start)),
+            None => start,
+        };
+        if end <= start {
+            continue;
+        }
+        certain += 1;
+        // The same session asking again gets its grant back: one permit.
+        let entry = held.entry(&grant.key).or_default().entry(token).or_insert((start, end, grant));
+        entry.0 = entry.0.min(start);
+        entry.1 = entry.1.max(end);
+    }
+    for (name, permits) in &held {
+        // Sweep: ends before starts at the same instant (half-open intervals).
+        let mut events: Vec<(u64, bool, u64)> = Vec::new();
+        for (token, (start, end, _)) in permits {
+            events.push((*start, true, *token));
+            events.push((*end, false, *token));
+        }
+        events.sort();
+        let mut holding: BTreeSet<u64> = BTreeSet::new();
+        let mut reported_until = 0;
+        for (time, starts, token) in events {
+            if !starts {
+                holding.remove(&token);
+                continue;
+            }
+            holding.insert(token);
+            if holding.len() > limit && time >= reported_until {
+                reported_until = holding.iter().map(|token| permits[token].1).min().unwrap_or(time);
+                anomalies.push(Anomaly {
+                    what: format!(
+                        "{} permits of {name} certainly held at once at {} ms (limit {limit})",
+                        holding.len(),
+                        time / 1_000_000
+                    ),
+                    operations: holding.iter().map(|token| permits[token].2.describe()).collect(),
+                });
+            }
+        }
+    }
+    let mut result = CheckResult::from_anomalies(
+        "semaphore holders <= K (c)",
+        format!("{grants} ok permits on {} names, {certain} with a certain holding interval", held.len()),
+        anomalies,
+    );
+    if grants == 0 {
+        result.verdict = Verdict::Skipped;
+    }
+    result
+}
+
+/// The session that led with an operation's token: the campaigner's own for a
+/// campaign, the observed one for an observation.
+fn leader_session(operation: &Operation) -> u64 {
+    match operation.function {
+        Function::Observe => operation.leader_session.unwrap_or(0),
+        _ => operation.session,
+    }
+}
+
+/// (d) One leader per election token: every token of a name belongs to one
+/// session, in grants and in observations alike; if a campaign won before
+/// another was invoked, the later one's token is higher (equal only for the same
+/// session getting its leadership back); and each observer's states of a name
+/// never go back (tokens non-decreasing, vacancies aside).
+pub fn elections(operations: &[Operation]) -> CheckResult {
+    let mut anomalies = Vec::new();
+    // Grants by name.
+    let mut grants: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+    for operation in operations {
+        if operation.function == Function::Campaign && operation.outcome == Kind::Ok && operation.token.is_some() {
+            grants.entry(&operation.key).or_default().push(operation);
+        }
+    }
+    let observations: Vec<&Operation> =
+        operations.iter().filter(|operation| operation.function == Function::Observe).collect();
+    let mut owners: BTreeMap<(String, u64), &Operation> = BTreeMap::new();
+    let sources = grants.values().flatten().copied().chain(observations.iter().copied().filter(|o| o.token.is_some()));
+    for operation in sources {
+        let token = operation.token.unwrap();
+        let session = leader_session(operation);
+        match owners.get(&(operation.key.clone(), token)) {
+            Some(first) if leader_session(first) != session => anomalies.push(Anomaly {
+                what: format!("election token {token} of {} belongs to two sessions", operation.key),
+                operations: vec![first.describe(), operation.describe()],
+            }),
+            Some(_) => {}
+            None => {
+                owners.insert((operation.key.clone(), token), operation);
+            }
+        }
+    }
+    for (name, list) in &grants {
+        let mut by_completion: Vec<&Operation> = list.clone();
+        by_completion.sort_by_key(|grant| grant.complete_ns);
+        let mut by_invoke: Vec<&Operation> = list.clone();
+        by_invoke.sort_by_key(|grant| grant.invoke_ns);
+        let mut highest: Option<&Operation> = None;
+        let mut completed = 0;
+        for grant in by_invoke {
+            while completed < by_completion.len() && by_completion[completed].complete_ns.unwrap() < grant.invoke_ns {
+                let done = by_completion[completed];
+                if highest.is_none_or(|highest| done.token > highest.token) {
+                    highest = Some(done);
+                }
+                completed += 1;
+            }
+            if let Some(earlier) = highest {
+                let same_grant = earlier.token == grant.token && earlier.session == grant.session;
+                if earlier.token >= grant.token && !same_grant {
+                    anomalies.push(Anomaly {
+                        what: format!(
+                            "leadership token of {name} did not increase: {} won after {} had won",
+                            grant.token.unwrap(),
+                            earlier.token.unwrap()
+                        ),
+                        operations: vec![earlier.describe(), grant.describe()],
+                    });
+                }
+            }
+        }
+    }
+    let mut streams: BTreeMap<(u64, &str), Vec<&Operation>> = BTreeMap::new();
+    for observation in &observations {
+        streams.entry((observation.process, &observation.key)).or_default().push(observation);
+    }
+    for ((process, name), list) in &mut streams {
+        list.sort_by_key(|observation| observation.sequence);
+        let mut highest: Option<&Operation> = None;
+        for observation in list.iter() {
+            let Some(token) = observation.token else {
+                continue;
+            };
+            if let Some(earlier) = highest {
+                if earlier.token.unwrap() > token {
+                    anomalies.push(Anomaly {
+                        what: format!(
+                            "observer {process} of {name} went back from token {} to {token}",
+                            earlier.token.unwrap()
+                        ),
+                        operations: vec![earlier.describe(), observation.describe()],
+                    });
+                    continue;
+                }
+            }
+            highest = Some(observation);
+        }
+    }
+    let mut result = CheckResult::from_anomalies(
+        "one leader per election token (d)",
+        format!(
+            "{} ok campaigns on {} names, {} observed states",
+            grants.values().map(Vec::len).sum::<usize>(),
+            grants.len(),
+            observations.len()
+        ),
+        anomalies,
+    );
+    if grants.is_empty() && observations.is_empty() {
+        result.verdict = Verdict::Skipped;
+    }
+    result
+}
+
+/// One node's own state of a semaphore or election name, read from that node
+/// alone (a stale read: what it applied so far).
+#[derive(Debug, Clone)]
+pub struct ReplicaState {
+    pub node: u64,
+    /// When the read was sent (CLOCK_MONOTONIC ns).
+    pub at_ns: u64,
+    pub name: String,
+    /// A semaphore's limit (0: nobody holds or waits); None for an election.
+    pub limit: Option<u32>,
+    /// A semaphore's holders as (session, token).
+    pub holders: Vec<(u64, u64)>,
+    /// An election's leader as (session, token); None when vacant.
+    pub leader: Option<(u64, u64)>,
+}
+
+/// (c) and (d) white-box: in every state a node reported, a semaphore has at most
+/// `limit` holders with distinct tokens and the limit the workers asked for, and
+/// each election token belongs to one session across all nodes, reads and the
+/// history's campaigns.
+pub fn replica_states(operations: &[Operation], states: &[ReplicaState], limit: u32) -> CheckResult {
+    let mut anomalies = Vec::new();
+    let describe = |state: &ReplicaState| {
+        format!(
+            "node {} at {} ms: {} limit={:?} holders={:?} leader={:?}",
+            state.node,
+            state.at_ns / 1_000_000,
+            state.name,
+            state.limit,
+            state.holders,
+            state.leader
+        )
+    };
+    let mut owners: BTreeMap<(&str, u64), (u64, String)> = BTreeMap::new();
+    for operation in operations {
+        if operation.function == Function::Campaign && operation.outcome == Kind::Ok {
+            if let Some(token) = operation.token {
+                owners.entry((&operation.key, token)).or_insert((operation.session, operation.describe()));
+            }
+        }
+    }
+    for state in states {
+        if let Some(reported) = state.limit {
+            let tokens: BTreeSet<u64> = state.holders.iter().map(|(_, token)| *token).collect();
+            if state.holders.len() > limit as usize || (reported != 0 && reported != limit) {
+                anomalies.push(Anomaly {
+                    what: format!(
+                        "{} holders of {} on node {} (limit {limit})",
+                        state.holders.len(),
+                        state.name,
+                        state.node
+                    ),
+                    operations: vec![describe(state)],
+                });
+            } else if tokens.len() != state.holders.len() {
+                anomalies.push(Anomaly {
+                    what: format!("a permit token of {} held twice on node {}", state.name, state.node),
+                    operations: vec![describe(state)],
+                });
+            }
+        }
+        if let Some((session, token)) = state.leader {
+            match owners.get(&(state.name.as_str(), token)) {
+                Some((owner, seen)) if *owner != session => anomalies.push(Anomaly {
+                    what: format!(
+                        "election token {token} of {} led by session {session} on node {}, by {owner} elsewhere",
+                        state.name, state.node
+                    ),
+                    operations: vec![seen.clone(), describe(state)],
+                }),
+                Some(_) => {}
+                None => {
+                    owners.insert((&state.name, token), (session, describe(state)));
+                }
+            }
+        }
+    }
+    let nodes: BTreeSet<u64> = states.iter().map(|state| state.node).collect();
+    let mut result = CheckResult::from_anomalies(
+        "replica states (c, d white-box)",
+        format!("{} states read from {} nodes", states.len(), nodes.len()),
+        anomalies,
+    );
+    if states.is_empty() {
+        result.verdict = Verdict::Skipped;
+    }
+    result
 }
 
 /// How many pairs of workers believed they held the same lock at once: a holding
@@ -480,6 +791,8 @@ mod tests {
             token,
             value: None,
             error: None,
+            alive_ns: None,
+            leader_session: None,
             invoke_ns: times.0,
             complete_ns: times.1,
         }
@@ -655,5 +968,191 @@ mod tests {
         let history =
             vec![grant(1, 1, 5, 0, 10), grant(2, 2, 9, 20, 30), release(2, 2, 9, 40, 50), release(1, 1, 5, 60, 70)];
         assert_eq!(believed_at_once(&history).0, 1);
+    }
+
+    fn permit(process: u64, session: u64, token: u64, invoke: u64, complete: u64) -> Operation {
+        operation(
+            process,
+            Function::SemAcquire,
+            Kind::Ok,
+            "semaphore/0",
+            session,
+            Some(token),
+            (invoke, Some(complete)),
+        )
+    }
+
+    /// A release of permit `token`: `outcome` with its session last alive at `alive`.
+    fn permit_release(process: u64, session: u64, token: u64, at: u64, outcome: Kind, alive: u64) -> Operation {
+        let complete = if outcome == Kind::Info { None } else { Some(at + 1) };
+        let mut release =
+            operation(process, Function::SemRelease, outcome, "semaphore/0", session, Some(token), (at, complete));
+        release.alive_ns = Some(alive);
+        if outcome == Kind::Fail {
+            release.error = Some(NOT_HOLDER.into());
+        }
+        release
+    }
+
+    #[test]
+    fn k_holders_of_a_semaphore_pass() {
+        let history = vec![
+            permit(1, 1, 5, 0, 10),
+            permit(2, 2, 6, 0, 12),
+            // A third permit only after the first release was invoked.
+            permit_release(1, 1, 5, 20, Kind::Ok, 15),
+            permit(3, 3, 9, 15, 21),
+            permit_release(2, 2, 6, 30, Kind::Ok, 25),
+            permit_release(3, 3, 9, 40, Kind::Ok, 35),
+        ];
+        let result = semaphore_holders(&history, 2);
+        assert_eq!(result.verdict, Verdict::Pass, "{:?}", result.anomalies);
+    }
+
+    #[test]
+    fn k_plus_one_holders_of_a_semaphore_are_caught() {
+        let history = vec![
+            permit(1, 1, 5, 0, 10),
+            permit(2, 2, 6, 0, 12),
+            permit(3, 3, 9, 13, 14),
+            permit_release(1, 1, 5, 20, Kind::Ok, 15),
+            permit_release(2, 2, 6, 30, Kind::Ok, 25),
+            permit_release(3, 3, 9, 40, Kind::Ok, 35),
+        ];
+        let result = semaphore_holders(&history, 2);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(result.anomalies[0].what.contains("3 permits of semaphore/0"), "{:?}", result.anomalies);
+        assert_eq!(result.anomalies[0].operations.len(), 3);
+        // A refused release still proves the holding up to the session's last
+        // answered keepalive: here that keepalive came after the third grant.
+        let history = vec![
+            permit(1, 1, 5, 0, 10),
+            permit(2, 2, 6, 0, 12),
+            permit(3, 3, 9, 13, 14),
+            permit_release(1, 1, 5, 20, Kind::Fail, 16),
+            permit_release(2, 2, 6, 30, Kind::Info, 25),
+            permit_release(3, 3, 9, 40, Kind::Ok, 35),
+        ];
+        assert_eq!(semaphore_holders(&history, 2).verdict, Verdict::Fail);
+        // One token granted to two sessions.
+        let history = vec![permit(1, 1, 5, 0, 10), permit(2, 2, 5, 20, 30)];
+        let result = semaphore_holders(&history, 2);
+        assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("two sessions")));
+    }
+
+    #[test]
+    fn a_permit_whose_holder_paused_past_its_ttl_may_be_granted_again() {
+        // Worker 1 stops after its last keepalive at 11; its session expires and
+        // two permits are granted; its release after the pause is refused.
+        let history = vec![
+            permit(1, 1, 5, 0, 10),
+            permit(2, 2, 6, 0, 12),
+            permit(3, 3, 9, 13, 3_000),
+            permit_release(1, 1, 5, 5_000, Kind::Fail, 11),
+            permit_release(2, 2, 6, 5_100, Kind::Ok, 5_000),
+            permit_release(3, 3, 9, 5_200, Kind::Ok, 5_000),
+        ];
+        let result = semaphore_holders(&history, 2);
+        assert_eq!(result.verdict, Verdict::Pass, "{:?}", result.anomalies);
+        // An indeterminate release proves no more than a refused one.
+        let mut history = history;
+        history[3] = permit_release(1, 1, 5, 5_000, Kind::Info, 11);
+        assert_eq!(semaphore_holders(&history, 2).verdict, Verdict::Pass);
+    }
+
+    fn campaign(process: u64, key: &str, session: u64, token: u64, invoke: u64, complete: u64) -> Operation {
+        operation(process, Function::Campaign, Kind::Ok, key, session, Some(token), (invoke, Some(complete)))
+    }
+
+    /// An observed state: the leader's session and token, or vacant.
+    fn observed(process: u64, sequence: u64, key: &str, leader: Option<(u64, u64)>) -> Operation {
+        let mut observation = operation(
+            process,
+            Function::Observe,
+            Kind::Ok,
+            key,
+            0,
+            leader.map(|(_, token)| token),
+            (sequence, Some(sequence)),
+        );
+        observation.leader_session = leader.map(|(session, _)| session);
+        observation
+    }
+
+    #[test]
+    fn one_leader_per_token_passes() {
+        let history = vec![
+            campaign(1, "election/0", 1, 5, 0, 10),
+            observed(9, 1, "election/0", Some((1, 5))),
+            observed(9, 2, "election/0", None),
+            campaign(2, "election/0", 2, 8, 20, 30),
+            // Concurrent with the one above: may be lower.
+            campaign(3, "election/1", 3, 7, 25, 40),
+            campaign(4, "election/1", 4, 6, 26, 50),
+            observed(9, 3, "election/0", Some((2, 8))),
+            observed(9, 4, "election/0", Some((2, 8))),
+        ];
+        let result = elections(&history);
+        assert_eq!(result.verdict, Verdict::Pass, "{:?}", result.anomalies);
+    }
+
+    #[test]
+    fn two_leaders_with_one_token_are_caught() {
+        let history = vec![campaign(1, "election/0", 1, 5, 0, 10), campaign(2, "election/0", 2, 5, 5, 15)];
+        let result = elections(&history);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(result.anomalies[0].what.contains("two sessions"));
+        // An observer sees the token with another session than the one that won.
+        let history = vec![campaign(1, "election/0", 1, 5, 0, 10), observed(9, 1, "election/0", Some((2, 5)))];
+        assert_eq!(elections(&history).verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn a_leadership_token_that_does_not_increase_is_caught() {
+        let history = vec![campaign(1, "election/0", 1, 9, 0, 10), campaign(2, "election/0", 2, 7, 20, 30)];
+        let result = elections(&history);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(result.anomalies[0].what.contains("did not increase"));
+    }
+
+    #[test]
+    fn an_observer_going_back_is_caught() {
+        let history = vec![
+            observed(9, 1, "election/0", Some((1, 5))),
+            observed(9, 2, "election/0", Some((2, 8))),
+            observed(9, 3, "election/0", None),
+            observed(9, 4, "election/0", Some((1, 5))),
+        ];
+        let result = elections(&history);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(result.anomalies[0].what.contains("went back"), "{:?}", result.anomalies);
+    }
+
+    fn replica(node: u64, name: &str, holders: Vec<(u64, u64)>, leader: Option<(u64, u64)>) -> ReplicaState {
+        let limit = if name.starts_with("semaphore") { Some(2) } else { None };
+        ReplicaState { node, at_ns: 0, name: name.into(), limit, holders, leader }
+    }
+
+    #[test]
+    fn replica_states_within_the_limits_pass_and_beyond_them_fail() {
+        let history = vec![campaign(1, "election/0", 1, 5, 0, 10)];
+        let good = vec![
+            replica(1, "semaphore/0", vec![(1, 5), (2, 6)], None),
+            replica(2, "semaphore/0", vec![(1, 5)], None),
+            replica(1, "election/0", Vec::new(), Some((1, 5))),
+            replica(2, "election/0", Vec::new(), Some((3, 9))),
+            replica(3, "election/0", Vec::new(), Some((3, 9))),
+        ];
+        let result = replica_states(&history, &good, 2);
+        assert_eq!(result.verdict, Verdict::Pass, "{:?}", result.anomalies);
+        let too_many = vec![replica(1, "semaphore/0", vec![(1, 5), (2, 6), (3, 7)], None)];
+        assert_eq!(replica_states(&history, &too_many, 2).verdict, Verdict::Fail);
+        let two_leaders = vec![replica(2, "election/0", Vec::new(), Some((4, 5)))];
+        assert_eq!(replica_states(&history, &two_leaders, 2).verdict, Verdict::Fail);
+        let across_nodes = vec![
+            replica(1, "election/0", Vec::new(), Some((3, 9))),
+            replica(2, "election/0", Vec::new(), Some((4, 9))),
+        ];
+        assert_eq!(replica_states(&[], &across_nodes, 2).verdict, Verdict::Fail);
     }
 }

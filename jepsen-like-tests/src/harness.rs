@@ -19,12 +19,12 @@ use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::checker::{self, CheckResult, RestartObservation, Verdict};
+use crate::checker::{self, CheckResult, ReplicaState, RestartObservation, Verdict};
 use crate::cluster::{Addressing, ClusterOptions, TestCluster};
 use crate::fenced_store::FencedStore;
 use crate::history::{self, monotonic_ns, Kind, Record};
 use crate::nemesis::{self, Fault, FaultRecord, NemesisKind, Outcome};
-use crate::workload::Workload;
+use crate::workload::{Workload, SEMAPHORE_LIMIT};
 
 /// Set in the environment of the harness once it runs inside its namespace.
 pub const NAMESPACE_ENV: &str = "LEASEHOLD_JEPSEN_IN_NAMESPACE";
@@ -40,6 +40,8 @@ pub const FAULT_GAP_MS_MAX: u64 = 3_000;
 /// How long a partition, a killed node or a skewed clock lasts.
 pub const FAULT_HOLD_MS_MIN: u64 = 2_000;
 pub const FAULT_HOLD_MS_MAX: u64 = 5_000;
+/// How long one node may take to answer a white-box state read.
+pub const REPLICA_READ_MS_MAX: u64 = 1_000;
 /// How long the cluster may take to elect a leader after a fault is healed.
 pub const RECOVERY_MS_MAX: u64 = 30_000;
 /// How long a removed node may take to exit.
@@ -61,7 +63,7 @@ pub struct RunArguments {
     /// The seed of every random choice; random (and printed) when absent.
     #[arg(long, env = "LEASEHOLD_JEPSEN_SEED")]
     pub seed: Option<u64>,
-    /// lock, fenced-counter or all (semaphore and election come with issue 4).
+    /// lock, fenced-counter, semaphore, election or all (comma-separated).
     #[arg(long, default_value = "all")]
     pub workload: String,
     /// Comma-separated: kill, pause, partition, clock, member, all, none;
@@ -95,6 +97,8 @@ fn parse_workloads(text: &str) -> anyhow::Result<Vec<Workload>> {
             "all" => {
                 workloads.insert(Workload::Lock);
                 workloads.insert(Workload::FencedCounter);
+                workloads.insert(Workload::Semaphore);
+                workloads.insert(Workload::Election);
             }
             "lock" => {
                 workloads.insert(Workload::Lock);
@@ -102,10 +106,13 @@ fn parse_workloads(text: &str) -> anyhow::Result<Vec<Workload>> {
             "fenced-counter" => {
                 workloads.insert(Workload::FencedCounter);
             }
-            "semaphore" | "election" => {
-                bail!("the {word} workload comes with issue 4 (semaphores and elections)")
+            "semaphore" => {
+                workloads.insert(Workload::Semaphore);
             }
-            other => bail!("unknown workload {other:?}: use lock, fenced-counter or all"),
+            "election" => {
+                workloads.insert(Workload::Election);
+            }
+            other => bail!("unknown workload {other:?}: use lock, fenced-counter, semaphore, election or all"),
         }
     }
     if workloads.is_empty() {
@@ -171,6 +178,9 @@ struct Harness {
     workers: Vec<WorkerProcess>,
     faults: Vec<FaultRecord>,
     restarts: Vec<RestartObservation>,
+    /// Each node's own (stale-read) semaphore and election states, sampled after
+    /// every fault and after the final heal, for the white-box check.
+    replica_states: Vec<ReplicaState>,
     next_node_id: u64,
     /// Nodes whose clock was skewed (reset at the final heal).
     skewed: BTreeSet<u64>,
@@ -214,6 +224,7 @@ impl Harness {
             workers: Vec::new(),
             faults: Vec::new(),
             restarts: Vec::new(),
+            replica_states: Vec::new(),
             skewed: BTreeSet::new(),
             started: Instant::now(),
         };
@@ -245,7 +256,7 @@ impl Harness {
         let endpoints = self.cluster.endpoints().join(",");
         let mut process: u64 = 0;
         for workload in self.workloads.clone() {
-            for _ in 0..workload.workers() {
+            for index in 0..workload.workers() {
                 process += 1;
                 let history = self.arguments.out.join("workers").join(format!("worker-{process}.jsonl"));
                 let log =
@@ -261,6 +272,7 @@ impl Harness {
                     .arg("--history")
                     .arg(&history)
                     .args(["--liveness-bound-ms", &self.arguments.liveness_bound_ms.to_string()])
+                    .args((workload == Workload::Election && index == 0).then_some("--observer"))
                     .env("RUST_LOG", "warn")
                     .stdin(Stdio::piped())
                     .stdout(log.try_clone()?)
@@ -310,10 +322,12 @@ impl Harness {
                 record.detail.push_str("; no leader within the recovery deadline after healing");
             }
             record.end_ns = monotonic_ns();
+            self.sample_replicas().await;
             self.log(&format!("{} {:?} {:?} {}", record.fault, record.outcome, record.targets, record.detail));
             self.faults.push(record);
         }
         self.final_heal().await;
+        self.sample_replicas().await;
         let final_ns = monotonic_ns();
         self.log("final heal done; workers run the liveness phase");
         for worker in &mut self.workers {
@@ -487,7 +501,12 @@ impl Harness {
             let client = self.cluster.client();
             let mut observation = RestartObservation { killed_ns, ..Default::default() };
             let mut complete = true;
-            let keys: Vec<String> = self.workloads.iter().flat_map(|workload| workload.keys()).collect();
+            let keys: Vec<String> = self
+                .workloads
+                .iter()
+                .filter(|workload| workload.uses_locks())
+                .flat_map(|workload| workload.keys())
+                .collect();
             for key in keys {
                 match client.describe_lock(&key, false).await {
                     Ok(response) => {
@@ -614,6 +633,66 @@ impl Harness {
         }
     }
 
+    /// Reads every running node's own state of each semaphore and election name
+    /// (stale reads answered by that node alone, so a lagging or deposed node shows
+    /// what it applied). A node that does not answer in time is left out.
+    async fn sample_replicas(&mut self) {
+        use leasehold_proto as pb;
+        let semaphores =
+            if self.workloads.contains(&Workload::Semaphore) { Workload::Semaphore.keys() } else { Vec::new() };
+        let elections =
+            if self.workloads.contains(&Workload::Election) { Workload::Election.keys() } else { Vec::new() };
+        if semaphores.is_empty() && elections.is_empty() {
+            return;
+        }
+        let ids: Vec<u64> = self.cluster.nodes.keys().copied().collect();
+        for id in ids {
+            if !self.cluster.is_running(id) {
+                continue;
+            }
+            let url = format!("http://{}", self.cluster.nodes[&id].client_addr);
+            let deadline = Duration::from_millis(REPLICA_READ_MS_MAX);
+            let Ok(Ok(channel)) =
+                tokio::time::timeout(deadline, tonic::transport::Endpoint::from_shared(url.clone()).unwrap().connect())
+                    .await
+            else {
+                continue;
+            };
+            for name in &semaphores {
+                let request = pb::DescribeSemaphoreRequest { name: name.clone(), stale: true };
+                let mut client = pb::semaphores_client::SemaphoresClient::new(channel.clone());
+                let at_ns = monotonic_ns();
+                if let Ok(Ok(response)) = tokio::time::timeout(deadline, client.describe(request)).await {
+                    let response = response.into_inner();
+                    self.replica_states.push(ReplicaState {
+                        node: id,
+                        at_ns,
+                        name: name.clone(),
+                        limit: Some(response.limit),
+                        holders: response.holders.iter().map(|holder| (holder.session_id, holder.token)).collect(),
+                        leader: None,
+                    });
+                }
+            }
+            for name in &elections {
+                let request = pb::LeaderRequest { name: name.clone(), stale: true };
+                let mut client = pb::elections_client::ElectionsClient::new(channel.clone());
+                let at_ns = monotonic_ns();
+                if let Ok(Ok(response)) = tokio::time::timeout(deadline, client.leader(request)).await {
+                    let leader = response.into_inner().leader.map(|leader| (leader.session_id, leader.token));
+                    self.replica_states.push(ReplicaState {
+                        node: id,
+                        at_ns,
+                        name: name.clone(),
+                        limit: None,
+                        holders: Vec::new(),
+                        leader,
+                    });
+                }
+            }
+        }
+    }
+
     /// Heals everything: partitions, pauses, clocks, dead nodes; waits until every
     /// node applied the leader's commit index.
     async fn final_heal(&mut self) {
@@ -705,6 +784,9 @@ impl Harness {
             checker::fenced_store(&operations, &self.store.writes(), &final_values),
             checker::durability(&operations, &self.restarts),
             checker::linearizability(&operations, budget),
+            checker::semaphore_holders(&operations, SEMAPHORE_LIMIT as usize),
+            checker::elections(&operations),
+            checker::replica_states(&operations, &self.replica_states, SEMAPHORE_LIMIT),
             checker::liveness(
                 &operations,
                 &processes,
@@ -772,8 +854,12 @@ impl Harness {
         );
         let mut by_outcome: BTreeMap<(String, Kind), usize> = BTreeMap::new();
         for operation in operations {
-            *by_outcome.entry((format!("{:?}", operation.function).to_lowercase(), operation.outcome)).or_default() +=
-                1;
+            // The history's name of the function (kebab-case, as in the JSONL).
+            let function = serde_json::to_value(operation.function)
+                .ok()
+                .and_then(|value| value.as_str().map(str::to_string))
+                .unwrap_or_default();
+            *by_outcome.entry((function, operation.outcome)).or_default() += 1;
         }
         line(&mut text, format!("operations: {}", operations.len()));
         let mut functions: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
@@ -786,7 +872,7 @@ impl Harness {
             }
         }
         for (function, (ok, fail, info)) in functions {
-            line(&mut text, format!("  {function:<10} ok {ok:>6}   fail {fail:>6}   info {info:>6}"));
+            line(&mut text, format!("  {function:<11} ok {ok:>6}   fail {fail:>6}   info {info:>6}"));
         }
         let mut by_fault: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
         for fault in &self.faults {
@@ -862,7 +948,8 @@ impl Harness {
     }
 }
 
-/// Whether a worker's last record says it holds a lock or is inside an increment.
+/// Whether a worker's last record says it holds a lock, a permit or a leadership, or
+/// is inside an increment.
 fn holding(history: &Path) -> bool {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut file) = std::fs::File::open(history) else {
@@ -882,6 +969,9 @@ fn holding(history: &Path) -> bool {
     };
     matches!(
         (record.function, record.kind),
-        (history::Function::Acquire, Kind::Ok) | (history::Function::Increment, Kind::Invoke)
+        (history::Function::Acquire, Kind::Ok)
+            | (history::Function::Increment, Kind::Invoke)
+            | (history::Function::SemAcquire, Kind::Ok)
+            | (history::Function::Campaign, Kind::Ok)
     )
 }

@@ -42,6 +42,21 @@ pub enum Function {
     /// Append `value` (a unique id) to the list in the fenced store under `key`, by a
     /// fenced read and a write with `token`.
     Increment,
+    /// Acquire a permit of semaphore `key`; ok carries the permit's token, a fail
+    /// with error `SEMAPHORE_FULL` says the K permits were held.
+    SemAcquire,
+    /// Release the permit `token` of semaphore `key`; the invoke carries `alive_ns`.
+    SemRelease,
+    /// Campaign for election `key` with `value` (the worker id); ok carries the
+    /// leadership's token, a fail with error `NOT_ELECTED` another leader's token.
+    Campaign,
+    /// The leader with `token` announces a new `value`.
+    Proclaim,
+    /// Give up the leadership `token`; the invoke carries `alive_ns`.
+    Resign,
+    /// One state of election `key` seen by an observer (invoke and ok at once):
+    /// `token`, `value` and `leader_session` of the leader, all None when vacant.
+    Observe,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -60,6 +75,10 @@ pub const NOT_ACQUIRED: &str = "not-acquired";
 /// The error of a fail record whose release was refused because the token is not
 /// the current grant (or the session is gone).
 pub const NOT_HOLDER: &str = "not-holder";
+/// The error of a fail record whose semaphore acquire found every permit held.
+pub const SEMAPHORE_FULL: &str = "semaphore-full";
+/// The error of a fail record whose campaign did not lead within its wait.
+pub const NOT_ELECTED: &str = "not-elected";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -83,6 +102,15 @@ pub struct Record {
     pub value: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// On the invoke of a release or resign: the send time (CLOCK_MONOTONIC ns) of
+    /// the session's last answered keepalive. The session certainly lived until
+    /// then (the leader confirms its leadership before answering), so a grant of
+    /// that session was held at least that long even if the release fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alive_ns: Option<u64>,
+    /// On an observation: the observed leader's session (None: vacant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_session: Option<u64>,
     pub phase: Phase,
     pub time_ns: u64,
 }
@@ -103,6 +131,10 @@ pub struct Operation {
     pub token: Option<u64>,
     pub value: Option<String>,
     pub error: Option<String>,
+    /// From the invoke of a release or resign (see `Record::alive_ns`).
+    pub alive_ns: Option<u64>,
+    /// From an observation (see `Record::leader_session`).
+    pub leader_session: Option<u64>,
     pub invoke_ns: u64,
     /// None for info: it may take effect at any time after the invoke.
     pub complete_ns: Option<u64>,
@@ -123,6 +155,12 @@ impl Operation {
         }
         if let Some(error) = &self.error {
             text.push_str(&format!(" error={error}"));
+        }
+        if let Some(leader_session) = self.leader_session {
+            text.push_str(&format!(" leader-session={leader_session}"));
+        }
+        if let Some(alive) = self.alive_ns {
+            text.push_str(&format!(" session-alive-until={}ms", alive / 1_000_000));
         }
         text.push_str(&format!(" invoke={}ms", self.invoke_ns / 1_000_000));
         if let Some(complete) = self.complete_ns {
@@ -184,6 +222,8 @@ pub fn operations(records: &[Record]) -> Vec<Operation> {
                     token: record.token,
                     value: record.value.clone(),
                     error: None,
+                    alive_ns: record.alive_ns,
+                    leader_session: record.leader_session,
                     invoke_ns: record.time_ns,
                     complete_ns: None,
                 };
@@ -205,6 +245,9 @@ pub fn operations(records: &[Record]) -> Vec<Operation> {
                     operation.session = record.session;
                 }
                 operation.error = record.error.clone();
+                if record.leader_session.is_some() {
+                    operation.leader_session = record.leader_session;
+                }
                 if outcome != Kind::Info {
                     operation.complete_ns = Some(record.time_ns);
                 }
@@ -233,6 +276,8 @@ mod tests {
             token,
             value: None,
             error: None,
+            alive_ns: None,
+            leader_session: None,
             phase: Phase::Main,
             time_ns,
         };

@@ -4,8 +4,9 @@
 //! writes `final` on its stdin. Then it runs the liveness phase (one acquire that
 //! must succeed within a bound) and exits.
 //!
-//! Workloads are an enum: adding one (semaphore and election come with issue 4)
-//! means a variant, its keys, a `step` in the worker and its checks in `checker`.
+//! Workloads are an enum: adding one means a variant, its keys, a `step` in the
+//! worker and its checks in `checker`. The election workload's first worker is an
+//! observer: it records every state of every election name instead of campaigning.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,7 +18,9 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
 use crate::fenced_store::remote_request;
-use crate::history::{monotonic_ns, Function, HistoryWriter, Kind, Phase, Record, NOT_ACQUIRED, NOT_HOLDER};
+use crate::history::{
+    monotonic_ns, Function, HistoryWriter, Kind, Phase, Record, NOT_ACQUIRED, NOT_ELECTED, NOT_HOLDER, SEMAPHORE_FULL,
+};
 
 /// What a worker does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -28,6 +31,12 @@ pub enum Workload {
     /// Under a lock, a read-modify-write of a list in the fenced store: a fenced
     /// read with the token, a pause, a write of the list with one more unique id.
     FencedCounter,
+    /// Acquire a permit of a semaphore with `SEMAPHORE_LIMIT` permits (short waits),
+    /// hold it for a random time (some holds longer than the TTL), release it.
+    Semaphore,
+    /// Campaign for an election with the worker id as value, lead for a random time,
+    /// sometimes proclaim a new value, resign; one worker observes every state.
+    Election,
 }
 
 impl Workload {
@@ -35,7 +44,15 @@ impl Workload {
         match self {
             Workload::Lock => "lock",
             Workload::FencedCounter => "fenced-counter",
+            Workload::Semaphore => "semaphore",
+            Workload::Election => "election",
         }
+    }
+
+    /// Whether the workload's keys are locks (described after a full restart for
+    /// check (e), checked for linearizability).
+    pub fn uses_locks(self) -> bool {
+        matches!(self, Workload::Lock | Workload::FencedCounter)
     }
 
     /// The lock names (and for the counter, the store resources) the workload uses.
@@ -43,6 +60,8 @@ impl Workload {
         match self {
             Workload::Lock => (0..LOCK_KEYS).map(|index| format!("lock/{index}")).collect(),
             Workload::FencedCounter => (0..COUNTER_KEYS).map(|index| format!("counter/{index}")).collect(),
+            Workload::Semaphore => (0..SEMAPHORE_KEYS).map(|index| format!("semaphore/{index}")).collect(),
+            Workload::Election => (0..ELECTION_KEYS).map(|index| format!("election/{index}")).collect(),
         }
     }
 
@@ -51,6 +70,8 @@ impl Workload {
         match self {
             Workload::Lock => LOCK_WORKERS,
             Workload::FencedCounter => COUNTER_WORKERS,
+            Workload::Semaphore => SEMAPHORE_WORKERS,
+            Workload::Election => ELECTION_WORKERS,
         }
     }
 }
@@ -59,6 +80,18 @@ pub const LOCK_KEYS: usize = 2;
 pub const COUNTER_KEYS: usize = 2;
 pub const LOCK_WORKERS: u64 = 5;
 pub const COUNTER_WORKERS: u64 = 4;
+pub const SEMAPHORE_KEYS: usize = 2;
+/// K: permits per semaphore name. With `SEMAPHORE_WORKERS` > K on few names the
+/// limit is contended.
+pub const SEMAPHORE_LIMIT: u32 = 2;
+pub const SEMAPHORE_WORKERS: u64 = 5;
+pub const ELECTION_KEYS: usize = 2;
+/// Campaigners plus the one observer.
+pub const ELECTION_WORKERS: u64 = 4;
+/// Longest wait of a semaphore acquire or a campaign ("a short wait").
+pub const SHORT_WAIT_MS_MAX: u64 = 500;
+/// One leadership in `PROCLAIM_ONE_IN` announces a new value halfway through.
+pub const PROCLAIM_ONE_IN: u32 = 3;
 /// Longest wait of a blocking acquire.
 pub const ACQUIRE_WAIT_MS_MAX: u64 = 2_000;
 /// Usual hold time range; one hold in `LONG_HOLD_ONE_IN` lasts 1.5 TTLs.
@@ -97,6 +130,9 @@ pub struct WorkloadWorkerArguments {
     pub history: PathBuf,
     #[arg(long, default_value_t = LIVENESS_BOUND_MS_DEFAULT)]
     pub liveness_bound_ms: u64,
+    /// Election workload: observe every election name instead of campaigning.
+    #[arg(long)]
+    pub observer: bool,
 }
 
 struct Worker {
@@ -163,9 +199,16 @@ impl Worker {
             token,
             value,
             error,
+            alive_ns: None,
+            leader_session: None,
             phase: self.phase,
             time_ns: monotonic_ns(),
         };
+        self.write(record);
+    }
+
+    /// Appends a record built by the caller (for the fields `record_in` leaves out).
+    fn write(&mut self, record: Record) {
         if let Err(error) = self.history.append(&record) {
             // Without its history the run means nothing: stop loudly.
             panic!("cannot append to the history: {error}");
@@ -331,6 +374,216 @@ impl Worker {
         }
     }
 
+    /// Records the invoke of a release or resign, with the send time of the
+    /// session's last answered keepalive (see `Record::alive_ns`).
+    fn invoke_ending(&mut self, function: Function, session: &leasehold::Session, key: &str, token: u64) -> u64 {
+        self.sequence += 1;
+        let sequence = self.sequence;
+        let record = Record {
+            process: self.arguments.process,
+            sequence,
+            kind: Kind::Invoke,
+            function,
+            key: key.to_string(),
+            session: session.id(),
+            token: Some(token),
+            value: None,
+            error: None,
+            alive_ns: Some(last_answered_keepalive_ns(session)),
+            leader_session: None,
+            phase: self.phase,
+            time_ns: monotonic_ns(),
+        };
+        self.write(record);
+        sequence
+    }
+
+    /// Records the outcome of a release or resign; a refusal means the grant was
+    /// not (any more) this session's. After an indeterminate one the session is
+    /// abandoned: whether it still holds the grant is unknown.
+    fn record_ending(
+        &mut self,
+        session: u64,
+        sequence: u64,
+        function: Function,
+        key: &str,
+        token: u64,
+        result: leasehold::Result<()>,
+    ) {
+        match result {
+            Ok(()) => self.record_in(session, sequence, Kind::Ok, function, key, Some(token), None, None),
+            Err(error) => {
+                let refused = matches!(
+                    error,
+                    leasehold::Error::Refused(_) | leasehold::Error::NotFound(_) | leasehold::Error::SessionLost(_)
+                );
+                let (kind, reason) = if refused {
+                    (Kind::Fail, NOT_HOLDER.to_string())
+                } else {
+                    (outcome_of(&error), error.to_string())
+                };
+                self.record_in(session, sequence, kind, function, key, Some(token), None, Some(reason));
+                if kind == Kind::Info && self.session.as_ref().is_some_and(|current| current.id() == session) {
+                    self.abandon_session();
+                }
+            }
+        }
+    }
+
+    /// Records a failed or indeterminate acquire or campaign; after an
+    /// indeterminate one the session is abandoned (it may hold the grant).
+    async fn record_grant_error(&mut self, sequence: u64, function: Function, key: &str, error: leasehold::Error) {
+        let mut outcome = outcome_of(&error);
+        if is_reused_request_id(&error) {
+            // As in `acquire`: the first attempt may have been applied.
+            outcome = Kind::Info;
+        }
+        self.record(sequence, outcome, function, key, None, None, Some(error.to_string()));
+        if outcome == Kind::Info {
+            self.abandon_session();
+        } else {
+            tokio::time::sleep(Duration::from_millis(BACKOFF_MS)).await;
+        }
+    }
+
+    /// One semaphore round: acquire a permit of `key` waiting at most `wait`, hold
+    /// it `hold_ms`, release it. Whether a permit was granted.
+    async fn semaphore_round(&mut self, key: &str, wait: Duration, hold_ms: u64) -> bool {
+        let session = self.session.clone().expect("a session");
+        let sequence = self.invoke(Function::SemAcquire, key, None, None);
+        match session.semaphore(key, SEMAPHORE_LIMIT).acquire_within(wait).await {
+            Ok(Ok(permit)) => {
+                let token = permit.token();
+                self.record(sequence, Kind::Ok, Function::SemAcquire, key, Some(token), None, None);
+                tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+                let sequence = self.invoke_ending(Function::SemRelease, &session, key, token);
+                let result = permit.release().await;
+                self.record_ending(session.id(), sequence, Function::SemRelease, key, token, result);
+                true
+            }
+            Ok(Err(full)) => {
+                self.record(
+                    sequence,
+                    Kind::Fail,
+                    Function::SemAcquire,
+                    key,
+                    None,
+                    Some(format!("holders={} limit={}", full.holders, full.limit)),
+                    Some(SEMAPHORE_FULL.into()),
+                );
+                false
+            }
+            Err(error) => {
+                self.record_grant_error(sequence, Function::SemAcquire, key, error).await;
+                false
+            }
+        }
+    }
+
+    /// One election round: campaign for `key` with this worker's id as value,
+    /// waiting at most `wait`; lead `hold_ms` (proclaiming a new value halfway when
+    /// `proclaim`), resign. Whether the campaign won.
+    async fn election_round(&mut self, key: &str, wait: Duration, hold_ms: u64, proclaim: bool) -> bool {
+        let session = self.session.clone().expect("a session");
+        let value = self.arguments.process.to_string();
+        let sequence = self.invoke(Function::Campaign, key, None, Some(value.clone()));
+        match session.campaign_within(key, &value, wait).await {
+            Ok(Ok(leadership)) => {
+                let token = leadership.token();
+                self.record(sequence, Kind::Ok, Function::Campaign, key, Some(token), Some(value.clone()), None);
+                tokio::time::sleep(Duration::from_millis(hold_ms / 2)).await;
+                if proclaim {
+                    let announced = format!("{value}.{}", self.sequence + 1);
+                    let sequence = self.invoke(Function::Proclaim, key, Some(token), Some(announced.clone()));
+                    match leadership.proclaim(&announced).await {
+                        Ok(()) => {
+                            self.record(sequence, Kind::Ok, Function::Proclaim, key, Some(token), Some(announced), None)
+                        }
+                        Err(error) => self.record(
+                            sequence,
+                            outcome_of(&error),
+                            Function::Proclaim,
+                            key,
+                            Some(token),
+                            Some(announced),
+                            Some(error.to_string()),
+                        ),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(hold_ms - hold_ms / 2)).await;
+                let sequence = self.invoke_ending(Function::Resign, &session, key, token);
+                let result = leadership.resign().await;
+                self.record_ending(session.id(), sequence, Function::Resign, key, token, result);
+                true
+            }
+            Ok(Err(leader)) => {
+                let holder = leader.map(|leader| format!("leader-token={}", leader.token));
+                self.record(
+                    sequence,
+                    Kind::Fail,
+                    Function::Campaign,
+                    key,
+                    None,
+                    Some(holder.unwrap_or_else(|| "vacant".into())),
+                    Some(NOT_ELECTED.into()),
+                );
+                false
+            }
+            Err(error) => {
+                self.record_grant_error(sequence, Function::Campaign, key, error).await;
+                false
+            }
+        }
+    }
+
+    /// The observer: records every state of every election name, in the order
+    /// each stream delivers them, until the harness says `final`.
+    async fn observe(&mut self, final_signal: &mut watch::Receiver<bool>) {
+        let streams = Workload::Election.keys().into_iter().map(|key| {
+            let stream = self.client.observe(&key);
+            futures::StreamExt::map(stream, move |state| (key.clone(), state))
+        });
+        let mut states = futures::stream::select_all(streams);
+        loop {
+            tokio::select! {
+                _ = final_signal.wait_for(|done| *done) => break,
+                next = futures::StreamExt::next(&mut states) => {
+                    let Some((key, state)) = next else { break };
+                    // A stream error is no state: the stream reconnects by itself.
+                    let Ok(state) = state else { continue };
+                    self.sequence += 1;
+                    let mut record = Record {
+                        process: self.arguments.process,
+                        sequence: self.sequence,
+                        kind: Kind::Invoke,
+                        function: Function::Observe,
+                        key,
+                        session: 0,
+                        token: state.as_ref().map(|leader| leader.token),
+                        value: state.as_ref().map(|leader| leader.value.clone()),
+                        error: None,
+                        alive_ns: None,
+                        leader_session: state.as_ref().map(|leader| leader.session_id),
+                        phase: self.phase,
+                        time_ns: monotonic_ns(),
+                    };
+                    self.write(record.clone());
+                    record.kind = Kind::Ok;
+                    self.write(record);
+                }
+            }
+        }
+    }
+
+    /// A hold time: usually short, one in `LONG_HOLD_ONE_IN` 1.5 TTLs.
+    fn hold_ms(&mut self) -> u64 {
+        if self.random.random_ratio(1, LONG_HOLD_ONE_IN) {
+            self.arguments.ttl_ms * 3 / 2
+        } else {
+            self.random.random_range(0..=HOLD_MS_MAX)
+        }
+    }
+
     /// One round of the workload: acquire a random key, hold (and for the counter,
     /// increment), release.
     async fn step(&mut self) {
@@ -339,28 +592,40 @@ impl Worker {
         }
         let keys = self.arguments.workload.keys();
         let key = keys[self.random.random_range(0..keys.len())].clone();
+        match self.arguments.workload {
+            Workload::Semaphore => {
+                let wait_ms = self.random.random_range(0..=SHORT_WAIT_MS_MAX);
+                let hold_ms = self.hold_ms();
+                self.semaphore_round(&key, Duration::from_millis(wait_ms), hold_ms).await;
+                return;
+            }
+            Workload::Election => {
+                let wait_ms = self.random.random_range(0..=SHORT_WAIT_MS_MAX);
+                let hold_ms = self.hold_ms();
+                let proclaim = self.random.random_ratio(1, PROCLAIM_ONE_IN);
+                self.election_round(&key, Duration::from_millis(wait_ms), hold_ms, proclaim).await;
+                return;
+            }
+            Workload::Lock | Workload::FencedCounter => {}
+        }
         let wait_ms = if self.random.random_bool(0.3) { 0 } else { self.random.random_range(0..=ACQUIRE_WAIT_MS_MAX) };
         let Some(guard) = self.acquire(&key, Duration::from_millis(wait_ms)).await else {
             return;
         };
         let token = guard.token();
-        let hold_ms = if self.random.random_ratio(1, LONG_HOLD_ONE_IN) {
-            self.arguments.ttl_ms * 3 / 2
-        } else {
-            self.random.random_range(0..=HOLD_MS_MAX)
-        };
+        let hold_ms = self.hold_ms();
         match self.arguments.workload {
-            Workload::Lock => tokio::time::sleep(Duration::from_millis(hold_ms)).await,
             Workload::FencedCounter => {
                 self.increment(&key, token).await;
                 tokio::time::sleep(Duration::from_millis(hold_ms / 4)).await;
             }
+            _ => tokio::time::sleep(Duration::from_millis(hold_ms)).await,
         }
         self.release(guard).await;
     }
 
-    /// The liveness phase: a fresh session, one acquire of this worker's key that
-    /// waits up to the bound, a release.
+    /// The liveness phase: a fresh session, one acquire (permit, campaign) of this
+    /// worker's key that waits up to the bound, a release (resign).
     async fn final_phase(&mut self) {
         self.phase = Phase::Final;
         if let Some(session) = self.session.take() {
@@ -375,8 +640,18 @@ impl Worker {
                 continue;
             }
             let left = give_up.saturating_duration_since(tokio::time::Instant::now());
-            if let Some(guard) = self.acquire(&key, left).await {
-                self.release(guard).await;
+            let granted = match self.arguments.workload {
+                Workload::Semaphore => self.semaphore_round(&key, left, 0).await,
+                Workload::Election => self.election_round(&key, left, 0, false).await,
+                Workload::Lock | Workload::FencedCounter => match self.acquire(&key, left).await {
+                    Some(guard) => {
+                        self.release(guard).await;
+                        true
+                    }
+                    None => false,
+                },
+            };
+            if granted {
                 break;
             }
         }
@@ -384,6 +659,14 @@ impl Worker {
             let _ = tokio::time::timeout(Duration::from_secs(5), session.close()).await;
         }
     }
+}
+
+/// The send time of the session's last answered keepalive on CLOCK_MONOTONIC
+/// (std's `Instant` reads the same clock on Linux; the offset is measured now).
+fn last_answered_keepalive_ns(session: &leasehold::Session) -> u64 {
+    let sent = session.deadline().checked_sub(session.ttl()).unwrap_or_else(std::time::Instant::now);
+    let now_ns = monotonic_ns();
+    now_ns.saturating_sub(std::time::Instant::now().saturating_duration_since(sent).as_nanos() as u64)
 }
 
 /// Runs one worker until the harness says `final` (or closes stdin), then the
@@ -417,8 +700,12 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
     };
     // Steps are not cancelled (a dropped guard would release behind the history's
     // back); each is bounded by its waits and the request deadline.
-    while !*final_signal.borrow_and_update() {
-        worker.step().await;
+    if worker.arguments.observer {
+        worker.observe(&mut final_signal).await;
+    } else {
+        while !*final_signal.borrow_and_update() {
+            worker.step().await;
+        }
     }
     worker.final_phase().await;
     Ok(())
