@@ -119,12 +119,12 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let client = self.session.client().clone();
-            let (session_id, name, token) = (self.session.id(), std::mem::take(&mut self.name), self.token);
-            runtime.spawn(async move {
-                let _ = release(&client, session_id, &name, token).await;
-            });
-        }
+        let name = std::mem::take(&mut self.name);
+        crate::session::give_back_later(
+            &self.session,
+            name,
+            self.token,
+            |client, session_id, name, token| async move { release(&client, session_id, &name, token).await },
+        );
     }
 }

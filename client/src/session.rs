@@ -17,6 +17,21 @@ use crate::error::{Error, Result};
 use crate::keepalive;
 use crate::lock::{Acquired, LockGuard, NotAcquired};
 
+/// Gives a grant back in the background when its guard is dropped without an
+/// explicit release. Best effort: if this is lost, the grant ends with the session.
+pub(crate) fn give_back_later<F, Fut>(session: &Session, name: String, token: u64, give_back: F)
+where
+    F: FnOnce(Client, u64, String, u64) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+{
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let (client, session_id) = (session.client().clone(), session.id());
+        runtime.spawn(async move {
+            let _ = give_back(client, session_id, name, token).await;
+        });
+    }
+}
+
 /// One answer of a request that may wait: granted with a token, or not (yet).
 pub(crate) enum WaitAnswer<Detail> {
     Granted(u64),
