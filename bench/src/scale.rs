@@ -17,6 +17,9 @@ use crate::server_process::resident_bytes;
 
 /// Requests in flight while filling the cluster.
 pub const FILL_CONCURRENCY: usize = 256;
+/// The server's LOCKS_PER_SESSION_MAX (the bench talks to the server only through
+/// its public API, so it does not link the server crate to read it).
+pub const SERVER_LOCKS_PER_SESSION_MAX: usize = 1_024;
 /// The TTL of the filling sessions: long enough that none expires during a run.
 pub const FILL_TTL: Duration = Duration::from_secs(3_600);
 
@@ -71,8 +74,8 @@ pub async fn fill_locks(
     locks: usize,
     locks_per_session: usize,
 ) -> anyhow::Result<Vec<leasehold::Session>> {
-    if locks_per_session == 0 || locks_per_session > leasehold_locks_per_session_max() {
-        bail!("locks per session must be 1 to {}", leasehold_locks_per_session_max());
+    if locks_per_session == 0 || locks_per_session > SERVER_LOCKS_PER_SESSION_MAX {
+        bail!("locks per session must be 1 to {SERVER_LOCKS_PER_SESSION_MAX}");
     }
     let started = Instant::now();
     let session_count = locks.div_ceil(locks_per_session);
@@ -99,10 +102,6 @@ pub async fn fill_locks(
         task.await??;
     }
     Ok(sessions)
-}
-
-fn leasehold_locks_per_session_max() -> usize {
-    1_024
 }
 
 /// Waits until the node at `endpoint` answers and has applied at least `index`.
