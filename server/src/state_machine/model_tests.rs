@@ -110,6 +110,10 @@ impl Model {
         };
         if let Some(owner) = owner {
             let session = self.sessions.iter_mut().find(|session| session.id == owner).unwrap();
+            // Once a command names the session, its creation's answer is forgotten.
+            if !matches!(command, Command::CreateSession { .. }) {
+                session.answers.retain(|(earlier, _)| !matches!(earlier, Command::CreateSession { .. }));
+            }
             session.answers.push((command.clone(), response.clone()));
             if session.answers.len() > REQUESTS_REMEMBERED_PER_SESSION_MAX {
                 session.answers.remove(0);

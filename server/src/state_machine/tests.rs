@@ -789,6 +789,29 @@ fn retried_create_session_returns_the_same_session() {
 }
 
 #[test]
+fn create_session_answer_is_forgotten_once_a_request_names_the_session() {
+    let mut harness = Harness::new();
+    let command = harness.create_command("a");
+    let (response, _) = harness.apply(&command);
+    let Response::SessionCreated { session: a, .. } = response else { panic!("{response:?}") };
+    // A rejected request changes nothing, so the answer is still there.
+    let (response, _) = harness.acquire(a, "", false);
+    assert!(matches!(response, Response::Rejected(_)), "{response:?}");
+    assert_eq!(harness.retry(&command), response_created(a));
+    harness.grant(a, "orders");
+    // The client knew its session id when it asked for the lock: a late retry of the
+    // creation is a new request and makes a new session.
+    let index = harness.next_index();
+    let (response, _) = harness.apply(&command);
+    assert_eq!(response, response_created(index));
+    assert_eq!(harness.machine.session_count(), 2);
+}
+
+fn response_created(session: SessionId) -> Response {
+    Response::SessionCreated { session, ttl_ms: TTL_MS }
+}
+
+#[test]
 fn retried_release_and_cancel_return_the_stored_answer() {
     let mut harness = Harness::new();
     let a = harness.create("a");
@@ -1058,7 +1081,7 @@ fn sessions_limit_is_enforced() {
                 claims: Vec::new(),
                 remembered: Vec::new(),
             };
-            (id, session)
+            (id, Box::new(session))
         })
         .collect();
     harness.machine.last_applied = Some(count);
@@ -1226,7 +1249,9 @@ fn an_idle_session_stays_small() {
     assert_eq!(session.held.capacity(), 1);
     assert_eq!(session.waiting.capacity(), 0);
     assert_eq!(session.claims.capacity(), 0);
-    assert_eq!(session.remembered.capacity(), 2);
+    // The acquire named the session, so the creation's answer was forgotten.
+    assert_eq!(session.remembered.capacity(), 1);
+    assert_eq!(harness.machine.requests.len(), 1);
 }
 
 // Semaphores.
