@@ -19,11 +19,9 @@ pub enum CodecError {
 }
 
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    let mut bytes = vec![FORMAT_VERSION];
+    // Encoded straight behind the version byte: a snapshot is one buffer, not two.
     // postcard only fails on a writer that runs out of room; a Vec never does.
-    let body = postcard::to_stdvec(value).expect("postcard encoding into a Vec cannot fail");
-    bytes.extend_from_slice(&body);
-    bytes
+    postcard::to_extend(value, vec![FORMAT_VERSION]).expect("postcard encoding into a Vec cannot fail")
 }
 
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {

@@ -38,6 +38,7 @@ pub mod election_service;
 pub mod leases;
 pub mod limits;
 pub mod log_store;
+pub mod memory;
 pub mod metrics;
 pub mod network;
 pub mod node;

@@ -51,6 +51,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    leasehold_server::memory::tune_allocator();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(run(config))
 }

@@ -32,16 +32,31 @@ pub struct Applied {
 }
 
 /// What a snapshot holds besides its metadata.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct SnapshotBody {
     machine: StateMachine,
 }
 
+/// `SnapshotBody` as it is encoded: borrowing the applied state, so that building a
+/// snapshot does not copy the whole state first. Same fields, same encoding.
+#[derive(Serialize)]
+struct SnapshotBodyRef<'a> {
+    machine: &'a StateMachine,
+}
+
 /// The latest snapshot as stored under `KEY_SNAPSHOT`.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct StoredSnapshot {
     meta: SnapshotMeta,
     data: Vec<u8>,
+}
+
+/// `StoredSnapshot` as it is encoded, borrowing the snapshot's bytes (a byte slice
+/// encodes like the `Vec<u8>` it is read back into).
+#[derive(Serialize)]
+struct StoredSnapshotRef<'a> {
+    meta: &'a SnapshotMeta,
+    data: &'a [u8],
 }
 
 /// State shared between the Raft state-machine worker and the gRPC handlers.
@@ -60,17 +75,6 @@ impl Shared {
     /// The session's live leases as (id, ttl) pairs, from the applied state.
     pub fn session_ttls(machine: &StateMachine) -> Vec<(SessionId, u64)> {
         machine.sessions().map(|session| (session.id(), session.ttl_ms())).collect()
-    }
-}
-
-/// A snapshot copies the whole state and encodes it; once both are dropped, hand the
-/// freed pages back to the system so that a node's resident memory follows its state
-/// rather than its peak.
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free heap pages to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 
@@ -139,7 +143,7 @@ impl StateMachineStore {
     }
 
     fn persist_snapshot(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), StorageError> {
-        let stored = StoredSnapshot { meta: meta.clone(), data: data.to_vec() };
+        let stored = StoredSnapshotRef { meta, data };
         let cf = self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
         self.db.put_cf_opt(cf, KEY_SNAPSHOT, codec::encode(&stored), &storage::synced()).map_err(snapshot_error)
     }
@@ -147,21 +151,23 @@ impl StateMachineStore {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let (body, last_applied, membership) = {
-            let applied = self.shared.applied.read().unwrap();
-            (SnapshotBody { machine: applied.machine.clone() }, applied.last_applied, applied.membership.clone())
-        };
         let store = self.clone();
         tokio::task::spawn_blocking(move || {
-            let data = codec::encode(&body);
+            // Encoded under the read lock rather than cloned and encoded outside it:
+            // encoding is faster than a clone of every session and lock, and a clone
+            // would double the node's memory for the moment.
+            let (data, last_applied, membership) = {
+                let applied = store.shared.applied.read().unwrap();
+                let data = codec::encode(&SnapshotBodyRef { machine: &applied.machine });
+                (data, applied.last_applied, applied.membership.clone())
+            };
             let snapshot_id = match last_applied {
                 Some(log_id) => format!("{}-{}-{}", log_id.leader_id.term, log_id.leader_id.node_id, log_id.index),
                 None => "empty".to_string(),
             };
             let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
             store.persist_snapshot(&meta, &data)?;
-            drop(body);
-            release_freed_memory();
+            crate::memory::release_freed_memory();
             Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
         })
         .await
