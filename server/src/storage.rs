@@ -14,8 +14,10 @@ use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionTyp
 pub const COLUMN_FAMILY_LOGS: &str = "logs";
 pub const COLUMN_FAMILY_META: &str = "meta";
 
-/// Memtable size of each column family.
-pub const WRITE_BUFFER_BYTES: usize = 8 * 1024 * 1024;
+/// Memtable size of each column family. Log entries live only until the next
+/// snapshot purges them, so a small memtable that is flushed often costs little disk
+/// work and keeps the node's memory close to its state.
+pub const WRITE_BUFFER_BYTES: usize = 2 * 1024 * 1024;
 
 /// One block cache for both column families. The state lives in memory; RocksDB is
 /// read for log entries a lagging follower needs, and for the snapshot when a node
