@@ -62,7 +62,7 @@ impl StateMachine {
                 assert!(!session.waiting.contains(name), "session {id} both holds and waits on lock {name:?}");
                 let lock = self
                     .locks
-                    .get(name)
+                    .get(name.as_str())
                     .unwrap_or_else(|| panic!("session {id} lists lock {name:?} as held, but it is free"));
                 assert_eq!(
                     lock.holder.session, *id,
@@ -76,7 +76,7 @@ impl StateMachine {
                 );
                 let lock = self
                     .locks
-                    .get(name)
+                    .get(name.as_str())
                     .unwrap_or_else(|| panic!("session {id} waits on lock {name:?}, which is free"));
                 assert!(
                     lock.waiters.contains(id),
@@ -166,7 +166,7 @@ impl StateMachine {
                 .get(&holder)
                 .unwrap_or_else(|| panic!("lock {name:?} is held by session {holder}, which does not exist"));
             assert!(
-                holder_session.held.contains(name),
+                holder_session.held.iter().any(|held| **held == **name),
                 "lock {name:?} is held by session {holder}, which does not list it"
             );
             assert!(
@@ -195,7 +195,7 @@ impl StateMachine {
                     .get(waiter)
                     .unwrap_or_else(|| panic!("session {waiter} waits on lock {name:?} but does not exist"));
                 assert!(
-                    waiter_session.waiting.contains(name),
+                    waiter_session.waiting.iter().any(|waiting| **waiting == **name),
                     "session {waiter} is queued on lock {name:?} but does not list it"
                 );
             }

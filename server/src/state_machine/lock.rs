@@ -1,6 +1,7 @@
 //! One entry of the lock table.
 
 use serde::{Deserialize, Serialize};
+use thin_vec::ThinVec;
 
 use super::{SessionId, Token};
 
@@ -10,9 +11,11 @@ use super::{SessionId, Token};
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub(super) struct Lock {
     pub(super) holder: Holder,
-    /// Sessions waiting, first in line first. A `Vec` rather than a `VecDeque` because it
-    /// is 8 bytes smaller per lock and queues are short (`WAITERS_PER_LOCK_MAX`).
-    pub(super) waiters: Vec<SessionId>,
+    /// Sessions waiting, first in line first. A `ThinVec` (one pointer, no heap while
+    /// empty) rather than a `Vec` or `VecDeque`, because most held locks have no
+    /// waiters and every byte here is paid in every slot of the lock table; queues are
+    /// short (`WAITERS_PER_LOCK_MAX`), so taking the first one out is cheap.
+    pub(super) waiters: ThinVec<SessionId>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]

@@ -57,6 +57,7 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+use thin_vec::ThinVec;
 
 use crate::limits::{
     EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SESSIONS_MAX,
@@ -120,7 +121,8 @@ pub struct StateMachine {
     /// stay about half full. That halves what each session costs in map nodes.
     sessions: BTreeMap<SessionId, Box<Session>>,
     /// Only held locks have an entry; see `Lock`.
-    locks: BTreeMap<String, Lock>,
+    /// Keyed by `Box<str>` rather than `String`: 8 bytes less in every slot.
+    locks: BTreeMap<Box<str>, Lock>,
     /// Only semaphores with holders or waiters have an entry; see `Semaphore`.
     semaphores: BTreeMap<String, Semaphore>,
     /// Only elections with a leader have an entry; see `Election`.
@@ -239,7 +241,7 @@ impl StateMachine {
                     HeldLock { name: name.clone(), token: holder.token, since_ms: holder.since_ms }
                 })
                 .collect(),
-            waiting: session.waiting.clone(),
+            waiting: session.waiting.to_vec(),
             permits: session
                 .claimed(ResourceKind::Semaphore, Role::Holds)
                 .map(|name| {
@@ -491,10 +493,10 @@ impl StateMachine {
             id: index,
             ttl_ms,
             client_name: client_name.to_owned(),
-            held: Vec::new(),
-            waiting: Vec::new(),
-            claims: Vec::new(),
-            remembered: Vec::new(),
+            held: ThinVec::new(),
+            waiting: ThinVec::new(),
+            claims: ThinVec::new(),
+            remembered: ThinVec::new(),
         };
         let previous = self.sessions.insert(index, Box::new(session));
         assert!(previous.is_none(), "session ids are log indexes, which are never reused");
@@ -555,8 +557,11 @@ impl StateMachine {
                 return Err(session_locks_full(session_id, session.resource_count()));
             }
             self.locks.insert(
-                name.to_owned(),
-                Lock { holder: Holder { session: session_id, token: index, since_ms: stamp_ms }, waiters: Vec::new() },
+                name.into(),
+                Lock {
+                    holder: Holder { session: session_id, token: index, since_ms: stamp_ms },
+                    waiters: ThinVec::new(),
+                },
             );
             push_compact(&mut self.session_mut(session_id).held, name.to_owned());
             events.push(Event::Granted {
@@ -806,7 +811,7 @@ fn position_u32(position: usize) -> u32 {
 }
 
 /// Removes `name` from a session's list, keeping the order of the rest.
-fn remove_name(names: &mut Vec<String>, name: &str) {
+fn remove_name(names: &mut ThinVec<String>, name: &str) {
     let position = names
         .iter()
         .position(|listed| listed == name)

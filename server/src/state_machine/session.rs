@@ -1,16 +1,17 @@
 //! One client's lease and everything that hangs off it.
 
 use serde::{Deserialize, Serialize};
+use thin_vec::ThinVec;
 
 use super::{AcquireOutcome, CancelOutcome, Command, RequestId, ResourceKind, Response, SessionId, Token};
 
 /// A live session. Closing or expiring it releases what it holds and ends its waits in
 /// one entry.
 ///
-/// Kept small because there can be `SESSIONS_MAX` of them: the lists are `Vec`s that
-/// start with room for one entry, since most sessions hold one or two locks. Semaphores
-/// and elections share one list, `claims`, so that a session that uses neither pays for
-/// one empty `Vec` only.
+/// Kept small because there can be `SESSIONS_MAX` of them: the lists are `ThinVec`s
+/// (one pointer inline, nothing on the heap while empty) that start with room for one
+/// entry, since most sessions hold one or two locks. Semaphores and elections share
+/// one list, `claims`, so that a session that uses neither pays for one empty pointer.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Session {
     /// The index of the entry that created the session: unique and the same everywhere.
@@ -19,16 +20,16 @@ pub struct Session {
     pub(super) client_name: String,
     /// Names of the locks this session holds, in the order of their grants. Mirrors the
     /// lock table so that ending a session does not scan every lock.
-    pub(super) held: Vec<String>,
+    pub(super) held: ThinVec<String>,
     /// Names of the locks this session waits on, in the order it queued.
-    pub(super) waiting: Vec<String>,
+    pub(super) waiting: ThinVec<String>,
     /// The semaphore permits and elections this session holds or waits for. A claim is
     /// appended when it starts and moved to the end when a wait turns into a grant, so
     /// the claims of one kind and role are in the order of their grants or queueing.
     /// Mirrors the semaphore and election tables like `held` mirrors the lock table.
-    pub(super) claims: Vec<Claim>,
+    pub(super) claims: ThinVec<Claim>,
     /// Answers to this session's last requests, oldest first, for retries.
-    pub(super) remembered: Vec<Remembered>,
+    pub(super) remembered: ThinVec<Remembered>,
 }
 
 impl Session {
@@ -188,7 +189,7 @@ impl Answer {
 /// Grows a small list one slot at a time. The default growth jumps from none to four
 /// slots, which would triple the memory of the common session that holds one lock and
 /// remembers one or two answers; past four entries the usual doubling applies.
-pub(super) fn push_compact<T>(list: &mut Vec<T>, item: T) {
+pub(super) fn push_compact<T>(list: &mut ThinVec<T>, item: T) {
     if list.len() == list.capacity() && list.len() < 4 {
         list.reserve_exact(1);
     }

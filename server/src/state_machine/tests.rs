@@ -1076,10 +1076,10 @@ fn sessions_limit_is_enforced() {
                 id,
                 ttl_ms: TTL_MS,
                 client_name: String::new(),
-                held: Vec::new(),
-                waiting: Vec::new(),
-                claims: Vec::new(),
-                remembered: Vec::new(),
+                held: thin_vec::ThinVec::new(),
+                waiting: thin_vec::ThinVec::new(),
+                claims: thin_vec::ThinVec::new(),
+                remembered: thin_vec::ThinVec::new(),
             };
             (id, Box::new(session))
         })
@@ -1237,9 +1237,9 @@ fn an_idle_session_stays_small() {
     // Inline sizes; the heap adds one slot per listed name and remembered answer.
     // One empty `Vec` of claims is all that semaphores and elections add to a session
     // that uses neither.
-    assert!(size_of::<Session>() <= 136, "{}", size_of::<Session>());
+    assert!(size_of::<Session>() <= 72, "{}", size_of::<Session>());
     assert!(size_of::<Claim>() <= 32, "{}", size_of::<Claim>());
-    assert!(size_of::<Lock>() <= 48, "{}", size_of::<Lock>());
+    assert!(size_of::<Lock>() <= 32, "{}", size_of::<Lock>());
     assert!(size_of::<Remembered>() <= 48, "{}", size_of::<Remembered>());
 
     let mut harness = Harness::new();
