@@ -17,7 +17,6 @@ use leasehold_proto::semaphores_server::SemaphoresServer;
 use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::admin_service::AdminService;
 use crate::client_service::LeaseholdService;
@@ -116,9 +115,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         let shutdown = async move {
             let _ = stop_client.wait_for(|stop| *stop).await;
         };
-        if let Err(error) =
-            client_server.serve_with_incoming_shutdown(TcpListenerStream::new(client_listener), shutdown).await
-        {
+        if let Err(error) = client_server.serve_with_incoming_shutdown(accepting(client_listener), shutdown).await {
             tracing::error!(%error, "client server stopped");
         }
     }));
@@ -135,9 +132,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         let shutdown = async move {
             let _ = stop_peer.wait_for(|stop| *stop).await;
         };
-        if let Err(error) =
-            peer_server.serve_with_incoming_shutdown(TcpListenerStream::new(peer_listener), shutdown).await
-        {
+        if let Err(error) = peer_server.serve_with_incoming_shutdown(accepting(peer_listener), shutdown).await {
             tracing::error!(%error, "peer server stopped");
         }
     }));
@@ -237,4 +232,13 @@ async fn watch_membership(raft: Raft, node_id: u64, retired: watch::Sender<bool>
             _ = stopped.wait_for(|stop| *stop) => return,
         }
     }
+}
+
+/// The connections a bound listener accepts, with Nagle's algorithm off. The servers
+/// are handed listeners that were bound before (to report a port in use before
+/// anything else starts), and tonic applies its own `tcp_nodelay` setting only to
+/// listeners it binds itself: without this, a small response written while the
+/// previous one is unacknowledged waits for the peer's delayed ACK, about 40 ms.
+fn accepting(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
