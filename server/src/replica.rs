@@ -2,7 +2,7 @@
 //! command and get its applied response, confirm leadership (batched), and read the
 //! state linearizably.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use tonic::Status;
 
 use crate::clock::Clock;
 use crate::raft_types::{Node, NodeId, Proposal, Raft};
-use crate::state_machine::{Command, ResourceKind, Response, StateMachine};
+use crate::state_machine::{Command, Response, StateMachine};
 use crate::state_machine_store::Shared;
 
 /// The metadata key that carries the leader's client address on a not-leader error.
@@ -134,10 +134,11 @@ pub fn not_leader_status(node_id: NodeId, leader_id: Option<NodeId>, leader_addr
     status
 }
 
-/// Batches proposals into log entries. A command that touches one resource shares
-/// an entry with others that touch different ones; a command that must be alone
-/// (creating, closing or expiring sessions) gets its own. Commands that had to wait
-/// for a later entry keep their order.
+/// Batches proposals into log entries. Commands that touch one resource each share
+/// entries, several on the same resource included (the state machine keeps a grant
+/// from ending in the entry that made it, so a name is still granted at most once per
+/// entry); a command that must be alone (creating, closing or expiring sessions) gets
+/// its own. Commands that had to wait for a later entry keep their order.
 async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pending>) {
     let in_flight = Arc::new(tokio::sync::Semaphore::new(ENTRIES_IN_FLIGHT_MAX));
     let mut deferred: VecDeque<Pending> = VecDeque::new();
@@ -151,11 +152,9 @@ async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pendi
             },
         };
         let mut batch = vec![first];
-        if let Some((kind, name)) = batch[0].command.batch_key() {
-            let mut keys: BTreeSet<(ResourceKind, String)> = BTreeSet::from([(kind, name.to_string())]);
-            let mut fits = |pending: &Pending, batch_len: usize| {
-                batch_len < COMMANDS_PER_ENTRY_MAX
-                    && pending.command.batch_key().is_some_and(|(kind, name)| keys.insert((kind, name.to_string())))
+        if batch[0].command.batch_key().is_some() {
+            let fits = |pending: &Pending, batch_len: usize| {
+                batch_len < COMMANDS_PER_ENTRY_MAX && pending.command.batch_key().is_some()
             };
             let mut still_deferred = VecDeque::new();
             while let Some(pending) = deferred.pop_front() {

@@ -145,9 +145,12 @@ impl Command {
     /// of their own: a new session's id is the entry's index, and closing or expiring
     /// sessions touches everything those sessions hold.
     ///
-    /// Commands in one entry touch pairwise different resources, so every grant in
-    /// an entry is of a different name and the entry's index stays a token that no
-    /// two grants of one name share.
+    /// Commands on the same resource may share an entry too. A lock or an election
+    /// still changes hands at most once per entry, so the entry's index stays a token
+    /// that no two grants of one name share: a grant only ends by a release (or
+    /// resign) of a token from an earlier entry, since a token presented in the entry
+    /// that granted it is refused (`StateMachine::apply_batch`), or by the end of its
+    /// session, which has an entry of its own.
     pub fn batch_key(&self) -> Option<(ResourceKind, &str)> {
         match self {
             Command::Acquire { name, .. } | Command::CancelWait { name, .. } | Command::Release { name, .. } => {
@@ -162,6 +165,18 @@ impl Command {
             | Command::Proclaim { name, .. }
             | Command::Resign { name, .. } => Some((ResourceKind::Election, name)),
             Command::CreateSession { .. } | Command::CloseSession { .. } | Command::ExpireSessions { .. } => None,
+        }
+    }
+
+    /// The grant a release, resign or proclaim presents: its kind, name and token.
+    pub fn presented_token(&self) -> Option<(ResourceKind, &str, Token)> {
+        match self {
+            Command::Release { name, token, .. } => Some((ResourceKind::Lock, name, *token)),
+            Command::SemRelease { name, token, .. } => Some((ResourceKind::Semaphore, name, *token)),
+            Command::Proclaim { name, token, .. } | Command::Resign { name, token, .. } => {
+                Some((ResourceKind::Election, name, *token))
+            }
+            _ => None,
         }
     }
 

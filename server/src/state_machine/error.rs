@@ -257,6 +257,27 @@ pub(super) fn not_permit_holder(session: SessionId, name: &str, token: Token, cu
     )
 }
 
+/// A release, resign or proclaim presented a token that is not from an entry before
+/// this one. Clients only learn a token once its entry is applied, so only a guessed
+/// token gets here; refusing it keeps a grant from ending in the entry that made it.
+pub(super) fn token_not_yet_applied(
+    kind: ResourceKind,
+    session: SessionId,
+    name: &str,
+    token: Token,
+    index: u64,
+) -> CommandError {
+    let error_kind = if kind == ResourceKind::Election { ErrorKind::NotLeader } else { ErrorKind::NotHolder };
+    CommandError::new(
+        error_kind,
+        format!(
+            "session {session} presented token {token} for {} {name:?} in entry {index}: a token is the index of \
+             an applied entry that granted it, and no entry before {index} did",
+            kind.noun()
+        ),
+    )
+}
+
 /// `current` is the election's leader and token, `None` when it is vacant.
 pub(super) fn not_leader(
     session: SessionId,

@@ -75,8 +75,8 @@ pub use view::{
 
 use election::Election;
 use error::{
-    expire_batch_too_large, not_holder, request_id_reused, session_locks_full, sessions_full, unknown_session,
-    validate_client_name, validate_name, validate_ttl_ms, waiters_full,
+    expire_batch_too_large, not_holder, request_id_reused, session_locks_full, sessions_full, token_not_yet_applied,
+    unknown_session, validate_client_name, validate_name, validate_ttl_ms, waiters_full,
 };
 use lock::{Holder, Lock};
 use semaphore::Semaphore;
@@ -157,16 +157,28 @@ impl StateMachine {
 
     /// Applies the commands of one entry in order, each as if it were alone at
     /// `index`. The proposer puts several commands in one entry only when each has a
-    /// `batch_key` and the keys differ (see `Command::batch_key`); anything else is
-    /// refused here, because two grants of one name would share the entry's index.
+    /// `batch_key` (see `Command::batch_key`); anything else is refused here. Several
+    /// commands may touch the same name: a release, resign or proclaim whose token is
+    /// not older than the entry is refused, so a grant made in this entry cannot end
+    /// in it, and no two grants of one lock or election share the entry's index.
     ///
     /// # Panics
     ///
     /// If `index` is not after the last applied index, or the batch breaks the rule.
     pub fn apply_batch(&mut self, index: u64, stamp_ms: u64, commands: &[Command]) -> Vec<(Response, Vec<Event>)> {
-        assert!(batch_is_valid(commands), "commands sharing an entry must touch different resources");
+        assert!(batch_is_valid(commands), "a command that needs an entry of its own shares one: {commands:?}");
         self.advance(index);
         commands.iter().map(|command| self.apply_at(index, stamp_ms, command)).collect()
+    }
+
+    /// Applies one more command in the entry at `index`, which was applied last, as if
+    /// it had come after the others in `apply_batch`: for tests that build batches one
+    /// command at a time.
+    #[cfg(test)]
+    pub(crate) fn apply_joining(&mut self, index: u64, stamp_ms: u64, command: &Command) -> (Response, Vec<Event>) {
+        assert_eq!(self.last_applied, Some(index), "joins the last applied entry");
+        assert!(command.batch_key().is_some(), "{command:?} needs an entry of its own");
+        self.apply_at(index, stamp_ms, command)
     }
 
     fn apply_at(&mut self, index: u64, stamp_ms: u64, command: &Command) -> (Response, Vec<Event>) {
@@ -440,6 +452,15 @@ impl StateMachine {
 
     /// Carries out a command that is not a retry.
     fn execute(&mut self, index: u64, stamp_ms: u64, command: &Command, events: &mut Vec<Event>) -> Response {
+        // A token that is not older than this entry can only match a grant made in
+        // it, by a command before this one in the batch: refuse it, so that the grant
+        // does not end in the entry that made it. Other wrong tokens get the usual
+        // answer from the command's own check, which says what the session holds.
+        if let (Some((kind, name, token)), Some(session)) = (command.presented_token(), command.session()) {
+            if token >= index && self.check_fence_of(kind, name, token) == FenceStatus::Current {
+                return Response::Rejected(token_not_yet_applied(kind, session, name, token, index));
+            }
+        }
         let result = match command {
             Command::CreateSession { request: _, ttl_ms, client_name } => {
                 self.create_session(index, *ttl_ms, client_name)
@@ -798,8 +819,7 @@ pub fn batch_is_valid(commands: &[Command]) -> bool {
     if commands.len() <= 1 {
         return true;
     }
-    let mut keys = BTreeSet::new();
-    commands.iter().all(|command| command.batch_key().is_some_and(|key| keys.insert(key)))
+    commands.iter().all(|command| command.batch_key().is_some())
 }
 
 fn queue_position(lock: &Lock, session: SessionId) -> Option<u32> {

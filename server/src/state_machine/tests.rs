@@ -2197,28 +2197,100 @@ fn a_batch_applies_commands_on_different_resources_at_one_index_as_if_one_by_one
 }
 
 #[test]
-fn only_commands_on_pairwise_different_resources_may_share_an_entry() {
+fn commands_on_one_resource_each_may_share_an_entry_and_session_commands_may_not() {
     let mut harness = Harness::new();
     let a = harness.create("a");
     let acquire_x = harness.acquire_command(a, "x", true);
     let acquire_x_again = harness.acquire_command(a, "x", true);
     let acquire_y = harness.acquire_command(a, "y", true);
     let create = harness.create_command("c");
+    let close = Command::CloseSession { request: harness.request(), session: a };
     let semaphore_x =
         Command::SemAcquire { request: harness.request(), session: a, name: "x".into(), limit: 1, wait: true };
     assert!(batch_is_valid(&[acquire_x.clone(), acquire_y.clone(), semaphore_x]));
-    assert!(!batch_is_valid(&[acquire_x.clone(), acquire_x_again]), "one lock twice");
+    assert!(batch_is_valid(&[acquire_x.clone(), acquire_x_again]), "one lock twice");
     assert!(!batch_is_valid(&[acquire_x.clone(), create.clone()]), "creating a session takes its own entry");
+    assert!(!batch_is_valid(&[close, acquire_x]), "ending a session takes its own entry");
     assert!(batch_is_valid(&[create]), "alone, any command is fine");
 }
 
 #[test]
-#[should_panic(expected = "different resources")]
-fn a_batch_that_could_grant_one_name_twice_is_refused() {
+#[should_panic(expected = "needs an entry of its own")]
+fn a_batch_with_a_session_command_is_refused() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let commands = vec![harness.acquire_command(a, "x", true), harness.create_command("b")];
+    let index = harness.next_index();
+    harness.machine.apply_batch(index, stamp_ms(index), &commands);
+}
+
+/// Commands on one lock in one entry: the release hands the lock over once, and the
+/// new holder's token, which is the entry's own index, cannot end that grant in the
+/// same entry; so no two grants of the lock share a token.
+#[test]
+fn a_grant_cannot_end_in_the_entry_that_made_it() {
     let mut harness = Harness::new();
     let a = harness.create("a");
     let b = harness.create("b");
-    let commands = vec![harness.acquire_command(a, "x", true), harness.acquire_command(b, "x", true)];
+    let c = harness.create("c");
+    let token = harness.grant(a, "x");
+    harness.queue(b, "x");
     let index = harness.next_index();
-    harness.machine.apply_batch(index, stamp_ms(index), &commands);
+    let commands = vec![
+        harness.release_command(a, "x", token),
+        harness.release_command(b, "x", index),
+        harness.acquire_command(c, "x", true),
+        harness.acquire_command(a, "y", false),
+        harness.release_command(a, "y", index),
+        harness.acquire_command(c, "y", false),
+    ];
+    let results = harness.machine.apply_batch(index, stamp_ms(index), &commands);
+    harness.index = index;
+    harness.machine.check_invariants();
+    let responses: Vec<&Response> = results.iter().map(|(response, _)| response).collect();
+    assert_eq!(responses[0], &Response::Released { token });
+    assert!(matches!(responses[1], Response::Rejected(CommandError { kind: ErrorKind::NotHolder, .. })));
+    assert_eq!(responses[2], &Response::Acquire(AcquireOutcome::Queued { position: 0 }));
+    assert_eq!(responses[3], &Response::Acquire(AcquireOutcome::Granted { token: index }));
+    assert!(matches!(responses[4], Response::Rejected(CommandError { kind: ErrorKind::NotHolder, .. })));
+    assert_eq!(responses[5], &Response::Acquire(AcquireOutcome::Busy { holder: a, token: index }));
+    let x = harness.machine.describe_lock("x").unwrap();
+    assert_eq!((x.holder.session, x.holder.token), (b, index));
+    let y = harness.machine.describe_lock("y").unwrap();
+    assert_eq!((y.holder.session, y.holder.token), (a, index));
+
+    // In a later entry the same tokens release as usual.
+    let release = harness.release_command(b, "x", index);
+    let (response, _) = harness.apply(&release);
+    assert_eq!(response, Response::Released { token: index });
+}
+
+#[test]
+fn a_leadership_cannot_end_in_the_entry_that_made_it() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let campaign = harness.campaign_command(a, "e", "va", false);
+    let (response, _) = harness.apply(&campaign);
+    let Response::Campaign(AcquireOutcome::Granted { token }) = response else { panic!("{response:?}") };
+    let campaign = harness.campaign_command(b, "e", "vb", true);
+    harness.apply(&campaign);
+    let index = harness.next_index();
+    let commands = vec![
+        Command::Resign { request: harness.request(), session: a, name: "e".into(), token },
+        Command::Resign { request: harness.request(), session: b, name: "e".into(), token: index },
+        Command::Proclaim { request: harness.request(), session: b, name: "e".into(), token: index, value: "x".into() },
+    ];
+    let results = harness.machine.apply_batch(index, stamp_ms(index), &commands);
+    harness.index = index;
+    harness.machine.check_invariants();
+    assert_eq!(results[0].0, Response::Resigned { token });
+    for (response, _) in &results[1..] {
+        assert!(
+            matches!(response, Response::Rejected(CommandError { kind: ErrorKind::NotLeader, .. })),
+            "{response:?}"
+        );
+    }
+    let leader = harness.machine.describe_election("e").unwrap().leader;
+    assert_eq!((leader.session, leader.token, leader.value.as_str()), (b, index, "vb"));
 }
