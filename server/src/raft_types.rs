@@ -24,9 +24,9 @@ impl fmt::Display for Node {
     }
 }
 
-/// The application payload of a normal log entry: one command, or several that
-/// touch pairwise different resources (see `Command::batch_key`), batched by the
-/// leader so that one fsync and one replication round commit them all.
+/// The application payload of a normal log entry: one command, or several that each
+/// touch one resource (see `Command::batch_key`), batched by the leader so that one
+/// fsync and one replication round commit them all.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Proposal {
     /// The leader's wall clock when it proposed the entry, milliseconds since the Unix
