@@ -219,6 +219,7 @@ impl Session {
     {
         let client = &self.inner.client;
         let give_up = Instant::now() + wait;
+        let mut queued_before = false;
         loop {
             let request_id = client.next_request_id();
             let answer = client
@@ -235,12 +236,21 @@ impl Session {
                         attempt(channel, request_id, wait_ms)
                     },
                 )
-                .await?;
+                .await;
+            let answer = match answer {
+                // The session may have been granted while it stayed queued after the
+                // earlier attempt, and ended since: nobody can tell now.
+                Err(Error::NotFound(message)) if queued_before && message.contains("session") => {
+                    return Err(Error::Indeterminate(format!("{what}: {message}, after waiting in the queue")));
+                }
+                other => other?,
+            };
             match answer {
                 WaitAnswer::Granted(token) => return Ok(Ok(token)),
                 WaitAnswer::NotYet { timed_out, detail } => {
                     let left = give_up.saturating_duration_since(Instant::now());
                     if timed_out && left > Duration::from_millis(RETRY_PAUSE_MS) {
+                        queued_before = true;
                         continue;
                     }
                     return Ok(Err(detail));
