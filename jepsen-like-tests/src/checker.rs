@@ -709,7 +709,8 @@ pub fn replica_states(operations: &[Operation], states: &[ReplicaState], limit: 
     }
     for state in states {
         if let Some(reported) = state.limit {
-            let tokens: BTreeSet<u64> = state.holders.iter().map(|(_, token)| *token).collect();
+            // Permits granted in one entry share its token; a session holds at most one.
+            let sessions: BTreeSet<u64> = state.holders.iter().map(|(session, _)| *session).collect();
             if state.holders.len() > limit as usize || (reported != 0 && reported != limit) {
                 anomalies.push(Anomaly {
                     what: format!(
@@ -720,9 +721,9 @@ pub fn replica_states(operations: &[Operation], states: &[ReplicaState], limit: 
                     ),
                     operations: vec![describe(state)],
                 });
-            } else if tokens.len() != state.holders.len() {
+            } else if sessions.len() != state.holders.len() {
                 anomalies.push(Anomaly {
-                    what: format!("a permit token of {} held twice on node {}", state.name, state.node),
+                    what: format!("a session holds two permits of {} on node {}", state.name, state.node),
                     operations: vec![describe(state)],
                 });
             }
@@ -1206,6 +1207,11 @@ mod tests {
         assert_eq!(result.verdict, Verdict::Pass, "{:?}", result.anomalies);
         let too_many = vec![replica(1, "semaphore/0", vec![(1, 5), (2, 6), (3, 7)], None)];
         assert_eq!(replica_states(&history, &too_many, 2).verdict, Verdict::Fail);
+        // Two permits granted by one entry share its token.
+        let one_entry = vec![replica(1, "semaphore/0", vec![(1, 7), (2, 7)], None)];
+        assert_eq!(replica_states(&history, &one_entry, 2).verdict, Verdict::Pass);
+        let one_session_twice = vec![replica(1, "semaphore/0", vec![(1, 5), (1, 7)], None)];
+        assert_eq!(replica_states(&history, &one_session_twice, 2).verdict, Verdict::Fail);
         let two_leaders = vec![replica(2, "election/0", Vec::new(), Some((4, 5)))];
         assert_eq!(replica_states(&history, &two_leaders, 2).verdict, Verdict::Fail);
         let across_nodes = vec![
