@@ -250,13 +250,6 @@ impl Client {
                 {
                     return Err(Error::Indeterminate(format!("{what}: {message}")));
                 }
-                // A retry that finds the session gone cannot tell what the unanswered
-                // attempt did: the session's remembered answers went with it.
-                Attempt::Failed(Error::NotFound(message))
-                    if sent_unanswered.is_some() && message.contains("session") =>
-                {
-                    return Err(Error::Indeterminate(format!("{what}: {message}, after an unanswered attempt")));
-                }
                 Attempt::Failed(error) => return Err(error),
                 Attempt::Redirect(leader) => {
                     last_error = format!("{endpoint} is not the leader");

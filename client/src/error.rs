@@ -18,16 +18,17 @@ pub enum Error {
     /// A server limit was reached (sessions, locks per session, waiters per lock).
     #[error("limit reached: {0}")]
     LimitReached(String),
-    /// The request was sent, but no answer came before the deadline, or a retry found
-    /// the session gone (with the answers it remembered): it may or may not have taken
-    /// effect. Retrying with the same request id is safe; the client already did so
-    /// until its deadline.
+    /// The request was sent, but no answer came before the deadline: it may or may
+    /// not have taken effect. Retrying with the same request id is safe; the client
+    /// already did so until its deadline.
     #[error("indeterminate: the request was sent but not answered in time ({0}); it may have taken effect")]
     Indeterminate(String),
     /// No node could be reached, or none leads; the request was never applied.
     #[error("unavailable: {0}")]
     Unavailable(String),
-    /// The session expired or was closed: every lock it held is lost.
+    /// The session expired or was closed: every lock it held is lost. A wait (acquire,
+    /// semaphore acquire, campaign) whose session ended reports this too; it may have
+    /// been granted just before the end, and is released with the session either way.
     #[error("session {0} is lost (expired or closed); its locks are released")]
     SessionLost(u64),
     #[error("{0}")]

@@ -219,7 +219,6 @@ impl Session {
     {
         let client = &self.inner.client;
         let give_up = Instant::now() + wait;
-        let mut queued_before = false;
         loop {
             let request_id = client.next_request_id();
             let answer = client
@@ -236,26 +235,32 @@ impl Session {
                         attempt(channel, request_id, wait_ms)
                     },
                 )
-                .await;
-            let answer = match answer {
-                // The session may have been granted while it stayed queued after the
-                // earlier attempt, and ended since: nobody can tell now.
-                Err(Error::NotFound(message)) if queued_before && message.contains("session") => {
-                    return Err(Error::Indeterminate(format!("{what}: {message}, after waiting in the queue")));
-                }
-                other => other?,
-            };
+                .await
+                .map_err(|error| self.lost_if_session_ended(error))?;
             match answer {
                 WaitAnswer::Granted(token) => return Ok(Ok(token)),
                 WaitAnswer::NotYet { timed_out, detail } => {
                     let left = give_up.saturating_duration_since(Instant::now());
                     if timed_out && left > Duration::from_millis(RETRY_PAUSE_MS) {
-                        queued_before = true;
                         continue;
                     }
                     return Ok(Err(detail));
                 }
             }
+        }
+    }
+
+    /// A wait that ends because the session is gone (it ended while the session
+    /// waited, or the retry of a lost answer found it gone) reports the session lost:
+    /// the wait may have been granted just before the session ended, and whatever it
+    /// got is released with the session.
+    fn lost_if_session_ended(&self, error: Error) -> Error {
+        match &error {
+            Error::NotFound(message) if message.contains(&format!("session {} ", self.inner.id)) => {
+                Error::SessionLost(self.inner.id)
+            }
+            Error::Refused(message) if message.contains("while waiting") => Error::SessionLost(self.inner.id),
+            _ => error,
         }
     }
 

@@ -153,9 +153,10 @@ fn is_reused_request_id(error: &leasehold::Error) -> bool {
     matches!(error, leasehold::Error::Refused(message) if message.contains(REUSED_REQUEST_ID))
 }
 
-/// How an error of the client library enters the history.
+/// How an error of the client library enters the history. A wait that ends with its
+/// session lost may have been granted just before the session ended: info, not fail.
 fn outcome_of(error: &leasehold::Error) -> Kind {
-    if error.is_definite() {
+    if error.is_definite() && !matches!(error, leasehold::Error::SessionLost(_)) {
         Kind::Fail
     } else {
         Kind::Info
