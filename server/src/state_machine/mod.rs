@@ -155,12 +155,17 @@ impl StateMachine {
         self.apply_at(index, stamp_ms, command)
     }
 
-    /// Applies the commands of one entry in order, each as if it were alone at
-    /// `index`. The proposer puts several commands in one entry only when each has a
-    /// `batch_key` (see `Command::batch_key`); anything else is refused here. Several
-    /// commands may touch the same name: a release, resign or proclaim whose token is
-    /// not older than the entry is refused, so a grant made in this entry cannot end
-    /// in it, and no two grants of one lock or election share the entry's index.
+    /// Applies the commands of one entry in order, each seeing the effects of those
+    /// before it, and each granting with `index` as its token. The proposer puts
+    /// several commands in one entry only when each has a `batch_key` (see
+    /// `Command::batch_key`); anything else is refused here. Several commands may touch
+    /// the same name: a release, resign or proclaim presenting a token granted in this
+    /// entry is refused, so a grant made in this entry cannot end in it, and no two
+    /// grants of one lock or election share the entry's index.
+    ///
+    /// Nodes built before commands on one name could share an entry refuse such a
+    /// batch (they panic on it): every node of a cluster must run this version or a
+    /// later one before a leader of this version proposes.
     ///
     /// # Panics
     ///
@@ -814,7 +819,7 @@ impl StateMachine {
 }
 
 /// Whether `commands` may share one log entry: one command of any kind, or several
-/// that each touch one resource, all different.
+/// that each touch one resource (the same one or not).
 pub fn batch_is_valid(commands: &[Command]) -> bool {
     if commands.len() <= 1 {
         return true;
