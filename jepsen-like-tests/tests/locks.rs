@@ -302,3 +302,38 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     assert!(refused.is_err(), "garbage bytes must be refused: {refused:?}");
     assert_eq!(before, describe(&mut raw).await);
 }
+
+/// A wait whose session ends while it waits reports the session lost: whatever the
+/// wait got went with the session, and the caller must start over with a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_whose_session_ends_reports_the_session_lost() {
+    let cluster = TestCluster::start(ClusterOptions::default());
+    let mut raw = raw_leader(&cluster).await;
+    let holder = raw_session(&mut raw, 1, 30_000).await;
+    raw.acquire(pb::AcquireRequest { request_id: request_id(2), session_id: holder, name: "ended".into(), wait_ms: 0 })
+        .await
+        .expect("the holder is granted");
+
+    let client = cluster.client();
+    let waiter = client.session(Duration::from_secs(30)).await.unwrap();
+    let waiter_id = waiter.id();
+    let wait = tokio::spawn(async move { waiter.lock_with_timeout("ended", Duration::from_secs(20)).await });
+    // Close the waiting session from outside once it is queued.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lock = client.describe_lock("ended", false).await.expect("describe the lock");
+        if lock.waiters.iter().any(|waiter| waiter.session_id == waiter_id) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiter did not queue within 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    raw.close_session(pb::CloseSessionRequest { request_id: request_id(3), session_id: waiter_id })
+        .await
+        .expect("close the waiting session");
+    let outcome = tokio::time::timeout(Duration::from_secs(10), wait).await.expect("the wait ends").unwrap();
+    assert!(
+        matches!(outcome, Err(leasehold::Error::SessionLost(id)) if id == waiter_id),
+        "the wait reports its session lost: {outcome:?}"
+    );
+}

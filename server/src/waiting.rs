@@ -49,7 +49,8 @@ pub fn session_ended(kind: ResourceKind, session: SessionId, name: &str) -> Stat
         ResourceKind::Election => "election",
     };
     Status::failed_precondition(format!(
-        "session {session} ended (expired or closed) while waiting for {what} {name:?}; nothing is held"
+        "session {session} ended (expired or closed) while waiting for {what} {name:?}; a grant made just \
+         before the end went with the session"
     ))
 }
 
