@@ -106,6 +106,28 @@ pub fn render(replica: &Replica) -> String {
     gauge("leasehold_elections", "Elections with a leader in the applied state.", elections as u64);
     gauge("leasehold_semaphores", "Semaphores with holders or waiters in the applied state.", semaphores.len() as u64);
     gauge("leasehold_lease_deadlines", "Session deadlines this node tracks.", replica.shared.leases.len() as u64);
+    let counters = &replica.counters;
+    for (name, help, value) in [
+        (
+            "leasehold_entries_proposed_total",
+            "Log entries with commands this node proposed as leader.",
+            &counters.entries_proposed,
+        ),
+        (
+            "leasehold_commands_proposed_total",
+            "Commands in those entries (commands per entry = batching).",
+            &counters.commands_proposed,
+        ),
+        ("leasehold_leadership_rounds_total", "Leadership confirmations with a quorum.", &counters.leadership_rounds),
+        (
+            "leasehold_leadership_checks_total",
+            "Keepalives and linearizable reads those rounds answered.",
+            &counters.leadership_checks,
+        ),
+    ] {
+        let value = value.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+    }
     for (metric, help, pick) in [
         ("leasehold_semaphore_holders", "Permits held, per semaphore.", 0usize),
         ("leasehold_semaphore_waiters", "Sessions waiting, per semaphore.", 1),

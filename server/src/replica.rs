@@ -3,6 +3,7 @@
 //! state linearizably.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,23 +42,39 @@ struct Pending {
     reply: oneshot::Sender<Result<Response, Status>>,
 }
 
+/// Work this node did as leader, for the metrics page: commands per entry and
+/// keepalives per leadership round show how well the batching works.
+#[derive(Default)]
+pub struct Counters {
+    /// Log entries this node proposed with commands.
+    pub entries_proposed: AtomicU64,
+    /// Commands in those entries.
+    pub commands_proposed: AtomicU64,
+    /// Rounds of leadership confirmation with a quorum.
+    pub leadership_rounds: AtomicU64,
+    /// Requests those rounds answered (keepalives and linearizable reads).
+    pub leadership_checks: AtomicU64,
+}
+
 pub struct Replica {
     pub raft: Raft,
     pub shared: Arc<Shared>,
     pub node_id: NodeId,
     pub cluster_name: String,
     pub clock: Clock,
+    pub counters: Arc<Counters>,
     leader_checks: mpsc::Sender<LeaderCheckReply>,
     proposals: mpsc::Sender<Pending>,
 }
 
 impl Replica {
     pub fn new(raft: Raft, shared: Arc<Shared>, node_id: NodeId, cluster_name: String, clock: Clock) -> Arc<Self> {
+        let counters = Arc::new(Counters::default());
         let (leader_checks, queue) = mpsc::channel(LEADER_CHECKS_QUEUED_MAX);
-        tokio::spawn(run_leader_checks(raft.clone(), queue));
+        tokio::spawn(run_leader_checks(raft.clone(), queue, counters.clone()));
         let (proposals, pending) = mpsc::channel(PROPOSALS_QUEUED_MAX);
-        tokio::spawn(run_proposals(raft.clone(), clock.clone(), pending));
-        Arc::new(Self { raft, shared, node_id, cluster_name, clock, leader_checks, proposals })
+        tokio::spawn(run_proposals(raft.clone(), clock.clone(), pending, counters.clone()));
+        Arc::new(Self { raft, shared, node_id, cluster_name, clock, counters, leader_checks, proposals })
     }
 
     /// Appends `command` to the log and returns what applying it answered.
@@ -139,7 +156,7 @@ pub fn not_leader_status(node_id: NodeId, leader_id: Option<NodeId>, leader_addr
 /// from ending in the entry that made it, so a name is still granted at most once per
 /// entry); a command that must be alone (creating, closing or expiring sessions) gets
 /// its own. Commands that had to wait for a later entry keep their order.
-async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pending>) {
+async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pending>, counters: Arc<Counters>) {
     let in_flight = Arc::new(tokio::sync::Semaphore::new(ENTRIES_IN_FLIGHT_MAX));
     let mut deferred: VecDeque<Pending> = VecDeque::new();
     loop {
@@ -174,6 +191,8 @@ async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pendi
                 }
             }
         }
+        counters.entries_proposed.fetch_add(1, Ordering::Relaxed);
+        counters.commands_proposed.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let raft = raft.clone();
         let stamp_ms = clock.unix_ms();
         tokio::spawn(async move {
@@ -231,12 +250,14 @@ fn forward_status(metrics: &crate::raft_types::RaftMetrics, forward: &ForwardToL
 
 /// Serves leadership confirmations: every request that queued while a round was in
 /// flight is answered by the next single round.
-async fn run_leader_checks(raft: Raft, mut queue: mpsc::Receiver<LeaderCheckReply>) {
+async fn run_leader_checks(raft: Raft, mut queue: mpsc::Receiver<LeaderCheckReply>, counters: Arc<Counters>) {
     while let Some(first) = queue.recv().await {
         let mut batch = vec![first];
         while let Ok(more) = queue.try_recv() {
             batch.push(more);
         }
+        counters.leadership_rounds.fetch_add(1, Ordering::Relaxed);
+        counters.leadership_checks.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let result = match raft.get_read_log_id().await {
             Ok((read_log_id, _)) => Ok(read_log_id.map(|log_id| log_id.index).unwrap_or(0)),
             Err(error) => Err(check_error(&raft, error)),
