@@ -34,9 +34,13 @@ pub fn binary(name: &str) -> PathBuf {
     directory.join(name)
 }
 
-/// Picks a free loopback port (bound and released; the server binds it next).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port").local_addr().unwrap().port()
+/// Picks `N` distinct free loopback ports (bound and released; the servers bind them
+/// next). All are held until every one is picked, because the kernel may hand out a
+/// port it just released again.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: [TcpListener; N] =
+        std::array::from_fn(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"));
+    listeners.map(|listener| listener.local_addr().unwrap().port())
 }
 
 /// Where nodes listen.
@@ -142,7 +146,16 @@ impl TestCluster {
     /// The client and peer address a new node `id` gets.
     fn addresses_for(&self, id: u64) -> (String, String) {
         match self.options.addressing {
-            Addressing::Ephemeral => (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port())),
+            Addressing::Ephemeral => loop {
+                let [client_port, peer_port] = free_ports();
+                let (client_addr, peer_addr) = (format!("127.0.0.1:{client_port}"), format!("127.0.0.1:{peer_port}"));
+                let taken = |address: &String| {
+                    self.nodes.values().any(|node| node.client_addr == *address || node.peer_addr == *address)
+                };
+                if !taken(&client_addr) && !taken(&peer_addr) {
+                    break (client_addr, peer_addr);
+                }
+            },
             Addressing::PerNodeIp { client_port, peer_port } => {
                 let octet = FIRST_NODE_OCTET + id - 1;
                 assert!(octet < 255, "node id {id} has no address");

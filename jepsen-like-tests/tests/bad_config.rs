@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use leasehold_jepsen::cluster::{binary, free_port};
+use leasehold_jepsen::cluster::{binary, free_ports};
 
 /// Every file under `path` with its size and contents' length, to compare before/after.
 fn snapshot(path: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -41,11 +41,12 @@ fn run_server(arguments: &[String]) -> Outcome {
 }
 
 fn members() -> (Vec<String>, String, String) {
-    let client = format!("127.0.0.1:{}", free_port());
-    let peer = format!("127.0.0.1:{}", free_port());
+    let [client_port, peer_port, other_client_port, other_peer_port] = free_ports();
+    let client = format!("127.0.0.1:{client_port}");
+    let peer = format!("127.0.0.1:{peer_port}");
     let mut arguments = vec!["--initial-member".to_string(), format!("1={client},{peer}")];
     arguments.push("--initial-member".into());
-    arguments.push(format!("2=127.0.0.1:{},127.0.0.1:{}", free_port(), free_port()));
+    arguments.push(format!("2=127.0.0.1:{other_client_port},127.0.0.1:{other_peer_port}"));
     (arguments, client, peer)
 }
 
