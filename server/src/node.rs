@@ -28,7 +28,7 @@ use crate::leases::{Leases, EXPIRY_SCAN_INTERVAL_MS};
 use crate::log_store::LogStore;
 use crate::metrics;
 use crate::network::{Network, PEER_MESSAGE_BYTES_MAX};
-use crate::peer_service::PeerService;
+use crate::peer_service::{PeerService, Takeover};
 use crate::raft_types::Raft;
 use crate::replica::Replica;
 use crate::semaphore_service::SemaphoreService;
@@ -120,8 +120,12 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         }
     }));
 
-    let peer_service =
-        PeerService { raft: raft.clone(), cluster_name: config.cluster_name.clone(), retired: retired_sender.clone() };
+    let peer_service = PeerService {
+        raft: raft.clone(),
+        cluster_name: config.cluster_name.clone(),
+        retired: retired_sender.clone(),
+        takeover: Takeover::new(config.election_timeout_min_ms, config.election_timeout_max_ms),
+    };
     let peer_server = tonic::transport::Server::builder().tcp_nodelay(true).add_service(
         PeerServer::new(peer_service)
             .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)

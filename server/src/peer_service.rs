@@ -1,9 +1,12 @@
 //! The `Peer` gRPC service: Raft RPCs from other nodes, and the leader's notice to a
 //! node it removed. Served on the peer address only.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
 use leasehold_proto::peer_server::Peer;
 use leasehold_proto::{RaftMessage, RetireRequest, RetireResponse};
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest, VoteResponse};
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
@@ -15,6 +18,114 @@ pub struct PeerService {
     pub cluster_name: String,
     /// Set to true when the leader says this node was removed from the cluster.
     pub retired: watch::Sender<bool>,
+    pub takeover: Takeover,
+}
+
+/// The most campaigns started at once to outbid one candidate's term; a candidate
+/// further ahead is left to the ordinary election timers.
+const TAKEOVER_CAMPAIGNS_MAX: u64 = 4;
+
+/// Shortens an election that openraft 0.9 would otherwise lose time on.
+///
+/// When the leader dies, the follower whose timer fires first campaigns. If its log
+/// is shorter than another follower's, that follower refuses its vote, and openraft
+/// then has the two collide: the refusing follower campaigns later in the same term
+/// (refused, the candidate voted for itself), and the refused candidate keeps a flag
+/// that delays its next campaigns by twice the maximum election timeout, even in a
+/// later failover. Every client then waits one to two extra election rounds.
+///
+/// A follower that refuses a candidate for its shorter log, and has itself heard no
+/// leader for longer than the leader lease (so openraft's own timer is about to fire
+/// too), campaigns at once with a term above the candidate's. Only the timing of an
+/// election changes; who may win, and everything that makes elections safe, stays
+/// with openraft.
+pub struct Takeover {
+    /// openraft's leader lease: the maximum election timeout.
+    lease: Duration,
+    /// The least time between two takeovers: the minimum election timeout.
+    pause: Duration,
+    started: Instant,
+    /// Milliseconds after `started` at which an AppendEntries last arrived.
+    heard_leader_ms: AtomicU64,
+    /// Milliseconds after `started` of the last takeover, plus one (0: never).
+    took_over_ms: AtomicU64,
+}
+
+impl Takeover {
+    pub fn new(election_timeout_min_ms: u64, election_timeout_max_ms: u64) -> Takeover {
+        Takeover {
+            lease: Duration::from_millis(election_timeout_max_ms),
+            pause: Duration::from_millis(election_timeout_min_ms),
+            started: Instant::now(),
+            heard_leader_ms: AtomicU64::new(0),
+            took_over_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn heard_leader(&self) {
+        self.heard_leader_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// After this node answered `request` with `response`: campaigns if the answer
+    /// refused a candidate with a shorter log while no leader is heard.
+    fn consider(&self, raft: &Raft, request: &VoteRequest<NodeId>, response: &VoteResponse<NodeId>) {
+        let now_ms = self.now_ms();
+        let silent_for = Duration::from_millis(now_ms.saturating_sub(self.heard_leader_ms.load(Ordering::Relaxed)));
+        let Some(campaigns) = campaigns_to_outbid(request, response, silent_for, self.lease) else {
+            return;
+        };
+        let last = self.took_over_ms.load(Ordering::Relaxed);
+        if last != 0 && now_ms < last - 1 + self.pause.as_millis() as u64 {
+            return;
+        }
+        if self.took_over_ms.compare_exchange(last, now_ms + 1, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            return;
+        }
+        tracing::info!(
+            candidate = %request.vote,
+            candidate_last_log = ?request.last_log_id,
+            my_last_log = ?response.last_log_id,
+            silent_ms = silent_for.as_millis() as u64,
+            campaigns,
+            "refused a candidate with a shorter log while no leader is heard: campaigning at once"
+        );
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            // Each campaign raises this node's term by one; the core takes them in order.
+            for _ in 0..campaigns {
+                if raft.trigger().elect().await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+/// How many campaigns this node must start, one after another, for its term to end
+/// above the candidate's; `None` when it should leave the election to the timers:
+/// the vote was granted, a leader was heard within its lease (the refusal may have
+/// been the lease's), the candidate's log is not shorter, this node's term already
+/// caught up, or the candidate is too far ahead.
+fn campaigns_to_outbid(
+    request: &VoteRequest<NodeId>,
+    response: &VoteResponse<NodeId>,
+    silent_for: Duration,
+    lease: Duration,
+) -> Option<u64> {
+    if response.vote_granted || silent_for <= lease || response.last_log_id <= request.last_log_id {
+        return None;
+    }
+    let mine = response.vote.leader_id().get_term();
+    let theirs = request.vote.leader_id().get_term();
+    if mine >= theirs {
+        return None;
+    }
+    let campaigns = theirs - mine + 1;
+    (campaigns <= TAKEOVER_CAMPAIGNS_MAX).then_some(campaigns)
 }
 
 fn decode<T: serde::de::DeserializeOwned>(message: &RaftMessage) -> Result<T, Status> {
@@ -30,11 +141,16 @@ fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftMessage>, Status
 impl Peer for PeerService {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let vote: VoteRequest<NodeId> = decode(request.get_ref())?;
-        reply(&self.raft.vote(vote).await)
+        let answer = self.raft.vote(vote.clone()).await;
+        if let Ok(response) = &answer {
+            self.takeover.consider(&self.raft, &vote, response);
+        }
+        reply(&answer)
     }
 
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let append: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
+        self.takeover.heard_leader();
         reply(&self.raft.append_entries(append).await)
     }
 
@@ -54,5 +170,43 @@ impl Peer for PeerService {
         tracing::warn!("the leader removed this node from the cluster; it stops serving");
         self.retired.send_replace(true);
         Ok(Response::new(RetireResponse {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, LogId, Vote};
+
+    use super::*;
+
+    const LEASE: Duration = Duration::from_millis(300);
+
+    fn log(term: u64, index: u64) -> Option<LogId<NodeId>> {
+        Some(LogId::new(CommittedLeaderId::new(term, 2), index))
+    }
+
+    /// Node 3 (last log 5-101, still following the dead leader 2 of term 5) is asked
+    /// by candidate 1 of term `term` whose log ends at `candidate_index`.
+    fn ask(term: u64, candidate_index: u64, granted: bool, silent_ms: u64) -> Option<u64> {
+        let request = VoteRequest::new(Vote::new(term, 1), log(5, candidate_index));
+        let response = VoteResponse::new(Vote::new_committed(5, 2), log(5, 101), granted);
+        campaigns_to_outbid(&request, &response, Duration::from_millis(silent_ms), LEASE)
+    }
+
+    #[test]
+    fn a_refused_shorter_candidate_with_no_leader_heard_is_outbid() {
+        // Term 6 against this node's 5: campaigns at 6 and 7; 7 wins the candidate's vote.
+        assert_eq!(ask(6, 100, false, 400), Some(2));
+        assert_eq!(ask(8, 100, false, 400), Some(4));
+    }
+
+    #[test]
+    fn the_timers_decide_otherwise() {
+        assert_eq!(ask(6, 100, false, 300), None, "a leader heard within its lease");
+        assert_eq!(ask(6, 101, false, 400), None, "the candidate's log is as long");
+        assert_eq!(ask(6, 102, false, 400), None, "the candidate's log is longer");
+        assert_eq!(ask(6, 100, true, 400), None, "the vote was granted");
+        assert_eq!(ask(5, 100, false, 400), None, "the candidate's term is not above this node's");
+        assert_eq!(ask(9, 100, false, 400), None, "the candidate is too far ahead");
     }
 }
