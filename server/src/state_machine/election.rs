@@ -243,7 +243,7 @@ impl StateMachine {
         let election = self.elections.get(name)?;
         Some(LeaderView {
             session: election.leader.session,
-            client_name: self.session(election.leader.session).client_name.clone(),
+            client_name: self.session(election.leader.session).client_name.to_string(),
             token: election.leader.token,
             since_ms: election.leader.since_ms,
             value: election.value.clone(),

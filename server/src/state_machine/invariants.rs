@@ -1,6 +1,7 @@
 //! The invariants of the state, checked by tests after every apply.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::session::Role;
 use super::{ResourceKind, SessionId, StateMachine};
@@ -36,6 +37,17 @@ impl StateMachine {
         let mut waiting_total = 0;
         let mut remembered_total = 0;
         let mut claims_total = 0;
+        let mut names_in_use: BTreeMap<&str, u32> = BTreeMap::new();
+        for session in self.sessions.values() {
+            *names_in_use.entry(&*session.client_name).or_default() += 1;
+        }
+        assert!(
+            names_in_use
+                .iter()
+                .map(|(name, count)| (*name, *count))
+                .eq(self.client_names.iter().map(|(name, count)| (&**name, *count))),
+            "the client name table does not count the sessions using each name"
+        );
         for (id, session) in &self.sessions {
             assert_eq!(*id, session.id, "session {id} is stored under another id");
             assert!(
@@ -50,6 +62,13 @@ impl StateMachine {
             assert!(
                 session.client_name.len() <= CLIENT_NAME_BYTES_MAX,
                 "session {id} has a client name over CLIENT_NAME_BYTES_MAX"
+            );
+            assert!(
+                self.client_names
+                    .get_key_value(&*session.client_name)
+                    .is_some_and(|(shared, _)| Arc::ptr_eq(shared, &session.client_name)),
+                "session {id} does not share its client name {:?}",
+                session.client_name
             );
             assert!(
                 session.resource_count() <= LOCKS_PER_SESSION_MAX,

@@ -55,6 +55,7 @@ mod model_tests;
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
@@ -112,6 +113,7 @@ impl ResourceKind {
 /// The whole replicated state. Snapshots serialize it as it is, and replicas that applied
 /// the same entries compare equal.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(from = "DecodedMachine")]
 pub struct StateMachine {
     /// `None` before the first entry. Openraft's first entry, the initial membership,
     /// sits at index 0, so 0 cannot mean "nothing applied".
@@ -131,6 +133,66 @@ pub struct StateMachine {
     /// without scanning the sessions, including a retry of `CreateSession`, whose client
     /// does not know its session yet.
     requests: BTreeMap<RequestId, SessionId>,
+    /// Every live session's client name, once, with the number of sessions that share
+    /// it. A process that opens many sessions (a worker pool) names them all alike, and
+    /// its name is often longer than the rest of an idle session. Not in snapshots (each
+    /// session carries its name there); rebuilt when one is decoded.
+    #[serde(skip)]
+    client_names: BTreeMap<Arc<str>, u32>,
+}
+
+/// `StateMachine` as snapshots encode it: decoded into this, then its client names
+/// are shared again.
+#[derive(Deserialize)]
+struct DecodedMachine {
+    last_applied: Option<u64>,
+    sessions: BTreeMap<SessionId, Box<Session>>,
+    locks: BTreeMap<Box<str>, Lock>,
+    semaphores: BTreeMap<String, Semaphore>,
+    elections: BTreeMap<String, Election>,
+    requests: BTreeMap<RequestId, SessionId>,
+}
+
+impl From<DecodedMachine> for StateMachine {
+    fn from(decoded: DecodedMachine) -> StateMachine {
+        let DecodedMachine { last_applied, sessions, locks, semaphores, elections, requests } = decoded;
+        let mut machine = StateMachine {
+            last_applied,
+            sessions,
+            locks,
+            semaphores,
+            elections,
+            requests,
+            client_names: BTreeMap::new(),
+        };
+        let mut client_names = BTreeMap::new();
+        for session in machine.sessions.values_mut() {
+            session.client_name = share_name(&mut client_names, &session.client_name);
+        }
+        machine.client_names = client_names;
+        machine
+    }
+}
+
+/// The shared copy of `name` for one more session, added to `names` if it is new.
+fn share_name(names: &mut BTreeMap<Arc<str>, u32>, name: &str) -> Arc<str> {
+    if let Some((shared, sessions)) = names.get_key_value(name) {
+        let shared = shared.clone();
+        *names.get_mut(name).expect("found above") = sessions + 1;
+        return shared;
+    }
+    let shared: Arc<str> = Arc::from(name);
+    names.insert(shared.clone(), 1);
+    shared
+}
+
+/// One session fewer uses `name`; the last one takes it out of `names`.
+fn unshare_name(names: &mut BTreeMap<Arc<str>, u32>, name: &str) {
+    let sessions = names.get_mut(name).expect("every session's client name is in the table");
+    *sessions -= 1;
+    if *sessions == 0 {
+        names.remove(name);
+    }
 }
 
 impl StateMachine {
@@ -235,7 +297,7 @@ impl StateMachine {
             name: name.to_owned(),
             holder: HolderView {
                 session: lock.holder.session,
-                client_name: self.session(lock.holder.session).client_name.clone(),
+                client_name: self.session(lock.holder.session).client_name.to_string(),
                 token: lock.holder.token,
                 since_ms: lock.holder.since_ms,
             },
@@ -248,7 +310,7 @@ impl StateMachine {
         Some(SessionView {
             id: session.id,
             ttl_ms: session.ttl_ms,
-            client_name: session.client_name.clone(),
+            client_name: session.client_name.to_string(),
             created_index: session.created_index(),
             held: session
                 .held
@@ -291,7 +353,7 @@ impl StateMachine {
                 .iter()
                 .map(|holder| HolderView {
                     session: holder.session,
-                    client_name: self.session(holder.session).client_name.clone(),
+                    client_name: self.session(holder.session).client_name.to_string(),
                     token: holder.token,
                     since_ms: holder.since_ms,
                 })
@@ -374,7 +436,7 @@ impl StateMachine {
 
     fn waiter_views(&self, waiters: impl Iterator<Item = SessionId>) -> Vec<WaiterView> {
         waiters
-            .map(|waiter| WaiterView { session: waiter, client_name: self.session(waiter).client_name.clone() })
+            .map(|waiter| WaiterView { session: waiter, client_name: self.session(waiter).client_name.to_string() })
             .collect()
     }
 
@@ -518,7 +580,7 @@ impl StateMachine {
         let session = Session {
             id: index,
             ttl_ms,
-            client_name: client_name.to_owned(),
+            client_name: share_name(&mut self.client_names, client_name),
             held: ThinVec::new(),
             waiting: ThinVec::new(),
             claims: ThinVec::new(),
@@ -756,6 +818,7 @@ impl StateMachine {
         // freed, and granted, at most once in this entry.
         for session_id in ending {
             let session = self.sessions.remove(session_id).expect("only live sessions are ended");
+            unshare_name(&mut self.client_names, &session.client_name);
             for name in &session.held {
                 let token = self.lock(name).holder.token;
                 events.push(Event::Released {

@@ -1,5 +1,7 @@
 //! One client's lease and everything that hangs off it.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
@@ -17,7 +19,9 @@ pub struct Session {
     /// The index of the entry that created the session: unique and the same everywhere.
     pub(super) id: SessionId,
     pub(super) ttl_ms: u64,
-    pub(super) client_name: String,
+    /// Shared by every session with the same client name (see
+    /// `StateMachine::client_names`): a client process usually opens many.
+    pub(super) client_name: Arc<str>,
     /// Names of the locks this session holds, in the order of their grants. Mirrors the
     /// lock table so that ending a session does not scan every lock.
     pub(super) held: ThinVec<String>,

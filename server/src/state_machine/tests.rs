@@ -1070,12 +1070,14 @@ fn sessions_limit_is_enforced() {
     let mut harness = Harness::new();
     // Built directly: a million applies would dominate the test run.
     let count = SESSIONS_MAX as u64;
+    let client_name: Arc<str> = Arc::from("");
+    harness.machine.client_names.insert(client_name.clone(), count as u32);
     harness.machine.sessions = (1..=count)
         .map(|id| {
             let session = Session {
                 id,
                 ttl_ms: TTL_MS,
-                client_name: String::new(),
+                client_name: client_name.clone(),
                 held: thin_vec::ThinVec::new(),
                 waiting: thin_vec::ThinVec::new(),
                 claims: thin_vec::ThinVec::new(),
@@ -1228,6 +1230,30 @@ fn snapshot_round_trips_through_postcard() {
     let restored: StateMachine = postcard::from_bytes(&bytes).unwrap();
     assert_eq!(restored, harness.machine);
     assert_eq!(postcard::to_stdvec(&restored).unwrap(), bytes);
+}
+
+#[test]
+fn sessions_of_one_client_share_its_name_until_the_last_one_ends() {
+    let mut harness = Harness::new();
+    let a = harness.create("worker-pool@host-1:4242");
+    let b = harness.create("worker-pool@host-1:4242");
+    let c = harness.create("reporter");
+    let shared = |machine: &StateMachine, x: SessionId, y: SessionId| {
+        Arc::ptr_eq(&machine.sessions[&x].client_name, &machine.sessions[&y].client_name)
+    };
+    assert!(shared(&harness.machine, a, b));
+    assert_eq!(harness.machine.client_names.len(), 2);
+
+    // Snapshots carry each session's name; decoding shares them again.
+    let restored: StateMachine = postcard::from_bytes(&postcard::to_stdvec(&harness.machine).unwrap()).unwrap();
+    restored.check_invariants();
+    assert!(shared(&restored, a, b));
+    assert_eq!(restored, harness.machine);
+
+    harness.close(a);
+    assert_eq!(harness.machine.client_names.len(), 2, "session b still uses the name");
+    harness.expire(&[b, c]);
+    assert!(harness.machine.client_names.is_empty());
 }
 
 #[test]
@@ -2005,6 +2031,15 @@ fn corruptible() -> (StateMachine, SessionId, SessionId, SessionId) {
 #[test]
 #[should_panic(expected = "which does not exist")]
 fn invariants_catch_a_dead_session_holding_a_lock() {
+    let (mut machine, a, _, _) = corruptible();
+    let gone = machine.sessions.remove(&a).unwrap();
+    unshare_name(&mut machine.client_names, &gone.client_name);
+    machine.check_invariants();
+}
+
+#[test]
+#[should_panic(expected = "the client name table does not count the sessions using each name")]
+fn invariants_catch_a_client_name_kept_after_its_sessions_ended() {
     let (mut machine, a, _, _) = corruptible();
     machine.sessions.remove(&a);
     machine.check_invariants();
