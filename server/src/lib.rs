@@ -12,6 +12,8 @@
 //! * `log_store` — openraft's log storage on RocksDB, with group-committed fsyncs.
 //! * `state_machine_store` — openraft's state machine: the pure machine in memory,
 //!   snapshots in RocksDB, effects dispatched to waiters and leases.
+//! * `applier` — the thread on which entries are applied and snapshots decoded, so
+//!   that the state is packed in a heap arena of its own.
 //! * `waiters` — RPCs waiting in a FIFO queue, woken by the granting entry.
 //! * `waiting` — the server side of a queued request: wait, or cancel by commit.
 //! * `observers` — election changes pushed to `Observe` streams in apply order.
@@ -28,6 +30,7 @@
 //! * `node` — assembles and runs a node.
 
 pub mod admin_service;
+pub mod applier;
 pub mod client_service;
 pub mod clock;
 pub mod codec;

@@ -14,6 +14,7 @@ use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::applier::Applier;
 use crate::codec;
 use crate::leases::Leases;
 use crate::metrics::WaitHistograms;
@@ -82,6 +83,15 @@ impl Shared {
 pub struct StateMachineStore {
     shared: Arc<Shared>,
     db: Arc<DB>,
+    /// Where the state is built (see `applier`).
+    applier: Applier,
+}
+
+/// What applying a run of entries produced, besides the state itself.
+struct AppliedRun {
+    responses: Vec<Vec<Response>>,
+    events: Vec<(u64, Event)>,
+    last_index: u64,
 }
 
 fn snapshot_error(error: impl std::error::Error + 'static) -> StorageError {
@@ -91,21 +101,28 @@ fn snapshot_error(error: impl std::error::Error + 'static) -> StorageError {
 impl StateMachineStore {
     /// Loads the latest snapshot, if any, as the starting state.
     pub fn open(db: Arc<DB>, leases: Leases) -> Result<Self, String> {
+        let applier = Applier::start().map_err(|error| format!("cannot start the applier thread: {error}"))?;
         let meta = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
-        let mut applied = Applied::default();
         let stored = db.get_cf(meta, KEY_SNAPSHOT).map_err(|error| format!("cannot read the snapshot: {error}"))?;
-        if let Some(bytes) = stored {
-            let stored: StoredSnapshot =
-                codec::decode(&bytes).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
-            let body: SnapshotBody =
-                codec::decode(&stored.data).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
-            applied = Applied {
-                machine: body.machine,
-                last_applied: stored.meta.last_log_id,
-                membership: stored.meta.last_membership,
-            };
-        }
-        leases.restart_all(Shared::session_ttls(&applied.machine));
+        let applied = match stored {
+            None => Applied::default(),
+            Some(bytes) => applier.run_blocking(move || {
+                let stored: StoredSnapshot =
+                    codec::decode(&bytes).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
+                let body: SnapshotBody =
+                    codec::decode(&stored.data).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
+                Ok::<_, String>(Applied {
+                    machine: body.machine,
+                    last_applied: stored.meta.last_log_id,
+                    membership: stored.meta.last_membership,
+                })
+            })?,
+        };
+        let ttls = Shared::session_ttls(&applied.machine);
+        let leases = applier.run_blocking(move || {
+            leases.restart_all(ttls);
+            leases
+        });
         let last_index = applied.last_applied.map(|log_id| log_id.index).unwrap_or(0);
         let shared = Arc::new(Shared {
             applied: RwLock::new(applied),
@@ -115,7 +132,7 @@ impl StateMachineStore {
             semaphore_waits: WaitHistograms::default(),
             applied_index: watch::Sender::new(last_index),
         });
-        Ok(Self { shared, db })
+        Ok(Self { shared, db, applier })
     }
 
     pub fn shared(&self) -> Arc<Shared> {
@@ -175,6 +192,50 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     }
 }
 
+/// Applies `entries` in order; on the applier thread, so that the state's blocks and
+/// the session deadlines are allocated there.
+fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
+    let mut responses = Vec::with_capacity(entries.len());
+    let mut events = Vec::new();
+    let mut created = Vec::new();
+    let last_index;
+    {
+        let mut applied = shared.applied.write().unwrap();
+        for entry in entries {
+            let index = entry.log_id.index;
+            applied.last_applied = Some(entry.log_id);
+            match &entry.payload {
+                EntryPayload::Blank => {
+                    applied.machine.apply_empty(index);
+                    responses.push(Vec::new());
+                }
+                EntryPayload::Membership(membership) => {
+                    applied.membership = StoredMembership::new(Some(entry.log_id), membership.clone());
+                    applied.machine.apply_empty(index);
+                    responses.push(Vec::new());
+                }
+                EntryPayload::Normal(proposal) => {
+                    let results = applied.machine.apply_batch(index, proposal.stamp_ms, &proposal.commands);
+                    let mut entry_responses = Vec::with_capacity(results.len());
+                    for (response, entry_events) in results {
+                        if let Response::SessionCreated { session, ttl_ms } = &response {
+                            created.push((*session, *ttl_ms));
+                        }
+                        events.extend(entry_events.into_iter().map(|event| (index, event)));
+                        entry_responses.push(response);
+                    }
+                    responses.push(entry_responses);
+                }
+            }
+        }
+        last_index = applied.last_applied.map(|log_id| log_id.index).unwrap_or(0);
+    }
+    for (session, ttl_ms) in created {
+        shared.leases.session_created(session, ttl_ms);
+    }
+    AppliedRun { responses, events, last_index }
+}
+
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotBuilder = Self;
 
@@ -188,47 +249,20 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut responses = Vec::new();
-        let mut events = Vec::new();
-        let mut created = Vec::new();
-        let last_index;
-        {
-            let mut applied = self.shared.applied.write().unwrap();
-            for entry in entries {
-                let index = entry.log_id.index;
-                applied.last_applied = Some(entry.log_id);
-                match entry.payload {
-                    EntryPayload::Blank => {
-                        applied.machine.apply_empty(index);
-                        responses.push(Vec::new());
-                    }
-                    EntryPayload::Membership(membership) => {
-                        applied.membership = StoredMembership::new(Some(entry.log_id), membership);
-                        applied.machine.apply_empty(index);
-                        responses.push(Vec::new());
-                    }
-                    EntryPayload::Normal(proposal) => {
-                        let results = applied.machine.apply_batch(index, proposal.stamp_ms, &proposal.commands);
-                        let mut entry_responses = Vec::with_capacity(results.len());
-                        for (response, entry_events) in results {
-                            if let Response::SessionCreated { session, ttl_ms } = &response {
-                                created.push((*session, *ttl_ms));
-                            }
-                            events.extend(entry_events.into_iter().map(|event| (index, event)));
-                            entry_responses.push(response);
-                        }
-                        responses.push(entry_responses);
-                    }
-                }
-            }
-            last_index = applied.last_applied.map(|log_id| log_id.index).unwrap_or(0);
-        }
-        for (session, ttl_ms) in created {
-            self.shared.leases.session_created(session, ttl_ms);
-        }
-        self.dispatch(events);
-        self.shared.applied_index.send_replace(last_index);
-        Ok(responses)
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let shared = self.shared.clone();
+        let (entries, run) = self
+            .applier
+            .run(move || {
+                let run = apply_entries(&shared, &entries);
+                (entries, run)
+            })
+            .await;
+        // Dropped here, on the worker that decoded them (see `applier`).
+        drop(entries);
+        self.dispatch(run.events);
+        self.shared.applied_index.send_replace(run.last_index);
+        Ok(run.responses)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -245,7 +279,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let body: SnapshotBody = codec::decode(&data).map_err(|error| {
+        let (data, body) = self
+            .applier
+            .run(move || {
+                let body: Result<SnapshotBody, _> = codec::decode(&data);
+                (data, body)
+            })
+            .await;
+        let body = body.map_err(|error| {
             StorageIOError::new(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Read, AnyError::new(&error))
         })?;
         self.persist_snapshot(meta, &data)?;
@@ -259,7 +300,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 membership: meta.last_membership.clone(),
             };
         }
-        self.shared.leases.restart_all(sessions);
+        let shared = self.shared.clone();
+        self.applier.run(move || shared.leases.restart_all(sessions)).await;
         let shared = self.shared.clone();
         self.shared.waiters.wake_decided(|kind, session, name| {
             let applied = shared.applied.read().unwrap();
