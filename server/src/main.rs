@@ -52,6 +52,10 @@ fn main() -> ExitCode {
         }
     };
     leasehold_server::memory::tune_allocator();
+    if let Err(error) = leasehold_server::memory::start_trimmer() {
+        eprintln!("leasehold-server: cannot start the heap trimmer thread: {error}");
+        return ExitCode::from(1);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(run(config))
 }

@@ -5,6 +5,19 @@
 //! size of any such block that is freed (up to 32 MiB), after which the large,
 //! short-lived buffers of snapshots and RocksDB memtables come from the heap instead
 //! and leave it fragmented. A fixed threshold keeps them mapped.
+//!
+//! Smaller blocks freed by the tokio workers after a burst of requests stay in their
+//! arenas, resident, until `malloc_trim`: on a leader that created 100k sessions that
+//! was about 80 MB of free heap. The state itself is built on the applier thread (see
+//! `applier`), so those pages hold little else and trimming gives them back; the
+//! trimmer does so once enough was freed.
+
+use std::time::Duration;
+
+/// How often the trimmer looks at the free heap.
+pub const TRIM_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// Heap freed since the last trim that makes the trimmer trim again.
+pub const TRIM_AFTER_FREED_BYTES: usize = 1024 * 1024;
 
 /// Large blocks are mapped from this size on.
 pub const MMAP_THRESHOLD_BYTES: i32 = 256 * 1024;
@@ -26,4 +39,36 @@ pub fn release_freed_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// Bytes of free heap in malloc's arenas (resident or already given back).
+fn free_heap_bytes() -> usize {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallinfo2 only reads malloc's statistics.
+    unsafe {
+        libc::mallinfo2().fordblks
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    0
+}
+
+/// Starts a thread that trims the heap whenever `TRIM_AFTER_FREED_BYTES` more of it
+/// was freed since the last trim. Looking costs microseconds; a trim, a few
+/// milliseconds of walking the free blocks. For the server process only.
+pub fn start_trimmer() -> std::io::Result<()> {
+    std::thread::Builder::new().name("heap-trimmer".into()).spawn(|| {
+        let mut free_after_last_trim = free_heap_bytes();
+        loop {
+            std::thread::sleep(TRIM_CHECK_INTERVAL);
+            let free = free_heap_bytes();
+            // Free blocks that were reused and freed again are resident again.
+            free_after_last_trim = free_after_last_trim.min(free);
+            if free - free_after_last_trim >= TRIM_AFTER_FREED_BYTES {
+                release_freed_memory();
+                tracing::debug!(free_heap_bytes = free, "trimmed the heap");
+                free_after_last_trim = free_heap_bytes();
+            }
+        }
+    })?;
+    Ok(())
 }
