@@ -1,10 +1,10 @@
 //! The invariants of the state, checked by tests after every apply.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
+use super::session::Answer;
 use super::session::Role;
-use super::{ResourceKind, SessionId, StateMachine};
+use super::{RequestId, ResourceKind, SessionId, StateMachine};
 use crate::limits::{
     CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX,
     REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
@@ -35,7 +35,7 @@ impl StateMachine {
         assert!(self.sessions.len() <= SESSIONS_MAX, "{} sessions exceed SESSIONS_MAX", self.sessions.len());
         let mut held_total = 0;
         let mut waiting_total = 0;
-        let mut remembered_total = 0;
+        let mut creations_total = 0;
         let mut claims_total = 0;
         let mut names_in_use: BTreeMap<&str, u32> = BTreeMap::new();
         for session in self.sessions.values() {
@@ -66,7 +66,7 @@ impl StateMachine {
             assert!(
                 self.client_names
                     .get_key_value(&*session.client_name)
-                    .is_some_and(|(shared, _)| Arc::ptr_eq(shared, &session.client_name)),
+                    .is_some_and(|(shared, _)| shared.same_copy(&session.client_name)),
                 "session {id} does not share its client name {:?}",
                 session.client_name
             );
@@ -162,18 +162,23 @@ impl StateMachine {
                 "session {id} remembers {} answers, over REQUESTS_REMEMBERED_PER_SESSION_MAX",
                 session.remembered.len()
             );
+            let requests: BTreeSet<RequestId> =
+                session.remembered.iter().map(|remembered| remembered.request).collect();
+            assert_eq!(requests.len(), session.remembered.len(), "session {id} remembers a request id twice");
             for remembered in &session.remembered {
-                assert_eq!(
-                    self.requests.get(&remembered.request),
-                    Some(id),
-                    "session {id} remembers {:?}, but the request index disagrees",
-                    remembered.request
-                );
+                if let Answer::SessionCreated { .. } = remembered.answer {
+                    assert_eq!(
+                        self.creations.get(&remembered.request),
+                        Some(id),
+                        "session {id} remembers its creation by {:?}, but the creation index disagrees",
+                        remembered.request
+                    );
+                    creations_total += 1;
+                }
             }
             held_total += session.held.len();
             waiting_total += session.waiting.len();
             claims_total += session.claims.len();
-            remembered_total += session.remembered.len();
         }
 
         let mut waiters_total = 0;
@@ -328,13 +333,13 @@ impl StateMachine {
             "sessions list {claims_total} permits, leaderships and their waits; the \
              semaphore and election tables have {claimants_total}"
         );
-        // Each remembered answer points back at its session, and the index maps a request
+        // Each remembered creation points back at its session, and the index maps a request
         // to one session, so equal counts make the index and the sessions agree exactly.
         assert_eq!(
-            remembered_total,
-            self.requests.len(),
-            "sessions remember {remembered_total} answers, the request index has {}",
-            self.requests.len()
+            creations_total,
+            self.creations.len(),
+            "sessions remember {creations_total} creations, the creation index has {}",
+            self.creations.len()
         );
     }
 

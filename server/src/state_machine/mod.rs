@@ -55,7 +55,6 @@ mod model_tests;
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
@@ -81,7 +80,7 @@ use error::{
 };
 use lock::{Holder, Lock};
 use semaphore::Semaphore;
-use session::{push_compact, Answer, Remembered, Role};
+use session::{push_compact, Answer, ClientName, Remembered, Role};
 
 /// The log index of the entry that created the session: unique and deterministic.
 pub type SessionId = u64;
@@ -129,16 +128,17 @@ pub struct StateMachine {
     semaphores: BTreeMap<String, Semaphore>,
     /// Only elections with a leader have an entry; see `Election`.
     elections: BTreeMap<String, Election>,
-    /// Which session remembers the answer to each request id, so that a retry is found
-    /// without scanning the sessions, including a retry of `CreateSession`, whose client
-    /// does not know its session yet.
-    requests: BTreeMap<RequestId, SessionId>,
+    /// Which session each remembered `CreateSession` request created, so that a retry
+    /// of it, whose client does not know its session yet, finds the answer. Every
+    /// other request names its session and is looked up among that session's own
+    /// remembered answers: request ids are scoped to their session.
+    creations: BTreeMap<RequestId, SessionId>,
     /// Every live session's client name, once, with the number of sessions that share
     /// it. A process that opens many sessions (a worker pool) names them all alike, and
     /// its name is often longer than the rest of an idle session. Not in snapshots (each
     /// session carries its name there); rebuilt when one is decoded.
     #[serde(skip)]
-    client_names: BTreeMap<Arc<str>, u32>,
+    client_names: BTreeMap<ClientName, u32>,
 }
 
 /// `StateMachine` as snapshots encode it: decoded into this, then its client names
@@ -150,24 +150,33 @@ struct DecodedMachine {
     locks: BTreeMap<Box<str>, Lock>,
     semaphores: BTreeMap<String, Semaphore>,
     elections: BTreeMap<String, Election>,
-    requests: BTreeMap<RequestId, SessionId>,
+    /// `creations`, which snapshots of earlier versions filled with every remembered
+    /// request: decoded to keep the encoding, then rebuilt from the sessions'
+    /// remembered answers instead.
+    #[allow(dead_code)]
+    creations: BTreeMap<RequestId, SessionId>,
 }
 
 impl From<DecodedMachine> for StateMachine {
     fn from(decoded: DecodedMachine) -> StateMachine {
-        let DecodedMachine { last_applied, sessions, locks, semaphores, elections, requests } = decoded;
+        let DecodedMachine { last_applied, sessions, locks, semaphores, elections, creations: _ } = decoded;
         let mut machine = StateMachine {
             last_applied,
             sessions,
             locks,
             semaphores,
             elections,
-            requests,
+            creations: BTreeMap::new(),
             client_names: BTreeMap::new(),
         };
         let mut client_names = BTreeMap::new();
         for session in machine.sessions.values_mut() {
             session.client_name = share_name(&mut client_names, &session.client_name);
+            for remembered in &session.remembered {
+                if let Answer::SessionCreated { .. } = remembered.answer {
+                    machine.creations.insert(remembered.request, session.id);
+                }
+            }
         }
         machine.client_names = client_names;
         machine
@@ -175,19 +184,19 @@ impl From<DecodedMachine> for StateMachine {
 }
 
 /// The shared copy of `name` for one more session, added to `names` if it is new.
-fn share_name(names: &mut BTreeMap<Arc<str>, u32>, name: &str) -> Arc<str> {
+fn share_name(names: &mut BTreeMap<ClientName, u32>, name: &str) -> ClientName {
     if let Some((shared, sessions)) = names.get_key_value(name) {
         let shared = shared.clone();
         *names.get_mut(name).expect("found above") = sessions + 1;
         return shared;
     }
-    let shared: Arc<str> = Arc::from(name);
+    let shared = ClientName::new(name);
     names.insert(shared.clone(), 1);
     shared
 }
 
 /// One session fewer uses `name`; the last one takes it out of `names`.
-fn unshare_name(names: &mut BTreeMap<Arc<str>, u32>, name: &str) {
+fn unshare_name(names: &mut BTreeMap<ClientName, u32>, name: &str) {
     let sessions = names.get_mut(name).expect("every session's client name is in the table");
     *sessions -= 1;
     if *sessions == 0 {
@@ -227,7 +236,9 @@ impl StateMachine {
     ///
     /// Nodes built before commands on one name could share an entry refuse such a
     /// batch (they panic on it): every node of a cluster must run this version or a
-    /// later one before a leader of this version proposes.
+    /// later one before a leader of this version proposes. Nodes built before request
+    /// ids were scoped to their session also answer a request that reuses another
+    /// session's request id differently (refused there, applied here).
     ///
     /// # Panics
     ///
@@ -449,13 +460,12 @@ impl StateMachine {
 
     /// The answer to a request id seen before, or `None` for a new request.
     fn recall(&self, request: RequestId, fingerprint: u64, command: &Command) -> Option<Response> {
-        let owner = *self.requests.get(&request)?;
-        let remembered = self
-            .session(owner)
-            .remembered
-            .iter()
-            .find(|remembered| remembered.request == request)
-            .expect("the request index points at a session that remembers the request");
+        let owner = match command.session() {
+            Some(session) => session,
+            None => *self.creations.get(&request)?,
+        };
+        let remembered =
+            self.sessions.get(&owner)?.remembered.iter().find(|remembered| remembered.request == request)?;
         if remembered.fingerprint != fingerprint {
             return Some(Response::Rejected(request_id_reused(request)));
         }
@@ -504,17 +514,24 @@ impl StateMachine {
             session.remembered.first().copied()
         {
             session.remembered.remove(0);
-            let forgotten_owner = self.requests.remove(&created);
+            let forgotten_owner = self.creations.remove(&created);
             assert_eq!(forgotten_owner, Some(owner));
         }
         if session.remembered.len() == REQUESTS_REMEMBERED_PER_SESSION_MAX {
             let evicted = session.remembered.remove(0);
-            let evicted_owner = self.requests.remove(&evicted.request);
-            assert_eq!(evicted_owner, Some(owner));
+            if let Answer::SessionCreated { .. } = evicted.answer {
+                self.creations.remove(&evicted.request);
+            }
         }
+        assert!(
+            session.remembered.iter().all(|remembered| remembered.request != request),
+            "a new request id is not remembered by its session yet"
+        );
         push_compact(&mut session.remembered, Remembered { request, fingerprint, answer });
-        let previous = self.requests.insert(request, owner);
-        assert!(previous.is_none(), "a new request id is not remembered yet");
+        if let Answer::SessionCreated { .. } = answer {
+            let previous = self.creations.insert(request, owner);
+            assert!(previous.is_none(), "a new CreateSession request id is not remembered yet");
+        }
     }
 
     /// Carries out a command that is not a retry.
@@ -840,8 +857,10 @@ impl StateMachine {
                 self.hand_over_election(index, stamp_ms, name, events);
             }
             for remembered in &session.remembered {
-                let owner = self.requests.remove(&remembered.request);
-                assert_eq!(owner, Some(*session_id));
+                if let Answer::SessionCreated { .. } = remembered.answer {
+                    let owner = self.creations.remove(&remembered.request);
+                    assert_eq!(owner, Some(*session_id));
+                }
             }
             events.push(Event::SessionEnded { session: *session_id, expired });
         }

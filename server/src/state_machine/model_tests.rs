@@ -87,10 +87,15 @@ fn queued_or_timed_out(waiters: &[SessionId], session: SessionId) -> AcquireOutc
 impl Model {
     fn apply(&mut self, index: u64, stamp_ms: u64, command: &Command) -> (Response, Vec<Event>) {
         if let Some(request) = command.request() {
+            // A command that names a session looks among that session's answers; a
+            // creation, among the creations every session still remembers.
+            let named = command.session();
             let earlier = self
                 .sessions
                 .iter()
+                .filter(|session| named.is_none_or(|named| session.id == named))
                 .flat_map(|session| session.answers.iter())
+                .filter(|(earlier, _)| named.is_some() || matches!(earlier, Command::CreateSession { .. }))
                 .find(|(earlier, _)| earlier.request() == Some(request))
                 .cloned();
             if let Some((earlier, answer)) = earlier {

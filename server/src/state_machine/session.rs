@@ -1,5 +1,7 @@
 //! One client's lease and everything that hangs off it.
 
+use std::borrow::Borrow;
+use std::ops::Deref;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -21,7 +23,7 @@ pub struct Session {
     pub(super) ttl_ms: u64,
     /// Shared by every session with the same client name (see
     /// `StateMachine::client_names`): a client process usually opens many.
-    pub(super) client_name: Arc<str>,
+    pub(super) client_name: ClientName,
     /// Names of the locks this session holds, in the order of their grants. Mirrors the
     /// lock table so that ending a session does not scan every lock.
     pub(super) held: ThinVec<String>,
@@ -34,6 +36,38 @@ pub struct Session {
     pub(super) claims: ThinVec<Claim>,
     /// Answers to this session's last requests, oldest first, for retries.
     pub(super) remembered: ThinVec<Remembered>,
+}
+
+/// A client name that sessions share: a thin pointer, so that a `Session` takes 56
+/// bytes (a 64-byte heap block) rather than 64 (an 80-byte one). Encoded as the string.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(transparent)]
+pub struct ClientName(Arc<String>);
+
+impl ClientName {
+    pub(super) fn new(name: &str) -> ClientName {
+        ClientName(Arc::new(name.to_owned()))
+    }
+
+    /// Whether both are the same shared copy.
+    pub(super) fn same_copy(&self, other: &ClientName) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Deref for ClientName {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Lets the table of shared names be searched by `&str`; ordered as the strings are.
+impl Borrow<str> for ClientName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
 }
 
 impl Session {

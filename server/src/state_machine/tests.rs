@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use super::session::{Claim, Role};
+use super::session::{Claim, ClientName, Role};
 use super::*;
 use crate::limits::{
     CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
@@ -836,16 +836,14 @@ fn retried_release_and_cancel_return_the_stored_answer() {
 fn request_id_reused_for_another_command_is_rejected() {
     let mut harness = Harness::new();
     let a = harness.create("a");
-    let b = harness.create("b");
     let command = harness.acquire_command(a, "orders", true);
     harness.apply(&command);
     let Command::Acquire { request, .. } = command else { unreachable!() };
+    // Request ids are scoped to their session (see `request_ids_are_scoped_to_their_session`).
     let others = [
         Command::Acquire { request, session: a, name: "users".to_owned(), wait: true },
         Command::Acquire { request, session: a, name: "orders".to_owned(), wait: false },
-        Command::Acquire { request, session: b, name: "orders".to_owned(), wait: true },
         Command::Release { request, session: a, name: "orders".to_owned(), token: 3 },
-        Command::CreateSession { request, ttl_ms: TTL_MS, client_name: "a".to_owned() },
         Command::CloseSession { request, session: a },
     ];
     for other in &others {
@@ -889,14 +887,23 @@ fn only_the_last_answers_of_a_session_are_remembered() {
         acquires.push(command);
     }
     assert_eq!(harness.machine.sessions[&a].remembered.len(), REQUESTS_REMEMBERED_PER_SESSION_MAX);
-    assert_eq!(harness.machine.requests.len(), REQUESTS_REMEMBERED_PER_SESSION_MAX);
-    // The oldest answer, the creation's, was evicted: its id is new again.
+    // The creation's answer was forgotten at the first acquire: its id is new again.
     let Command::CreateSession { request, .. } = create else { unreachable!() };
-    assert!(!harness.machine.requests.contains_key(&request));
+    assert!(!harness.machine.creations.contains_key(&request));
     // The newest are still there.
     let newest = acquires.last().unwrap().clone();
     let index = harness.index;
     assert_eq!(harness.retry(&newest), granted_response(index));
+    // One more evicts the oldest acquire's answer: its id is new again.
+    let command = harness.acquire_command(a, "lock-last", true);
+    harness.apply(&command);
+    let mut evicted = acquires[0].clone();
+    let Command::Acquire { name, .. } = &mut evicted else { unreachable!() };
+    *name = "another-lock".to_owned();
+    assert!(
+        matches!(harness.apply(&evicted).0, Response::Acquire(AcquireOutcome::Granted { .. })),
+        "an evicted request id is new again"
+    );
 }
 
 #[test]
@@ -907,9 +914,10 @@ fn answers_are_forgotten_when_their_session_ends() {
     let acquire_a = harness.acquire_command(a, "orders", true);
     harness.apply(&acquire_a);
     harness.grant(b, "users");
+    let waiting = harness.create("waiting");
     harness.close(a);
-    harness.expire(&[b]);
-    assert!(harness.machine.requests.is_empty());
+    harness.expire(&[b, waiting]);
+    assert!(harness.machine.creations.is_empty());
     let error = harness.reject(&acquire_a);
     assert_eq!(error.kind, ErrorKind::UnknownSession);
 }
@@ -1070,7 +1078,7 @@ fn sessions_limit_is_enforced() {
     let mut harness = Harness::new();
     // Built directly: a million applies would dominate the test run.
     let count = SESSIONS_MAX as u64;
-    let client_name: Arc<str> = Arc::from("");
+    let client_name = ClientName::new("");
     harness.machine.client_names.insert(client_name.clone(), count as u32);
     harness.machine.sessions = (1..=count)
         .map(|id| {
@@ -1239,7 +1247,7 @@ fn sessions_of_one_client_share_its_name_until_the_last_one_ends() {
     let b = harness.create("worker-pool@host-1:4242");
     let c = harness.create("reporter");
     let shared = |machine: &StateMachine, x: SessionId, y: SessionId| {
-        Arc::ptr_eq(&machine.sessions[&x].client_name, &machine.sessions[&y].client_name)
+        machine.sessions[&x].client_name.same_copy(&machine.sessions[&y].client_name)
     };
     assert!(shared(&harness.machine, a, b));
     assert_eq!(harness.machine.client_names.len(), 2);
@@ -1263,7 +1271,7 @@ fn an_idle_session_stays_small() {
     // Inline sizes; the heap adds one slot per listed name and remembered answer.
     // One empty `Vec` of claims is all that semaphores and elections add to a session
     // that uses neither.
-    assert!(size_of::<Session>() <= 72, "{}", size_of::<Session>());
+    assert!(size_of::<Session>() <= 56, "{}", size_of::<Session>());
     assert!(size_of::<Claim>() <= 32, "{}", size_of::<Claim>());
     assert!(size_of::<Lock>() <= 32, "{}", size_of::<Lock>());
     assert!(size_of::<Remembered>() <= 48, "{}", size_of::<Remembered>());
@@ -1277,7 +1285,7 @@ fn an_idle_session_stays_small() {
     assert_eq!(session.claims.capacity(), 0);
     // The acquire named the session, so the creation's answer was forgotten.
     assert_eq!(session.remembered.capacity(), 1);
-    assert_eq!(harness.machine.requests.len(), 1);
+    assert!(harness.machine.creations.is_empty());
 }
 
 // Semaphores.
@@ -2087,12 +2095,31 @@ fn invariants_catch_a_token_from_the_future() {
 }
 
 #[test]
-#[should_panic(expected = "the request index")]
-fn invariants_catch_a_forgotten_request_index_entry() {
-    let (mut machine, _, _, _) = corruptible();
-    let request = *machine.requests.keys().next().unwrap();
-    machine.requests.remove(&request);
-    machine.check_invariants();
+#[should_panic(expected = "but the creation index disagrees")]
+fn invariants_catch_a_forgotten_creation_index_entry() {
+    let mut harness = Harness::new();
+    harness.create("a");
+    let request = *harness.machine.creations.keys().next().unwrap();
+    harness.machine.creations.remove(&request);
+    harness.machine.check_invariants();
+}
+
+#[test]
+fn request_ids_are_scoped_to_their_session() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    let b = harness.create("b");
+    let acquire_a = harness.acquire_command(a, "orders", true);
+    harness.apply(&acquire_a);
+    // Another session's command with the same id is a new request of that session...
+    let Command::Acquire { request, .. } = acquire_a else { unreachable!() };
+    let acquire_b = Command::Acquire { request, session: b, name: "users".to_owned(), wait: true };
+    assert!(matches!(harness.apply(&acquire_b).0, Response::Acquire(AcquireOutcome::Granted { .. })));
+    // ...and within a session, a reused id with another body is still refused.
+    let mut reused = acquire_b.clone();
+    let Command::Acquire { name, .. } = &mut reused else { unreachable!() };
+    *name = "other".to_owned();
+    assert_eq!(harness.reject(&reused).kind, ErrorKind::RequestIdReused);
 }
 
 /// Returns a state where a and b hold permits of "tenant" (limit 2), a leads "scheduler"
