@@ -95,6 +95,8 @@ pub struct NodeProcess {
     pub log: PathBuf,
     /// False for a node started to join an existing cluster.
     pub initial: bool,
+    /// Where the node serves Prometheus metrics (with ephemeral addressing only).
+    pub metrics_addr: Option<String>,
     child: Option<Child>,
 }
 
@@ -164,6 +166,27 @@ impl TestCluster {
         }
     }
 
+    /// A metrics address for a new node, clear of every address in use.
+    fn metrics_address_for(&self, client_addr: &str, peer_addr: &str) -> Option<String> {
+        if !matches!(self.options.addressing, Addressing::Ephemeral) {
+            return None;
+        }
+        loop {
+            let [port] = free_ports();
+            let address = format!("127.0.0.1:{port}");
+            let taken = address == client_addr
+                || address == peer_addr
+                || self.nodes.values().any(|node| {
+                    node.client_addr == address
+                        || node.peer_addr == address
+                        || node.metrics_addr.as_deref() == Some(address.as_str())
+                });
+            if !taken {
+                return Some(address);
+            }
+        }
+    }
+
     /// The directory holding data directories and logs.
     pub fn root(&self) -> &Path {
         &self.root
@@ -171,6 +194,7 @@ impl TestCluster {
 
     fn define_node(&mut self, id: u64, initial: bool, client_addr: String, peer_addr: String) {
         assert!(!self.nodes.contains_key(&id), "node {id} is already defined");
+        let metrics_addr = self.metrics_address_for(&client_addr, &peer_addr);
         let node = NodeProcess {
             id,
             client_addr,
@@ -178,6 +202,7 @@ impl TestCluster {
             data_dir: self.root.join(format!("node{id}")),
             log: self.root.join(format!("node{id}.log")),
             initial,
+            metrics_addr,
             child: None,
         };
         self.nodes.insert(id, node);
@@ -198,6 +223,10 @@ impl TestCluster {
             "--peer-addr".into(),
             node.peer_addr.clone(),
         ];
+        if let Some(metrics_addr) = &node.metrics_addr {
+            arguments.push("--metrics-addr".into());
+            arguments.push(metrics_addr.clone());
+        }
         if node.initial {
             for member in self.nodes.values().filter(|member| member.initial) {
                 arguments.push("--initial-member".into());

@@ -12,6 +12,7 @@
 //! `applier`), so those pages hold little else and trimming gives them back; the
 //! trimmer does so once enough was freed.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How often the trimmer looks at the free heap.
@@ -41,8 +42,15 @@ pub fn release_freed_memory() {
     }
 }
 
+/// Trims the trimmer made, for the metrics page.
+static TRIMS: AtomicU64 = AtomicU64::new(0);
+
+pub fn trims() -> u64 {
+    TRIMS.load(Ordering::Relaxed)
+}
+
 /// Bytes of free heap in malloc's arenas (resident or already given back).
-fn free_heap_bytes() -> usize {
+pub fn free_heap_bytes() -> usize {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallinfo2 only reads malloc's statistics.
     unsafe {
@@ -65,6 +73,7 @@ pub fn start_trimmer() -> std::io::Result<()> {
             free_after_last_trim = free_after_last_trim.min(free);
             if free - free_after_last_trim >= TRIM_AFTER_FREED_BYTES {
                 release_freed_memory();
+                TRIMS.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(free_heap_bytes = free, "trimmed the heap");
                 free_after_last_trim = free_heap_bytes();
             }

@@ -106,6 +106,11 @@ pub fn render(replica: &Replica) -> String {
     gauge("leasehold_elections", "Elections with a leader in the applied state.", elections as u64);
     gauge("leasehold_semaphores", "Semaphores with holders or waiters in the applied state.", semaphores.len() as u64);
     gauge("leasehold_lease_deadlines", "Session deadlines this node tracks.", replica.shared.leases.len() as u64);
+    gauge(
+        "leasehold_heap_free_bytes",
+        "Free heap in malloc's arenas, resident or already given back by a trim.",
+        crate::memory::free_heap_bytes() as u64,
+    );
     let counters = &replica.counters;
     for (name, help, value) in [
         (
@@ -128,6 +133,12 @@ pub fn render(replica: &Replica) -> String {
         let value = value.load(std::sync::atomic::Ordering::Relaxed);
         let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
     }
+    let name = "leasehold_heap_trims_total";
+    let _ = writeln!(
+        text,
+        "# HELP {name} Times the heap trimmer gave freed heap back to the system.\n# TYPE {name} counter\n{name} {}",
+        crate::memory::trims()
+    );
     for (metric, help, pick) in [
         ("leasehold_semaphore_holders", "Permits held, per semaphore.", 0usize),
         ("leasehold_semaphore_waiters", "Sessions waiting, per semaphore.", 1),

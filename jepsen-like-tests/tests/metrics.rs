@@ -1,0 +1,75 @@
+//! The Prometheus page of real server processes: what an operator scrapes.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
+use leasehold_jepsen::wait;
+
+const LEADER_DEADLINE: Duration = Duration::from_secs(20);
+
+/// `GET /metrics` of a node, as metric name (with labels) to value.
+fn scrape(address: &str) -> Option<BTreeMap<String, f64>> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    assert_eq!(head.split_whitespace().nth(1), Some("200"), "metrics answered {head:?}");
+    Some(
+        body.lines()
+            .filter(|line| !line.starts_with('#') && !line.is_empty())
+            .map(|line| {
+                let (name, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("malformed line {line:?}"));
+                (name.to_string(), value.parse().unwrap_or_else(|_| panic!("malformed value in {line:?}")))
+            })
+            .collect(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_reports_the_replicated_state_and_the_leader_its_batching() {
+    let cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let client = cluster.client();
+    let session = client.session(Duration::from_secs(30)).await.unwrap();
+    let guard = session.try_lock("metrics/orders").await.unwrap().expect("a free lock");
+    let permit = session.semaphore("metrics/tenant", 2).try_acquire().await.unwrap().expect("a free permit");
+
+    let addresses: Vec<(u64, String)> = cluster
+        .nodes
+        .iter()
+        .map(|(id, node)| (*id, node.metrics_addr.clone().expect("ephemeral test nodes serve metrics")))
+        .collect();
+    // Followers apply the grants a moment after the leader answers.
+    let pages = wait::until(Duration::from_secs(10), "every node to apply the grants, with one leader", || {
+        let addresses = addresses.clone();
+        async move {
+            let pages: Vec<(u64, BTreeMap<String, f64>)> =
+                addresses.iter().map(|(id, address)| Some((*id, scrape(address)?))).collect::<Option<_>>()?;
+            let applied = pages.iter().all(|(_, page)| page.get("leasehold_locks") == Some(&1.0));
+            let leaders: f64 = pages.iter().filter_map(|(_, page)| page.get("leasehold_raft_is_leader")).sum();
+            (applied && leaders == 1.0).then_some(pages)
+        }
+    })
+    .await;
+
+    let mut commands_proposed = 0.0;
+    for (id, page) in &pages {
+        let value = |name: &str| *page.get(name).unwrap_or_else(|| panic!("node {id} has no {name}"));
+        assert_eq!(value("leasehold_sessions"), 1.0, "node {id}");
+        assert_eq!(value("leasehold_lease_deadlines"), 1.0, "node {id}: every node tracks the deadline");
+        assert_eq!(value("leasehold_raft_members"), 3.0, "node {id}");
+        assert_eq!(value("leasehold_semaphore_holders{semaphore=\"metrics/tenant\"}"), 1.0, "node {id}");
+        assert_eq!(value("leasehold_semaphore_limit{semaphore=\"metrics/tenant\"}"), 2.0, "node {id}");
+        assert!(value("leasehold_raft_applied_index") >= guard.token() as f64, "node {id}");
+        assert!(value("leasehold_heap_free_bytes") >= 0.0 && value("leasehold_heap_trims_total") >= 0.0);
+        assert!(value("leasehold_commands_proposed_total") >= value("leasehold_entries_proposed_total"));
+        commands_proposed += value("leasehold_commands_proposed_total");
+    }
+    assert!(commands_proposed >= 3.0, "the session, the lock and the permit were proposed: {commands_proposed}");
+    drop((guard, permit));
+}
