@@ -50,6 +50,31 @@ async fn acknowledged_grants_survive_kill_of_the_leader() {
     cluster.wait_applied(leader, commit, LEADER_DEADLINE).await;
 }
 
+/// The leader dies while one follower lags behind (it was paused while grants were
+/// made): that follower may campaign first, and the other refuses it for its
+/// shorter log, then must win itself (`peer_service::Takeover` makes it campaign at
+/// once). Only the follower with every entry can lead, and every grant is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_while_a_follower_lags_is_replaced_by_the_follower_with_every_entry() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let followers: Vec<u64> = cluster.nodes.keys().copied().filter(|id| *id != leader).collect();
+    let (lagging, complete) = (followers[0], followers[1]);
+    let client = cluster.client();
+    let session = client.session(SESSION_TTL).await.expect("session");
+
+    cluster.pause(lagging);
+    let grants = take_locks(&session, "lagging", 20).await;
+    cluster.kill(leader);
+    cluster.resume(lagging);
+
+    let new_leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    assert_eq!(new_leader, complete, "only the follower with every entry can win");
+    assert_held(&client, session.id(), &grants).await;
+    let commit = cluster.status(complete).await.expect("leader status").commit_index;
+    cluster.wait_applied(lagging, commit, LEADER_DEADLINE).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_every_node_at_once_keeps_every_acknowledged_entry() {
     let mut cluster = TestCluster::start(ClusterOptions::default());
