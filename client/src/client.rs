@@ -355,11 +355,8 @@ impl Client {
     pub async fn describe_session(&self, session_id: u64) -> Result<pb::SessionInfo> {
         let request = pb::DescribeSessionRequest { session_id, stale: false };
         let response = self
-            .with_leader("describe session", self.inner.request_deadline, |channel| {
-                let request = request.clone();
-                async move {
-                    Client::leasehold(channel).describe_session(request).await.map(|response| response.into_inner())
-                }
+            .with_leader("describe session", self.inner.request_deadline, |channel| async move {
+                Client::leasehold(channel).describe_session(request).await.map(|response| response.into_inner())
             })
             .await?;
         response.session.ok_or_else(|| Error::NotFound(format!("session {session_id}")))
@@ -417,9 +414,8 @@ impl Client {
     pub async fn remove_member(&self, node_id: u64) -> Result<Vec<pb::Member>> {
         let request = pb::RemoveMemberRequest { node_id };
         let response = self
-            .with_leader("remove member", Duration::from_secs(30), |channel| {
-                let request = request.clone();
-                async move { Client::admin(channel).remove_member(request).await.map(|response| response.into_inner()) }
+            .with_leader("remove member", Duration::from_secs(30), |channel| async move {
+                Client::admin(channel).remove_member(request).await.map(|response| response.into_inner())
             })
             .await?;
         Ok(response.members)

@@ -442,7 +442,7 @@ fn print_sessions(sessions: &[pb::SessionInfo], as_json: bool) {
         println!("{}", serde_json::Value::Array(rows));
         return;
     }
-    println!("{:<10} {:>8} {:<24} {}", "SESSION", "TTL", "CLIENT", "HOLDS (token) / WAITS");
+    println!("{:<10} {:>8} {:<24} HOLDS (token) / WAITS", "SESSION", "TTL", "CLIENT");
     for session in sessions {
         let mut holds: Vec<String> =
             session.held.iter().map(|held| format!("{} ({})", held.name, held.token)).collect();

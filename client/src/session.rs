@@ -94,9 +94,8 @@ impl Drop for SessionInner {
 async fn close_session(client: &Client, session_id: u64) -> Result<()> {
     let request = pb::CloseSessionRequest { request_id: Some(client.next_request_id()), session_id };
     let closed = client
-        .with_leader("close session", client.inner.request_deadline, |channel| {
-            let request = request.clone();
-            async move { Client::leasehold(channel).close_session(request).await.map(|_| ()) }
+        .with_leader("close session", client.inner.request_deadline, |channel| async move {
+            Client::leasehold(channel).close_session(request).await.map(|_| ())
         })
         .await;
     match closed {

@@ -263,7 +263,7 @@ pub fn check(steps: &[(LockStep, u64, Option<u64>)], budget: Duration) -> Linear
             return Linearizable::Yes;
         }
         iterations += 1;
-        if iterations % 1024 == 0 && Instant::now() >= give_up {
+        if iterations.is_multiple_of(1024) && Instant::now() >= give_up {
             return Linearizable::Unknown;
         }
         let entry = entries[node];
@@ -302,6 +302,20 @@ pub fn check(steps: &[(LockStep, u64, Option<u64>)], budget: Duration) -> Linear
             first_candidate = choice + 1;
         }
     }
+}
+
+/// The length of the longest prefix (in invoke order) of `steps` that is
+/// linearizable, found by bisection: where a failing history goes wrong.
+pub fn longest_linearizable_prefix(steps: &[(LockStep, u64, Option<u64>)], budget: Duration) -> usize {
+    let (mut good, mut bad) = (0usize, steps.len());
+    while bad - good > 1 {
+        let middle = (good + bad) / 2;
+        match check(&steps[..middle], budget) {
+            Linearizable::No => bad = middle,
+            _ => good = middle,
+        }
+    }
+    good
 }
 
 #[cfg(test)]
@@ -393,18 +407,4 @@ mod tests {
         assert_eq!(verdict, Linearizable::Yes);
         assert!(started.elapsed() < Duration::from_secs(10));
     }
-}
-
-/// The length of the longest prefix (in invoke order) of `steps` that is
-/// linearizable, found by bisection: where a failing history goes wrong.
-pub fn longest_linearizable_prefix(steps: &[(LockStep, u64, Option<u64>)], budget: Duration) -> usize {
-    let (mut good, mut bad) = (0usize, steps.len());
-    while bad - good > 1 {
-        let middle = (good + bad) / 2;
-        match check(&steps[..middle], budget) {
-            Linearizable::No => bad = middle,
-            _ => good = middle,
-        }
-    }
-    good
 }
