@@ -897,13 +897,19 @@ fn only_the_last_answers_of_a_session_are_remembered() {
     // One more evicts the oldest acquire's answer: its id is new again.
     let command = harness.acquire_command(a, "lock-last", true);
     harness.apply(&command);
-    let mut evicted = acquires[0].clone();
-    let Command::Acquire { name, .. } = &mut evicted else { unreachable!() };
-    *name = "another-lock".to_owned();
+    let evicted = on_another_lock(&acquires[0], "another-lock");
     assert!(
         matches!(harness.apply(&evicted).0, Response::Acquire(AcquireOutcome::Granted { .. })),
         "an evicted request id is new again"
     );
+}
+
+/// The same acquire, request id included, on the lock `name`.
+fn on_another_lock(acquire: &Command, name: &str) -> Command {
+    let mut command = acquire.clone();
+    let Command::Acquire { name: lock, .. } = &mut command else { panic!("not an acquire: {acquire:?}") };
+    *lock = name.to_owned();
+    command
 }
 
 #[test]
@@ -2116,9 +2122,7 @@ fn request_ids_are_scoped_to_their_session() {
     let acquire_b = Command::Acquire { request, session: b, name: "users".to_owned(), wait: true };
     assert!(matches!(harness.apply(&acquire_b).0, Response::Acquire(AcquireOutcome::Granted { .. })));
     // ...and within a session, a reused id with another body is still refused.
-    let mut reused = acquire_b.clone();
-    let Command::Acquire { name, .. } = &mut reused else { unreachable!() };
-    *name = "other".to_owned();
+    let reused = on_another_lock(&acquire_b, "other");
     assert_eq!(harness.reject(&reused).kind, ErrorKind::RequestIdReused);
 }
 
