@@ -25,6 +25,9 @@ pub struct PeerService {
 /// further ahead is left to the ordinary election timers.
 const TAKEOVER_CAMPAIGNS_MAX: u64 = 4;
 
+/// `Takeover::took_over_ms` before the first takeover.
+const NEVER: u64 = u64::MAX;
+
 /// Shortens an election that openraft 0.9 would otherwise lose time on.
 ///
 /// When the leader dies, the follower whose timer fires first campaigns. If its log
@@ -47,7 +50,7 @@ pub struct Takeover {
     started: Instant,
     /// Milliseconds after `started` at which an AppendEntries last arrived.
     heard_leader_ms: AtomicU64,
-    /// Milliseconds after `started` of the last takeover, plus one (0: never).
+    /// Milliseconds after `started` of the last takeover (`NEVER` before the first).
     took_over_ms: AtomicU64,
 }
 
@@ -58,7 +61,7 @@ impl Takeover {
             pause: Duration::from_millis(election_timeout_min_ms),
             started: Instant::now(),
             heard_leader_ms: AtomicU64::new(0),
-            took_over_ms: AtomicU64::new(0),
+            took_over_ms: AtomicU64::new(NEVER),
         }
     }
 
@@ -79,10 +82,10 @@ impl Takeover {
             return;
         };
         let last = self.took_over_ms.load(Ordering::Relaxed);
-        if last != 0 && now_ms < last - 1 + self.pause.as_millis() as u64 {
+        if last != NEVER && now_ms < last + self.pause.as_millis() as u64 {
             return;
         }
-        if self.took_over_ms.compare_exchange(last, now_ms + 1, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        if self.took_over_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_err() {
             return;
         }
         tracing::info!(
