@@ -1,13 +1,12 @@
 //! The `Leasehold` gRPC service: sessions, locks and fences for clients.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{FutureExt, Stream, StreamExt};
 use leasehold_proto as pb;
 use leasehold_proto::leasehold_server::Leasehold;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::convert;
@@ -17,8 +16,6 @@ use crate::state_machine::{
 };
 use crate::waiting::{self, WaitEnd};
 
-/// Keepalive answers buffered per stream before the stream pushes back.
-pub const KEEPALIVE_REPLIES_QUEUED_MAX: usize = 1_024;
 /// Keepalives answered by one leadership confirmation at most.
 pub const KEEPALIVES_PER_ROUND_MAX: usize = 1_024;
 
@@ -69,6 +66,66 @@ fn session_info(machine: &StateMachine, session: SessionId) -> Option<pb::Sessio
 
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<pb::KeepAliveResponse, Status>> + Send>>;
 
+/// One keepalive stream's state while its answers are polled.
+struct KeepAlives {
+    replica: Arc<Replica>,
+    incoming: Streaming<pb::KeepAliveRequest>,
+    /// The keepalives that arrived together, answered by one leadership round.
+    batch: Vec<Result<pb::KeepAliveRequest, Status>>,
+    answers: VecDeque<Result<pb::KeepAliveResponse, Status>>,
+    ended: bool,
+}
+
+/// The answers of one keepalive stream, computed as the response is sent: the
+/// keepalives that arrived together are answered after one leadership confirmation
+/// (a keepalive is acknowledged only by a node that is still the leader). The answers
+/// are made in the task that sends the response, with no task or queue of their own,
+/// and a client that stops reading stops the reading of its keepalives.
+fn keepalive_answers(replica: Arc<Replica>, incoming: Streaming<pb::KeepAliveRequest>) -> KeepAliveStream {
+    let state = KeepAlives { replica, incoming, batch: Vec::new(), answers: VecDeque::new(), ended: false };
+    Box::pin(futures::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(answer) = state.answers.pop_front() {
+                // The stream ends after an error: nothing follows it in `answers`.
+                state.ended = answer.is_err();
+                return Some((answer, state));
+            }
+            if state.ended {
+                return None;
+            }
+            let first = state.incoming.next().await?;
+            state.batch.push(first);
+            while state.batch.len() < KEEPALIVES_PER_ROUND_MAX {
+                match state.incoming.next().now_or_never() {
+                    Some(Some(more)) => state.batch.push(more),
+                    _ => break,
+                }
+            }
+            if let Err(status) = state.replica.confirm_leadership().await {
+                state.batch.clear();
+                state.answers.push_back(Err(status));
+                continue;
+            }
+            for keepalive in state.batch.drain(..) {
+                let answer = keepalive.map(|keepalive| {
+                    let remaining = state.replica.shared.leases.renew(keepalive.session_id);
+                    pb::KeepAliveResponse {
+                        session_id: keepalive.session_id,
+                        ttl_ms: remaining.unwrap_or(0),
+                        alive: remaining.is_some(),
+                    }
+                });
+                let failed = answer.is_err();
+                state.answers.push_back(answer);
+                if failed {
+                    break;
+                }
+            }
+            state.batch.clear();
+        }
+    }))
+}
+
 #[tonic::async_trait]
 impl Leasehold for LeaseholdService {
     async fn create_session(
@@ -94,44 +151,7 @@ impl Leasehold for LeaseholdService {
         if !self.replica.is_leader() {
             return Err(self.replica.leader_hint());
         }
-        let mut incoming = request.into_inner();
-        let (replies, outgoing) = mpsc::channel(KEEPALIVE_REPLIES_QUEUED_MAX);
-        let replica = self.replica.clone();
-        tokio::spawn(async move {
-            while let Some(first) = incoming.next().await {
-                let mut batch = vec![first];
-                while batch.len() < KEEPALIVES_PER_ROUND_MAX {
-                    match incoming.next().now_or_never() {
-                        Some(Some(more)) => batch.push(more),
-                        _ => break,
-                    }
-                }
-                // One leadership confirmation answers the whole batch; a keepalive
-                // is acknowledged only by a node that is still the leader.
-                if let Err(status) = replica.confirm_leadership().await {
-                    let _ = replies.send(Err(status)).await;
-                    return;
-                }
-                for keepalive in batch {
-                    let reply = match keepalive {
-                        Ok(keepalive) => {
-                            let remaining = replica.shared.leases.renew(keepalive.session_id);
-                            Ok(pb::KeepAliveResponse {
-                                session_id: keepalive.session_id,
-                                ttl_ms: remaining.unwrap_or(0),
-                                alive: remaining.is_some(),
-                            })
-                        }
-                        Err(status) => Err(status),
-                    };
-                    let failed = reply.is_err();
-                    if replies.send(reply).await.is_err() || failed {
-                        return;
-                    }
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(outgoing))))
+        Ok(Response::new(keepalive_answers(self.replica.clone(), request.into_inner())))
     }
 
     async fn close_session(
