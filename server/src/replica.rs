@@ -31,10 +31,14 @@ type LeaderCheckReply = oneshot::Sender<Result<u64, Status>>;
 pub const PROPOSALS_QUEUED_MAX: usize = 65_536;
 /// Commands in one log entry at most.
 pub const COMMANDS_PER_ENTRY_MAX: usize = 512;
-/// Entries being committed at once. While they are, new commands gather into the
+/// Entries being committed at once. While one is, new commands gather into the
 /// next entry, so the batch grows with the load and one fsync and one replication
-/// round commit many commands.
-pub const ENTRIES_IN_FLIGHT_MAX: usize = 2;
+/// round commit many commands. One: openraft 0.9 writes the leader's log one append
+/// at a time and waits for its fsync, so a second entry in flight overlaps little and
+/// splits the batch in two; on the 2-core machine, 64 clients doing lock-cycle got
+/// 15–20% more cycles per second from one than from two, at 18% less server CPU
+/// per cycle, with no loss at 4 or 16 clients or on a shared semaphore.
+pub const ENTRIES_IN_FLIGHT_MAX: usize = 1;
 
 /// A command waiting for its entry, and who waits for its answer.
 struct Pending {
