@@ -161,6 +161,22 @@ pub fn not_leader_status(node_id: NodeId, leader_id: Option<NodeId>, leader_addr
     status
 }
 
+/// Commands per entry, averaged over about the last 8 entries: whether the leader
+/// is loaded enough to commit each entry alone (see `ALONE_ENTRY_COMMANDS_MIN`).
+#[derive(Debug, Default)]
+struct EntryLoad {
+    /// The average, in sixteenths of a command.
+    average16: u64,
+}
+
+impl EntryLoad {
+    /// Counts an entry of `commands` and says whether it is committed alone.
+    fn commit_alone(&mut self, commands: usize) -> bool {
+        self.average16 = self.average16 - self.average16 / 8 + commands as u64 * 2;
+        self.average16 >= ALONE_ENTRY_COMMANDS_MIN * 16
+    }
+}
+
 /// Adds to `batch` the deferred and then the queued commands that may share its
 /// entry; those that may not are deferred, in their order.
 fn fill(batch: &mut Vec<Pending>, deferred: &mut VecDeque<Pending>, queue: &mut mpsc::Receiver<Pending>) {
@@ -197,7 +213,7 @@ fn fill(batch: &mut Vec<Pending>, deferred: &mut VecDeque<Pending>, queue: &mut 
 async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pending>, counters: Arc<Counters>) {
     let in_flight = Arc::new(tokio::sync::Semaphore::new(ENTRIES_IN_FLIGHT_MAX));
     let mut deferred: VecDeque<Pending> = VecDeque::new();
-    let mut average16: u64 = 0;
+    let mut load = EntryLoad::default();
     loop {
         let Ok(mut permit) = in_flight.clone().acquire_owned().await else { return };
         let first = match deferred.pop_front() {
@@ -209,9 +225,7 @@ async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pendi
         };
         let mut batch = vec![first];
         fill(&mut batch, &mut deferred, &mut queue);
-        // Commands per entry, in sixteenths, averaged over about the last 8 entries.
-        average16 = average16 - average16 / 8 + batch.len() as u64 * 2;
-        if average16 >= ALONE_ENTRY_COMMANDS_MIN * 16 {
+        if load.commit_alone(batch.len()) {
             // Under load: this entry is committed alone, so that the commands that
             // come meanwhile gather into one next entry instead of two.
             let Ok(other) = in_flight.clone().acquire_many_owned((ENTRIES_IN_FLIGHT_MAX - 1) as u32).await else {
@@ -304,4 +318,32 @@ fn check_error(raft: &Raft, error: RaftError<NodeId, CheckIsLeaderError<NodeId, 
         return forward_status(&metrics, forward);
     }
     Status::unavailable(format!("node {} could not confirm its leadership: {error}", metrics.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_of_single_commands_is_pipelined() {
+        let mut load = EntryLoad::default();
+        assert!((0..1_000).all(|_| !load.commit_alone(1)));
+        assert!((0..1_000).all(|_| !load.commit_alone(ALONE_ENTRY_COMMANDS_MIN as usize - 1)));
+    }
+
+    #[test]
+    fn sustained_big_entries_are_committed_alone_and_the_load_falling_ends_it() {
+        let mut load = EntryLoad::default();
+        let alone: Vec<bool> = (0..20).map(|_| load.commit_alone(27)).collect();
+        let first_alone = alone.iter().position(|alone| *alone).expect("27 commands per entry is a load");
+        assert!(first_alone > 0, "one big entry after idle time does not switch at once");
+        assert!(alone[first_alone..].iter().all(|alone| *alone));
+        // A small entry between big ones (the clients of the last entry not back
+        // yet) does not split the next batch.
+        assert!(load.commit_alone(2));
+        assert!(load.commit_alone(27));
+        let after: Vec<bool> = (0..40).map(|_| load.commit_alone(1)).collect();
+        assert!(after[0], "one small entry does not end it");
+        assert!(!after[39], "entries of one command for a while end it");
+    }
 }
