@@ -219,8 +219,11 @@ async fn run_expiry(replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
 }
 
 /// A node that was a member and is no longer in the membership stops serving.
+/// Watches the server metrics, which change only with the vote, the role, the leader
+/// or the membership (the full metrics are sent again after every event the Raft core
+/// handles, and would wake this task thousands of times a second under load).
 async fn watch_membership(raft: Raft, node_id: u64, retired: watch::Sender<bool>, mut stopped: watch::Receiver<bool>) {
-    let mut metrics = raft.metrics();
+    let mut metrics = raft.server_metrics();
     let mut was_member = false;
     loop {
         let is_member = metrics.borrow().membership_config.membership().get_node(&node_id).is_some();
