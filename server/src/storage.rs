@@ -25,6 +25,13 @@ pub const WRITE_BUFFER_BYTES: usize = 2 * 1024 * 1024;
 /// RocksDB's default of 32 MiB, which a single snapshot read can fill.
 pub const BLOCK_CACHE_BYTES: usize = 4 * 1024 * 1024;
 
+/// Write-ahead log files kept for reuse once their data is flushed. On the 2-core
+/// machine (ext4), an fdatasync of 1.5 KB overwriting a file took 0.075 ms against
+/// 0.11 ms appending to it. Alternating runs on 3 local nodes: lock-cycle with one
+/// client 399.9–428.9 vs 385.6–409.0 cycles/s (6 runs each), contended 560–579 vs
+/// 527–594 handoffs/s; lock-cycle with 64 clients within the machine's noise.
+pub const WAL_FILES_RECYCLED: usize = 4;
+
 pub const KEY_VOTE: &[u8] = b"vote";
 pub const KEY_COMMITTED: &[u8] = b"committed";
 pub const KEY_LAST_PURGED: &[u8] = b"last_purged";
@@ -47,6 +54,11 @@ pub fn open(path: &Path, create: bool) -> Result<Arc<DB>, OpenError> {
     // not compiled in; lz4 is.
     options.set_compression_type(DBCompressionType::Lz4);
     options.set_keep_log_file_num(4);
+    // Every appended entry is fsynced. A write-ahead log file that grows makes each
+    // fdatasync also commit the file's new size to the file system's journal; a
+    // recycled one is overwritten in place. RocksDB supports recycling with its
+    // default recovery mode (point in time), which this database uses.
+    options.set_recycle_log_file_num(WAL_FILES_RECYCLED);
     let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
     let mut table_options = BlockBasedOptions::default();
     table_options.set_block_cache(&cache);
