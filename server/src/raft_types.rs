@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::io::Cursor;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +33,9 @@ pub struct Proposal {
     /// The leader's wall clock when it proposed the entry, milliseconds since the Unix
     /// epoch. Informational only ("since" in describe output); no decision uses it.
     pub stamp_ms: u64,
-    pub commands: Vec<Command>,
+    /// Shared, so that the log store's recent entries are handed out without copying
+    /// the commands. Encoded like a `Vec`: the stored format does not depend on it.
+    pub commands: Arc<[Command]>,
 }
 
 impl fmt::Display for Proposal {
@@ -63,3 +66,31 @@ pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, Node>;
 pub type Snapshot = openraft::Snapshot<TypeConfig>;
 pub type StorageError = openraft::StorageError<NodeId>;
 pub type RaftMetrics = openraft::RaftMetrics<NodeId, Node>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec;
+
+    /// The layout entries had when `commands` was a `Vec`.
+    #[derive(Serialize)]
+    struct VecProposal {
+        stamp_ms: u64,
+        commands: Vec<Command>,
+    }
+
+    #[test]
+    fn shared_commands_are_stored_exactly_as_a_vec_was() {
+        let commands = vec![
+            Command::ExpireSessions { sessions: vec![3, 4] },
+            Command::CloseSession {
+                request: crate::state_machine::RequestId { client_id: 7, sequence: 9 },
+                session: 3,
+            },
+        ];
+        let proposal = Proposal { stamp_ms: 1_700_000_000_000, commands: commands.clone().into() };
+        let bytes = codec::encode(&proposal);
+        assert_eq!(bytes, codec::encode(&VecProposal { stamp_ms: proposal.stamp_ms, commands }));
+        assert_eq!(codec::decode::<Proposal>(&bytes).unwrap(), proposal);
+    }
+}

@@ -242,7 +242,7 @@ async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pendi
             let (commands, replies): (Vec<Command>, Vec<_>) =
                 batch.into_iter().map(|pending| (pending.command, pending.reply)).unzip();
             let count = commands.len();
-            match raft.client_write(Proposal { stamp_ms, commands }).await {
+            match raft.client_write(Proposal { stamp_ms, commands: commands.into() }).await {
                 Ok(written) if written.data.len() == count => {
                     for (reply, response) in replies.into_iter().zip(written.data) {
                         let _ = reply.send(Ok(response));
