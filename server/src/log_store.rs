@@ -6,14 +6,19 @@
 //! flusher thread, which fsyncs once for every append that queued up meanwhile: a
 //! group commit that keeps fsyncs off the Raft core task and amortizes them under
 //! load. The vote, truncation and purge are made durable before the call returns.
+//!
+//! The newest entries are also kept in memory (`RecentEntries`): replication to each
+//! follower and the state machine read every entry right after it is appended, and
+//! would otherwise each open a RocksDB iterator and decode it again.
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
-use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError};
+use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError};
 use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 
 use crate::codec;
@@ -24,10 +29,94 @@ use crate::storage::{self, COLUMN_FAMILY_LOGS, COLUMN_FAMILY_META, KEY_COMMITTED
 /// pushes back on the Raft core instead of growing memory.
 pub const FLUSH_QUEUE_APPENDS_MAX: usize = 4_096;
 
+/// Entries kept in memory at most (see `RecentEntries`).
+pub const RECENT_ENTRIES_MAX: usize = 256;
+/// Commands in the entries kept in memory at most: bounds the memory they hold
+/// whatever the size of the entries.
+pub const RECENT_COMMANDS_MAX: usize = 4_096;
+
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
     flusher: mpsc::SyncSender<LogFlushed<TypeConfig>>,
+    /// Shared with the readers openraft gets from `get_log_reader`.
+    recent: Arc<Mutex<RecentEntries>>,
+}
+
+/// The newest entries of the log, in memory: always a contiguous run that ends at the
+/// last entry written, or nothing (after a start, until the first append). Every
+/// append, truncation and purge updates it, so a range it covers reads the same from
+/// here as from RocksDB. Cloning an entry shares its commands.
+#[derive(Debug, Default)]
+struct RecentEntries {
+    entries: VecDeque<Entry>,
+    /// Commands in `entries`, a blank or membership entry counting as one.
+    commands: usize,
+}
+
+fn commands_in(entry: &Entry) -> usize {
+    match &entry.payload {
+        EntryPayload::Normal(proposal) => proposal.commands.len().max(1),
+        _ => 1,
+    }
+}
+
+impl RecentEntries {
+    /// Remembers an entry just written. An entry at or below the last one replaces it
+    /// and everything after it, as the write did in RocksDB; one that leaves a gap
+    /// starts the run afresh.
+    fn push(&mut self, entry: Entry) {
+        let index = entry.log_id.index;
+        match self.entries.back().map(|last| last.log_id.index) {
+            Some(last) if index <= last => self.truncate_from(index),
+            Some(last) if index > last + 1 => self.clear(),
+            _ => {}
+        }
+        self.commands += commands_in(&entry);
+        self.entries.push_back(entry);
+        while self.entries.len() > RECENT_ENTRIES_MAX || (self.commands > RECENT_COMMANDS_MAX && self.entries.len() > 1)
+        {
+            self.pop_front();
+        }
+    }
+
+    fn pop_front(&mut self) {
+        if let Some(entry) = self.entries.pop_front() {
+            self.commands -= commands_in(&entry);
+        }
+    }
+
+    /// Forgets the entries from `index` on.
+    fn truncate_from(&mut self, index: u64) {
+        while self.entries.back().is_some_and(|last| last.log_id.index >= index) {
+            let entry = self.entries.pop_back().expect("checked above");
+            self.commands -= commands_in(&entry);
+        }
+    }
+
+    /// Forgets the entries up to `index`, included.
+    fn purge_upto(&mut self, index: u64) {
+        while self.entries.front().is_some_and(|first| first.log_id.index <= index) {
+            self.pop_front();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.commands = 0;
+    }
+
+    /// The entries `start..end` when all of them are here.
+    fn get(&self, start: u64, end: u64) -> Option<Vec<Entry>> {
+        let first = self.entries.front()?.log_id.index;
+        let last = self.entries.back()?.log_id.index;
+        if start < first || end > last + 1 || start > end {
+            return None;
+        }
+        let from = (start - first) as usize;
+        let to = (end - first) as usize;
+        Some(self.entries.range(from..to).cloned().collect())
+    }
 }
 
 fn io_error(subject: ErrorSubject<u64>, verb: ErrorVerb, error: impl std::error::Error + 'static) -> StorageError {
@@ -50,7 +139,11 @@ impl LogStore {
             .name("log-flusher".into())
             .spawn(move || run_flusher(flusher_db, queue))
             .expect("spawn the log flusher thread");
-        Self { db, flusher }
+        Self { db, flusher, recent: Arc::new(Mutex::new(RecentEntries::default())) }
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, RecentEntries> {
+        self.recent.lock().expect("no thread panics while holding the recent entries")
     }
 
     fn logs(&self) -> &rocksdb::ColumnFamily {
@@ -121,6 +214,16 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(index) => index + 1,
             Bound::Unbounded => 0,
         };
+        let end = match range.end_bound() {
+            Bound::Included(index) => Some(index + 1),
+            Bound::Excluded(index) => Some(*index),
+            Bound::Unbounded => None,
+        };
+        if let Some(end) = end {
+            if let Some(entries) = self.recent().get(start, end) {
+                return Ok(entries);
+            }
+        }
         let mut entries = Vec::new();
         let from = storage::index_key(start);
         for item in self.db.iterator_cf(self.logs(), IteratorMode::From(&from, Direction::Forward)) {
@@ -176,12 +279,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut batch = WriteBatch::default();
         let logs = self.logs();
-        for entry in entries {
-            batch.put_cf(logs, storage::index_key(entry.log_id.index), codec::encode(&entry));
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        for entry in &entries {
+            batch.put_cf(logs, storage::index_key(entry.log_id.index), codec::encode(entry));
         }
         // Written at once so that replication can read the entries; made durable by
         // the flusher before openraft counts them.
         self.db.write(batch).map_err(write_error)?;
+        {
+            let mut recent = self.recent();
+            for entry in entries {
+                recent.push(entry);
+            }
+        }
         let stopped = || write_error(std::io::Error::other("the log flusher thread stopped"));
         match self.flusher.try_send(callback) {
             Ok(()) => Ok(()),
@@ -197,6 +307,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.recent().truncate_from(log_id.index);
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || {
             let logs = db.cf_handle(COLUMN_FAMILY_LOGS).expect("logs column family exists");
@@ -210,6 +321,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.recent().purge_upto(log_id.index);
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || {
             let logs = db.cf_handle(COLUMN_FAMILY_LOGS).expect("logs column family exists");
@@ -222,5 +334,109 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         .await
         .expect("blocking write task does not panic")
         .map_err(write_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::CommittedLeaderId;
+
+    use super::*;
+    use crate::raft_types::Proposal;
+    use crate::state_machine::Command;
+
+    /// An entry at `index` carrying `commands` commands.
+    fn entry(index: u64, commands: usize) -> Entry {
+        let commands: Vec<Command> = (0..commands).map(|_| Command::ExpireSessions { sessions: vec![index] }).collect();
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Proposal { stamp_ms: 0, commands: commands.into() }),
+        }
+    }
+
+    fn indexes(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|entry| entry.log_id.index).collect()
+    }
+
+    fn run(range: std::ops::RangeInclusive<u64>) -> RecentEntries {
+        let mut recent = RecentEntries::default();
+        for index in range {
+            recent.push(entry(index, 1));
+        }
+        recent
+    }
+
+    #[test]
+    fn a_range_is_served_only_when_every_entry_of_it_is_held() {
+        let recent = run(5..=9);
+        assert_eq!(indexes(&recent.get(5, 10).unwrap()), vec![5, 6, 7, 8, 9]);
+        assert_eq!(indexes(&recent.get(7, 8).unwrap()), vec![7]);
+        assert!(recent.get(6, 6).unwrap().is_empty());
+        assert!(recent.get(4, 6).is_none(), "index 4 is only in RocksDB");
+        assert!(recent.get(8, 11).is_none(), "index 10 is not known here");
+        assert!(RecentEntries::default().get(1, 2).is_none());
+    }
+
+    #[test]
+    fn cached_entries_share_the_commands_of_the_appended_ones() {
+        let mut recent = RecentEntries::default();
+        let appended = entry(1, 3);
+        recent.push(appended.clone());
+        let read = recent.get(1, 2).unwrap().remove(0);
+        let (EntryPayload::Normal(appended), EntryPayload::Normal(read)) = (appended.payload, read.payload) else {
+            panic!("normal entries");
+        };
+        assert!(Arc::ptr_eq(&appended.commands, &read.commands));
+    }
+
+    #[test]
+    fn the_run_is_bounded_in_entries_and_in_commands() {
+        let recent = run(1..=(RECENT_ENTRIES_MAX as u64 + 10));
+        assert_eq!(recent.entries.len(), RECENT_ENTRIES_MAX);
+        assert_eq!(recent.entries.front().unwrap().log_id.index, 11);
+        assert_eq!(recent.commands, RECENT_ENTRIES_MAX);
+
+        let mut recent = RecentEntries::default();
+        let per_entry = RECENT_COMMANDS_MAX / 4;
+        for index in 1..=6 {
+            recent.push(entry(index, per_entry));
+        }
+        assert_eq!(indexes(&recent.get(3, 7).unwrap()), vec![3, 4, 5, 6]);
+        assert_eq!(recent.commands, RECENT_COMMANDS_MAX);
+        // One entry larger than the whole bound is still kept: it is the newest.
+        recent.push(entry(7, RECENT_COMMANDS_MAX + 1));
+        assert_eq!(indexes(&recent.get(7, 8).unwrap()), vec![7]);
+        assert_eq!(recent.entries.len(), 1);
+    }
+
+    #[test]
+    fn truncation_and_purge_forget_what_rocksdb_deletes() {
+        let mut recent = run(1..=10);
+        recent.truncate_from(8);
+        assert_eq!(indexes(&recent.get(1, 8).unwrap()), vec![1, 2, 3, 4, 5, 6, 7]);
+        assert!(recent.get(7, 9).is_none());
+        recent.purge_upto(3);
+        assert!(recent.get(3, 5).is_none());
+        assert_eq!(indexes(&recent.get(4, 8).unwrap()), vec![4, 5, 6, 7]);
+        recent.purge_upto(20);
+        assert!(recent.entries.is_empty());
+        assert_eq!(recent.commands, 0);
+    }
+
+    #[test]
+    fn an_overwrite_replaces_the_tail_and_a_gap_starts_afresh() {
+        let mut recent = run(1..=5);
+        let overwrite = Entry { log_id: LogId::new(CommittedLeaderId::new(2, 2), 4), ..entry(4, 2) };
+        recent.push(overwrite);
+        let held = recent.get(1, 5).unwrap();
+        assert_eq!(indexes(&held), vec![1, 2, 3, 4]);
+        assert_eq!(held[3].log_id.leader_id.term, 2);
+        assert_eq!(recent.commands, 3 + 2);
+        assert!(recent.get(5, 6).is_none(), "the old entry 5 is gone");
+
+        recent.push(entry(9, 1));
+        assert!(recent.get(1, 2).is_none());
+        assert_eq!(indexes(&recent.get(9, 10).unwrap()), vec![9]);
+        assert_eq!(recent.commands, 1);
     }
 }
