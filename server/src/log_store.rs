@@ -16,6 +16,7 @@ use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError};
@@ -38,7 +39,7 @@ pub const RECENT_COMMANDS_MAX: usize = 4_096;
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
-    flusher: mpsc::SyncSender<LogFlushed<TypeConfig>>,
+    flusher: Arc<Flusher>,
     /// Shared with the readers openraft gets from `get_log_reader`.
     recent: Arc<Mutex<RecentEntries>>,
 }
@@ -131,14 +132,46 @@ fn write_error(error: impl std::error::Error + 'static) -> StorageError {
     io_error(ErrorSubject::Logs, ErrorVerb::Write, error)
 }
 
+/// The queue to the flusher thread, shared by the clones of the log store. When the
+/// last clone goes, the queue closes and the thread's end is awaited: the thread holds
+/// the database, and a database left for it to close could still be closing while the
+/// process exits, which aborts in RocksDB's destructors ("pthread lock: Invalid
+/// argument"). So the database is closed by whoever drops it last, in order.
+struct Flusher {
+    queue: Option<mpsc::SyncSender<LogFlushed<TypeConfig>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Flusher {
+    fn start(db: Arc<DB>) -> Self {
+        let (queue, appends) = mpsc::sync_channel::<LogFlushed<TypeConfig>>(FLUSH_QUEUE_APPENDS_MAX);
+        let thread = std::thread::Builder::new()
+            .name("log-flusher".into())
+            .spawn(move || run_flusher(db, appends))
+            .expect("spawn the log flusher thread");
+        Self { queue: Some(queue), thread: Some(thread) }
+    }
+
+    fn queue(&self) -> &mpsc::SyncSender<LogFlushed<TypeConfig>> {
+        self.queue.as_ref().expect("the queue is open until the flusher is dropped")
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        drop(self.queue.take());
+        if let Some(thread) = self.thread.take() {
+            // Appends already queued are fsynced and answered first; then the thread ends.
+            if thread.join().is_err() {
+                tracing::error!("the log flusher thread panicked");
+            }
+        }
+    }
+}
+
 impl LogStore {
     pub fn new(db: Arc<DB>) -> Self {
-        let (flusher, queue) = mpsc::sync_channel::<LogFlushed<TypeConfig>>(FLUSH_QUEUE_APPENDS_MAX);
-        let flusher_db = db.clone();
-        std::thread::Builder::new()
-            .name("log-flusher".into())
-            .spawn(move || run_flusher(flusher_db, queue))
-            .expect("spawn the log flusher thread");
+        let flusher = Arc::new(Flusher::start(db.clone()));
         Self { db, flusher, recent: Arc::new(Mutex::new(RecentEntries::default())) }
     }
 
@@ -293,12 +326,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
         }
         let stopped = || write_error(std::io::Error::other("the log flusher thread stopped"));
-        match self.flusher.try_send(callback) {
+        match self.flusher.queue().try_send(callback) {
             Ok(()) => Ok(()),
             Err(mpsc::TrySendError::Disconnected(_)) => Err(stopped()),
             Err(mpsc::TrySendError::Full(callback)) => {
                 let flusher = self.flusher.clone();
-                tokio::task::spawn_blocking(move || flusher.send(callback))
+                tokio::task::spawn_blocking(move || flusher.queue().send(callback))
                     .await
                     .expect("queueing to the flusher does not panic")
                     .map_err(|_| stopped())
