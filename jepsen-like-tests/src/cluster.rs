@@ -9,8 +9,8 @@ use std::fs::File;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use leasehold::proto::StatusResponse;
 use leasehold::Client;
@@ -318,10 +318,33 @@ impl TestCluster {
         }
     }
 
-    /// Starts a killed node again on the same data directory with the same flags.
+    /// Starts a killed (or stopped) node again on the same data directory with the
+    /// same flags.
     pub fn restart(&mut self, id: u64) {
         self.kill(id);
         self.spawn(id);
+    }
+
+    /// Stops node `id` the way an operator does (SIGTERM) and returns how it exited;
+    /// panics if it is still running after `deadline` (then it is killed).
+    pub async fn stop(&mut self, id: u64, deadline: Duration) -> ExitStatus {
+        self.signal(id, libc::SIGTERM);
+        let node = self.nodes.get_mut(&id).expect("node defined");
+        let child = node.child.as_mut().expect("node is running");
+        let give_up = Instant::now() + deadline;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for the node") {
+                node.child = None;
+                return status;
+            }
+            if Instant::now() >= give_up {
+                let _ = child.kill();
+                let _ = child.wait();
+                node.child = None;
+                panic!("node {id} still ran {deadline:?} after SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(wait::POLL_INTERVAL_MS)).await;
+        }
     }
 
     pub fn pause(&self, id: u64) {
