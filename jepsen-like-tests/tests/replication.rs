@@ -105,8 +105,8 @@ async fn killing_every_node_at_once_keeps_every_acknowledged_entry() {
 }
 
 /// An operator stops every node with SIGTERM, one after the other, leader first:
-/// each exits with status 0 and says nothing of an abort, and the restarted cluster
-/// has every acknowledged grant.
+/// each logs its shutdown and exits with status 0 (not killed by a signal such as an
+/// abort on the way out), and the restarted cluster has every acknowledged grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_stopped_with_sigterm_exit_cleanly_and_keep_every_entry() {
     let mut cluster = TestCluster::start(ClusterOptions::default());
