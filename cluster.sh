@@ -14,6 +14,8 @@
 #
 # Ports of node I: client 127.0.0.1:710I, peer 127.0.0.1:720I, metrics 127.0.0.1:730I.
 # LEASEHOLD_SERVER_FLAGS adds flags to every node (e.g. "--election-timeout-min-ms 300").
+# The nodes share this machine's cores: each gets --worker-threads cores/N (at least
+# 1) unless LEASEHOLD_SERVER_FLAGS sets it.
 # Data, logs and process ids live under .cluster/ in the checkout. The script acts
 # only on the process ids it recorded, never on process names.
 set -euo pipefail
@@ -65,9 +67,14 @@ start_node() {
   n=$(size)
   if pid=$(live_pid "$i"); then echo "node $i is already running (pid $pid)"; return 0; fi
   for j in $(seq 1 "$n"); do members+=(--initial-member "$j=$(client_addr "$j"),$(peer_addr "$j")"); done
+  # All nodes run on this machine: a share of its cores each, not all of them each.
+  local threads=()
+  if [[ " ${LEASEHOLD_SERVER_FLAGS:-} " != *" --worker-threads"* ]]; then
+    threads=(--worker-threads "$(( $(nproc) / n > 1 ? $(nproc) / n : 1 ))")
+  fi
   mkdir -p "$CLUSTER_DIR"
   setsid "$SERVER" --node-id "$i" --cluster-name "$CLUSTER_NAME" --data-dir "$CLUSTER_DIR/node$i" \
-    --metrics-addr "$(metrics_addr "$i")" "${members[@]}" ${LEASEHOLD_SERVER_FLAGS:-} \
+    --metrics-addr "$(metrics_addr "$i")" "${members[@]}" "${threads[@]}" ${LEASEHOLD_SERVER_FLAGS:-} \
     >>"$CLUSTER_DIR/node$i.log" 2>&1 </dev/null &
   echo $! >"$CLUSTER_DIR/node$i.pid"
   echo "node $i started (pid $!): client $(client_addr "$i"), peer $(peer_addr "$i"), metrics http://$(metrics_addr "$i")/metrics"

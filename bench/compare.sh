@@ -6,6 +6,9 @@
 #   * a 3-member etcd 3.4 (client ports 7431-7433, peer ports 7441-7443), fsync on
 #     (etcd's default),
 #   * one Redis with appendonly yes + appendfsync always (port 7451),
+# each Leasehold node and each etcd member with the same share of the machine's cores,
+# since all six share it (--worker-threads for Leasehold, GOMAXPROCS for etcd: cores/3,
+# at least 1; --threads-per-member sets another count for both),
 # then runs every workload against each system, alternating which goes first, for
 # --rounds rounds, and prints the medians and the ratios Leasehold/etcd and
 # Leasehold/Redis. Everything it started is stopped by process id at exit, and the
@@ -14,7 +17,8 @@
 #   bench/compare.sh [--rounds 3] [--duration 10s] [--warmup 2s] [--clients 64]
 #                    [--contended-clients 16] [--keepalive-clients 64]
 #                    [--workloads lock-cycle,contended,keepalive,semaphore,failover]
-#                    [--targets leasehold,etcd,redis] [--results FILE] [--keep]
+#                    [--targets leasehold,etcd,redis] [--threads-per-member N]
+#                    [--results FILE] [--keep]
 set -euo pipefail
 
 ROUNDS=3
@@ -27,6 +31,7 @@ WORKLOADS=lock-cycle,contended,keepalive,semaphore,failover
 TARGETS=leasehold,etcd,redis
 RESULTS=""
 KEEP=0
+THREADS=$(( $(nproc) / 3 > 1 ? $(nproc) / 3 : 1 ))
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS="$2"; shift 2 ;;
@@ -37,12 +42,14 @@ while [ $# -gt 0 ]; do
     --keepalive-clients) KEEPALIVE_CLIENTS="$2"; shift 2 ;;
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --targets) TARGETS="$2"; shift 2 ;;
+    --threads-per-member) THREADS="$2"; shift 2 ;;
     --results) RESULTS="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+[[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --threads-per-member must be a positive integer" >&2; exit 2; }
 
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 cd "$LEASEHOLD_ROOT"
@@ -91,14 +98,14 @@ start_leasehold() { # node number 1..3
   local i="$1" members=()
   for j in 1 2 3; do members+=(--initial-member "$j=127.0.0.1:741$j,127.0.0.1:742$j"); done
   RUST_LOG=warn "$SERVER" --node-id "$i" --cluster-name bench --data-dir "$WORK/leasehold$i" \
-    --client-addr "127.0.0.1:741$i" --peer-addr "127.0.0.1:742$i" "${members[@]}" \
+    --client-addr "127.0.0.1:741$i" --peer-addr "127.0.0.1:742$i" "${members[@]}" --worker-threads "$THREADS" \
     >>"$WORK/leasehold$i.log" 2>&1 &
   PID[leasehold$i]=$!
 }
 
 start_etcd() { # member number 1..3
   local i="$1"
-  etcd --name "m$i" --data-dir "$WORK/etcd$i" \
+  GOMAXPROCS="$THREADS" etcd --name "m$i" --data-dir "$WORK/etcd$i" \
     --listen-client-urls "http://127.0.0.1:743$i" --advertise-client-urls "http://127.0.0.1:743$i" \
     --listen-peer-urls "http://127.0.0.1:744$i" --initial-advertise-peer-urls "http://127.0.0.1:744$i" \
     --initial-cluster "m1=http://127.0.0.1:7441,m2=http://127.0.0.1:7442,m3=http://127.0.0.1:7443" \
@@ -194,7 +201,7 @@ for target in "${targets[@]}"; do
 done
 
 echo "compare.sh: $(nproc) cores, $(uname -r), etcd $(etcd --version | head -1 | awk '{print $3}'), $(redis-server --version | awk '{print $3}'); data under $WORK"
-echo "compare.sh: $ROUNDS rounds of $DURATION after a $WARMUP warm-up; $CLIENTS clients ($CONTENDED_CLIENTS contended, $KEEPALIVE_CLIENTS keepalive)"
+echo "compare.sh: $ROUNDS rounds of $DURATION after a $WARMUP warm-up; $CLIENTS clients ($CONTENDED_CLIENTS contended, $KEEPALIVE_CLIENTS keepalive); $THREADS thread(s) per Leasehold node and etcd member"
 LINES="$WORK/results.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
   # Alternate the order of the systems from round to round (A/B, B/A, …) so that

@@ -25,6 +25,7 @@ pub const SNAPSHOT_EVERY_ENTRIES_DEFAULT: u64 = 10_000;
 pub const SNAPSHOT_EVERY_ENTRIES_MIN: u64 = 10;
 pub const CLUSTER_NAME_BYTES_MAX: usize = 64;
 pub const MEMBERS_MAX: usize = 7;
+pub const WORKER_THREADS_MAX: usize = 1_024;
 pub const CLUSTER_NAME_DEFAULT: &str = "leasehold";
 
 const _: () = assert!(HEARTBEAT_MS_DEFAULT < ELECTION_TIMEOUT_MIN_MS_DEFAULT);
@@ -71,6 +72,12 @@ pub struct RawConfig {
     /// Address of the Prometheus text endpoint (`/metrics`), host:port. Off if unset.
     #[arg(long)]
     pub metrics_addr: Option<String>,
+    /// Threads that serve clients and peers (the async runtime's workers); one per
+    /// CPU core by default. When several nodes share a machine, give each a share of
+    /// its cores (`cluster.sh` does): more threads than cores cost every request
+    /// thread wake-ups and no throughput.
+    #[arg(long)]
+    pub worker_threads: Option<usize>,
     /// Accept the `SkewClock` admin RPC, which speeds up, slows down or jumps this
     /// node's monotonic clock. For the fault-injection suite only.
     #[arg(long)]
@@ -93,6 +100,7 @@ impl RawConfig {
             election_timeout_max_ms: self.election_timeout_max_ms.or(file.election_timeout_max_ms),
             snapshot_every_entries: self.snapshot_every_entries.or(file.snapshot_every_entries),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
+            worker_threads: self.worker_threads.or(file.worker_threads),
             test_clock_knob: self.test_clock_knob || file.test_clock_knob,
         }
     }
@@ -121,6 +129,7 @@ pub struct Config {
     pub election_timeout_max_ms: u64,
     pub snapshot_every_entries: u64,
     pub metrics_bind: Option<SocketAddr>,
+    pub worker_threads: usize,
     pub test_clock_knob: bool,
 }
 
@@ -270,6 +279,13 @@ impl Config {
             Some(address) => Some(resolve("--metrics-addr", address)?),
             None => None,
         };
+        let worker_threads = match raw.worker_threads {
+            None => std::thread::available_parallelism().map(|cores| cores.get()).unwrap_or(1),
+            Some(threads) if (1..=WORKER_THREADS_MAX).contains(&threads) => threads,
+            Some(threads) => {
+                return fail(format!("--worker-threads {threads} is not between 1 and {WORKER_THREADS_MAX}"))
+            }
+        };
 
         Ok(Config {
             node_id,
@@ -285,6 +301,7 @@ impl Config {
             election_timeout_max_ms,
             snapshot_every_entries,
             metrics_bind,
+            worker_threads,
             test_clock_knob: raw.test_clock_knob,
         })
     }
@@ -333,6 +350,16 @@ mod tests {
     }
 
     #[test]
+    fn worker_threads_default_to_the_cores_and_a_given_count_is_kept() {
+        let cores = std::thread::available_parallelism().map(|cores| cores.get()).unwrap_or(1);
+        assert_eq!(Config::validate(raw(1)).unwrap().worker_threads, cores);
+        let given = RawConfig { worker_threads: Some(1), ..raw(1) };
+        assert_eq!(Config::validate(given).unwrap().worker_threads, 1);
+        let from_file = RawConfig::default().merged_over(RawConfig { worker_threads: Some(3), ..raw(1) });
+        assert_eq!(from_file.worker_threads, Some(3));
+    }
+
+    #[test]
     fn each_broken_rule_is_named() {
         let cases: Vec<(RawConfig, &str)> = vec![
             (raw(7), "unknown node id 7"),
@@ -350,6 +377,8 @@ mod tests {
             (RawConfig { cluster_name: Some("a b".into()), ..raw(1) }, "may contain only"),
             (RawConfig { client_addr: Some("127.0.0.1:9999".into()), ..raw(1) }, "differs from"),
             (RawConfig { snapshot_every_entries: Some(1), ..raw(1) }, "below the minimum"),
+            (RawConfig { worker_threads: Some(0), ..raw(1) }, "--worker-threads 0 is not between 1"),
+            (RawConfig { worker_threads: Some(WORKER_THREADS_MAX + 1), ..raw(1) }, "--worker-threads"),
         ];
         for (config, expected) in cases {
             let error = Config::validate(config).unwrap_err();

@@ -56,7 +56,14 @@ fn main() -> ExitCode {
         eprintln!("leasehold-server: cannot start the heap trimmer thread: {error}");
         return ExitCode::from(1);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let runtime =
+        match tokio::runtime::Builder::new_multi_thread().worker_threads(config.worker_threads).enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                eprintln!("leasehold-server: cannot start {} worker threads: {error}", config.worker_threads);
+                return ExitCode::from(1);
+            }
+        };
     runtime.block_on(run(config))
 }
 

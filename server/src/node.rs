@@ -158,6 +158,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         %peer_addr,
         data_dir = %config.data_dir.display(),
         cluster = %config.cluster_name,
+        worker_threads = config.worker_threads,
         "node started"
     );
     Ok(RunningNode { replica, client_addr, peer_addr, metrics_addr, stop, retired, tasks })
