@@ -84,6 +84,18 @@ fn election_timeout_not_above_heartbeat_is_refused() {
 }
 
 #[test]
+fn zero_worker_threads_is_refused_with_exit_code_2() {
+    let root = tempfile::tempdir().unwrap();
+    let data_dir = root.path().join("data");
+    let mut arguments = base(&data_dir, 1);
+    arguments.extend(["--worker-threads".into(), "0".into()]);
+    let outcome = run_server(&arguments);
+    assert_eq!(outcome.code, Some(2), "bad configuration exits with 2; stderr: {}", outcome.stderr);
+    assert!(outcome.stderr.contains("--worker-threads 0 is not between 1 and"), "stderr: {}", outcome.stderr);
+    assert!(!data_dir.exists(), "nothing may be created");
+}
+
+#[test]
 fn a_port_in_use_is_refused_before_the_data_directory_is_touched() {
     let root = tempfile::tempdir().unwrap();
     let data_dir = root.path().join("data");
