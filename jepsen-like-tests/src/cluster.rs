@@ -77,7 +77,7 @@ pub struct ClusterOptions {
 
 /// The worker threads of each of `nodes` nodes that share this machine: its cores
 /// divided among them, at least one each.
-pub fn worker_threads_share(nodes: u64) -> usize {
+fn worker_threads_share(nodes: u64) -> usize {
     let cores = std::thread::available_parallelism().map(|cores| cores.get()).unwrap_or(1);
     (cores / nodes.max(1) as usize).max(1)
 }

@@ -74,8 +74,8 @@ pub struct RawConfig {
     pub metrics_addr: Option<String>,
     /// Threads that serve clients and peers (the async runtime's workers); one per
     /// CPU core by default. When several nodes share a machine, give each a share of
-    /// its cores (`cluster.sh` does): more threads than cores cost every request
-    /// thread wake-ups and no throughput.
+    /// its cores (`cluster.sh` does): more threads than the cores can run add
+    /// thread wake-ups to every request.
     #[arg(long)]
     pub worker_threads: Option<usize>,
     /// Accept the `SkewClock` admin RPC, which speeds up, slows down or jumps this
