@@ -62,10 +62,20 @@ build() {
   fi
 }
 
+# Whether something listens on host:port $1.
+listening() {
+  timeout 1 bash -c "exec 3<>/dev/tcp/${1%:*}/${1##*:}" 2>/dev/null
+}
+
 start_node() {
-  local i=$1 n members=() pid
+  local i=$1 n members=() pid address
   n=$(size)
   if pid=$(live_pid "$i"); then echo "node $i is already running (pid $pid)"; return 0; fi
+  for address in "$(client_addr "$i")" "$(peer_addr "$i")" "$(metrics_addr "$i")"; do
+    if listening "$address"; then
+      die "node $i cannot start: $address is already in use (another cluster started from another checkout? stop it there with ./cluster.sh stop)"
+    fi
+  done
   for j in $(seq 1 "$n"); do members+=(--initial-member "$j=$(client_addr "$j"),$(peer_addr "$j")"); done
   # All nodes run on this machine: a share of its cores each, not all of them each.
   local threads=()
@@ -78,6 +88,20 @@ start_node() {
     >>"$CLUSTER_DIR/node$i.log" 2>&1 </dev/null &
   echo $! >"$CLUSTER_DIR/node$i.pid"
   echo "node $i started (pid $!): client $(client_addr "$i"), peer $(peer_addr "$i"), metrics http://$(metrics_addr "$i")/metrics"
+}
+
+# Waits until node $1 listens on its client address; fails with its last log lines
+# if it exits first, or after $2 seconds.
+wait_listening() {
+  local i=$1 deadline=$((SECONDS + $2))
+  until listening "$(client_addr "$i")"; do
+    if ! live_pid "$i" >/dev/null; then
+      tail -n 5 "$CLUSTER_DIR/node$i.log" >&2
+      die "node $i exited while starting (log: $CLUSTER_DIR/node$i.log)"
+    fi
+    [ $SECONDS -lt "$deadline" ] || die "node $i does not listen on $(client_addr "$i") after $2 s; see ./cluster.sh logs $i"
+    sleep 0.1
+  done
 }
 
 wait_for_leader() {
@@ -123,6 +147,7 @@ case "$command" in
     mkdir -p "$CLUSTER_DIR"
     echo "$n" >"$CLUSTER_DIR/size"
     for i in $(seq 1 "$n"); do start_node "$i"; done
+    for i in $(seq 1 "$n"); do wait_listening "$i" 30; done
     leader=$(wait_for_leader 30) || die "no leader after 30 s; see ./cluster.sh logs 1"
     echo "leader: node $leader"
     echo "endpoints: $(endpoints)   (export LEASEHOLD_ENDPOINTS=$(endpoints))"
@@ -155,6 +180,7 @@ case "$command" in
     stop_node "$2" >/dev/null
     build
     start_node "$2"
+    wait_listening "$2" 30
     ;;
   pause)
     check_node "${2:-}"
