@@ -188,6 +188,14 @@ measured() {
 
 IFS=, read -r -a targets <<<"$TARGETS"
 IFS=, read -r -a workloads <<<"$WORKLOADS"
+# A port already taken would have a member exit at once and the benchmark measure
+# whatever else answers there.
+for port in 7411 7412 7413 7421 7422 7423 7431 7432 7433 7441 7442 7443 7451; do
+  if timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
+    echo "compare.sh: port 127.0.0.1:$port is already in use (another compare.sh run?)" >&2
+    exit 1
+  fi
+done
 for target in "${targets[@]}"; do
   case "$target" in
     leasehold) for i in 1 2 3; do start_leasehold "$i"; done ;;
