@@ -70,16 +70,20 @@ pub struct ClusterOptions {
     pub election_timeout_min_ms: Option<u64>,
     pub election_timeout_max_ms: Option<u64>,
     /// Worker threads per node; None gives each node a share of this machine's
-    /// cores, as `cluster.sh` does (see `worker_threads_share`).
+    /// cores, as `cluster.sh` does (see `worker_threads_per_node`).
     pub worker_threads: Option<usize>,
     pub extra_arguments: Vec<String>,
 }
 
-/// The worker threads of each of `nodes` nodes that share this machine: its cores
-/// divided among them, at least one each.
-fn worker_threads_share(nodes: u64) -> usize {
-    let cores = std::thread::available_parallelism().map(|cores| cores.get()).unwrap_or(1);
-    (cores / nodes.max(1) as usize).max(1)
+impl ClusterOptions {
+    /// The worker threads each node is started with: `worker_threads`, or this
+    /// machine's cores divided among the nodes, at least one each.
+    pub fn worker_threads_per_node(&self) -> usize {
+        self.worker_threads.unwrap_or_else(|| {
+            let cores = std::thread::available_parallelism().map(|cores| cores.get()).unwrap_or(1);
+            (cores / self.nodes.max(1) as usize).max(1)
+        })
+    }
 }
 
 impl Default for ClusterOptions {
@@ -256,9 +260,8 @@ impl TestCluster {
                 arguments.push(value.to_string());
             }
         }
-        let worker_threads = options.worker_threads.unwrap_or_else(|| worker_threads_share(options.nodes));
         arguments.push("--worker-threads".into());
-        arguments.push(worker_threads.to_string());
+        arguments.push(options.worker_threads_per_node().to_string());
         arguments.extend(options.extra_arguments.iter().cloned());
         arguments
     }

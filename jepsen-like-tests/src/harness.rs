@@ -88,6 +88,10 @@ pub struct RunArguments {
     /// Keep node data and logs even when the run is valid.
     #[arg(long)]
     pub keep: bool,
+    /// Worker threads of each node; by default this machine's cores divided among
+    /// the nodes (at least one each), as `cluster.sh` does.
+    #[arg(long)]
+    pub node_threads: Option<usize>,
 }
 
 fn parse_workloads(text: &str) -> anyhow::Result<Vec<Workload>> {
@@ -208,6 +212,7 @@ impl Harness {
             heartbeat_ms: Some(HEARTBEAT_MS),
             election_timeout_min_ms: Some(ELECTION_TIMEOUT_MIN_MS),
             election_timeout_max_ms: Some(ELECTION_TIMEOUT_MAX_MS),
+            worker_threads: arguments.node_threads,
             extra_arguments: vec!["--test-clock-knob".into()],
             ..Default::default()
         });
@@ -298,9 +303,10 @@ impl Harness {
         let store_address = self.store.serve().await?;
         self.spawn_workers(store_address)?;
         self.log(&format!(
-            "seed {}: {} nodes, workloads {:?}, faults {:?}, {} workers, {:?}",
+            "seed {}: {} nodes ({} worker thread(s) per node), workloads {:?}, faults {:?}, {} workers, {:?}",
             self.seed,
             self.arguments.nodes,
+            self.cluster.options.worker_threads_per_node(),
             self.workloads,
             self.faults_enabled.iter().map(|fault| fault.name()).collect::<Vec<_>>(),
             self.workers.len(),
