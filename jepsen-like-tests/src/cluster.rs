@@ -20,6 +20,9 @@ use crate::wait;
 /// Lines of each node's log printed when a test fails.
 pub const LOG_TAIL_LINES: usize = 40;
 
+/// How long a node started with a cluster may take to listen on its addresses.
+const START_WAIT_MS: u64 = 30_000;
+
 /// Where the workspace's binaries are: next to the running test or tool (tests run
 /// from `target/<profile>/deps/`), or `LEASEHOLD_BIN_DIR`.
 pub fn binary(name: &str) -> PathBuf {
@@ -34,13 +37,40 @@ pub fn binary(name: &str) -> PathBuf {
     directory.join(name)
 }
 
+/// Where test servers' ports are picked from when the kernel's ephemeral range cannot
+/// be read: just below Linux's default (32768–60999).
+const TEST_PORTS_FALLBACK: std::ops::Range<u16> = 20_000..32_768;
+
+/// The ports test servers listen on: below the kernel's ephemeral range, so that no
+/// outgoing connection (of another test's client, or of a node to its peers) can be
+/// given one between the moment it is picked and the moment the server binds it.
+fn test_port_range() -> std::ops::Range<u16> {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok());
+    match ephemeral_low {
+        Some(low) if low >= 12_000 => (low - 12_000).max(10_000)..low,
+        _ => TEST_PORTS_FALLBACK,
+    }
+}
+
 /// Picks `N` distinct free loopback ports (bound and released; the servers bind them
-/// next). All are held until every one is picked, because the kernel may hand out a
-/// port it just released again.
+/// next), at random below the kernel's ephemeral range (see `test_port_range`). All
+/// are held until every one is picked.
 pub fn free_ports<const N: usize>() -> [u16; N] {
-    let listeners: [TcpListener; N] =
-        std::array::from_fn(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"));
-    listeners.map(|listener| listener.local_addr().unwrap().port())
+    let range = test_port_range();
+    let mut held: Vec<TcpListener> = Vec::with_capacity(N);
+    for _ in 0..10_000 {
+        if held.len() == N {
+            break;
+        }
+        let port = rand::random_range(range.clone());
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(listener);
+        }
+    }
+    assert_eq!(held.len(), N, "no {N} free ports in {range:?} on 127.0.0.1");
+    std::array::from_fn(|index| held[index].local_addr().expect("bound address").port())
 }
 
 /// Where nodes listen.
@@ -154,10 +184,42 @@ impl TestCluster {
             cluster.define_node(id, true, client_addr, peer_addr);
         }
         let ids: Vec<u64> = cluster.nodes.keys().copied().collect();
-        for id in ids {
-            cluster.spawn(id);
+        for id in &ids {
+            cluster.spawn(*id);
+        }
+        if cluster.options.addressing == Addressing::Ephemeral {
+            for id in ids {
+                cluster.wait_listening(id, Duration::from_millis(START_WAIT_MS));
+            }
         }
         cluster
+    }
+
+    /// Waits until node `id` accepts connections on its client and peer addresses;
+    /// panics with the end of its log if it exits first or the deadline passes (a
+    /// cluster with a node missing could still elect a leader, and the test would
+    /// fail later for a reason it does not name).
+    fn wait_listening(&mut self, id: u64, deadline: Duration) {
+        let give_up = Instant::now() + deadline;
+        loop {
+            let node = self.nodes.get_mut(&id).expect("node defined");
+            let listens = |address: &str| {
+                let address = address.parse().expect("a socket address");
+                std::net::TcpStream::connect_timeout(&address, Duration::from_millis(wait::POLL_INTERVAL_MS)).is_ok()
+            };
+            if listens(&node.client_addr) && listens(&node.peer_addr) {
+                return;
+            }
+            let child = node.child.as_mut().unwrap_or_else(|| panic!("node {id} is not running"));
+            if let Some(status) = child.try_wait().expect("poll the node's process") {
+                node.child = None;
+                panic!("node {id} exited at start ({status}):\n{}", self.log_tail(id));
+            }
+            if Instant::now() >= give_up {
+                panic!("timed out after {deadline:?} waiting for node {id} to listen:\n{}", self.log_tail(id));
+            }
+            std::thread::sleep(Duration::from_millis(wait::POLL_INTERVAL_MS));
+        }
     }
 
     /// The client and peer address a new node `id` gets.
