@@ -195,7 +195,7 @@ impl TestCluster {
         cluster
     }
 
-    /// Waits until node `id` accepts connections on its client and peer addresses;
+    /// Waits until node `id` accepts connections on every address it serves;
     /// panics with the end of its log if it exits first or the deadline passes (a
     /// cluster with a node missing could still elect a leader, and the test would
     /// fail later for a reason it does not name).
@@ -207,7 +207,10 @@ impl TestCluster {
                 let address = address.parse().expect("a socket address");
                 std::net::TcpStream::connect_timeout(&address, Duration::from_millis(wait::POLL_INTERVAL_MS)).is_ok()
             };
-            if listens(&node.client_addr) && listens(&node.peer_addr) {
+            if listens(&node.client_addr)
+                && listens(&node.peer_addr)
+                && node.metrics_addr.as_deref().is_none_or(listens)
+            {
                 return;
             }
             let child = node.child.as_mut().unwrap_or_else(|| panic!("node {id} is not running"));
