@@ -159,6 +159,13 @@ pub struct TestCluster {
 impl TestCluster {
     /// Starts `options.nodes` nodes as the initial members. Call `wait_for_leader`.
     pub fn start(options: ClusterOptions) -> TestCluster {
+        let every_member: Vec<u64> = (1..=options.nodes).collect();
+        Self::start_only(options, &every_member)
+    }
+
+    /// Defines `options.nodes` initial members (every one named in the others' flags)
+    /// and starts only those in `started`; `restart` starts another one later.
+    pub fn start_only(options: ClusterOptions, started: &[u64]) -> TestCluster {
         let (temporary, root) = match &options.directory {
             Some(directory) => {
                 std::fs::create_dir_all(directory).expect("create the cluster directory");
@@ -183,13 +190,12 @@ impl TestCluster {
             let (client_addr, peer_addr) = cluster.addresses_for(id);
             cluster.define_node(id, true, client_addr, peer_addr);
         }
-        let ids: Vec<u64> = cluster.nodes.keys().copied().collect();
-        for id in &ids {
+        for id in started {
             cluster.spawn(*id);
         }
         if cluster.options.addressing == Addressing::Ephemeral {
-            for id in ids {
-                cluster.wait_listening(id, Duration::from_millis(START_WAIT_MS));
+            for id in started {
+                cluster.wait_listening(*id, Duration::from_millis(START_WAIT_MS));
             }
         }
         cluster

@@ -130,6 +130,27 @@ async fn nodes_stopped_with_sigterm_exit_cleanly_and_keep_every_entry() {
     assert_held(&client, session.id(), &grants).await;
 }
 
+/// The lowest-id initial member bootstraps a new cluster and the others wait for it,
+/// but not forever: with node 1 down at the first start, nodes 2 and 3 bootstrap the
+/// cluster themselves and serve, and node 1, started later with an empty data
+/// directory, joins the same cluster (it holds every entry and can take over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_cluster_bootstraps_without_its_lowest_member_and_takes_it_in_later() {
+    let mut cluster = TestCluster::start_only(ClusterOptions::default(), &[2, 3]);
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let client = cluster.client();
+    let session = client.session(SESSION_TTL).await.expect("session");
+    let grants = take_locks(&session, "bootstrap", 10).await;
+
+    cluster.restart(1);
+    let applied = cluster.status(leader).await.expect("the leader answers").applied_index;
+    cluster.wait_applied(1, applied, LEADER_DEADLINE).await;
+    cluster.kill(leader);
+    let successor = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    assert_ne!(successor, leader);
+    assert_held(&client, session.id(), &grants).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_missed_compacted_entries_catches_up_by_snapshot() {
     let options = ClusterOptions { snapshot_every_entries: Some(50), ..Default::default() };

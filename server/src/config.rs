@@ -54,7 +54,9 @@ pub struct RawConfig {
     #[arg(long)]
     pub cluster_name: Option<String>,
     /// Initial members, `ID=CLIENT_ADDR,PEER_ADDR`, repeated. Every initial member
-    /// is started with the same list; a node added later is started without it.
+    /// is started with the same list; a node added later is started without it. The
+    /// lowest id bootstraps a new cluster; the others wait four maximal election
+    /// timeouts for it, then bootstrap it themselves.
     #[arg(long = "initial-member", value_name = "ID=CLIENT_ADDR,PEER_ADDR")]
     #[serde(default)]
     pub initial_members: Vec<String>,
