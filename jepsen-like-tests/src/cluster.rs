@@ -7,9 +7,11 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::TcpListener;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use leasehold::proto::StatusResponse;
@@ -54,23 +56,49 @@ fn test_port_range() -> std::ops::Range<u16> {
     }
 }
 
-/// Picks `N` distinct free loopback ports (bound and released; the servers bind them
-/// next), at random below the kernel's ephemeral range (see `test_port_range`). All
-/// are held until every one is picked.
+/// Ports this process reserved (see `reserve_port`); their lock files stay open, and
+/// so locked, until the process exits.
+static RESERVED_PORTS: Mutex<Vec<File>> = Mutex::new(Vec::new());
+
+/// Reserves `port` against every process that picks ports with `free_ports`: an
+/// exclusive `flock` on a file named after the port, held until this process exits
+/// (under nextest a test is one process). Without it two tests starting clusters at
+/// the same moment could pick the same port between its bind check and the server's
+/// bind. The kernel drops the locks of a process that dies.
+fn reserve_port(port: u16) -> bool {
+    let directory = std::env::temp_dir().join("leasehold-test-ports");
+    std::fs::create_dir_all(&directory).expect("create the port reservation directory");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(directory.join(port.to_string()))
+        .expect("open a port reservation file");
+    // SAFETY: flock on a descriptor this function owns.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if locked {
+        RESERVED_PORTS.lock().expect("port reservations").push(file);
+    }
+    locked
+}
+
+/// Picks `N` distinct free loopback ports for servers to bind: at random below the
+/// kernel's ephemeral range (see `test_port_range`), reserved against other test
+/// processes (see `reserve_port`), and bound once to check that nothing else listens.
 pub fn free_ports<const N: usize>() -> [u16; N] {
     let range = test_port_range();
-    let mut held: Vec<TcpListener> = Vec::with_capacity(N);
+    let mut ports = Vec::with_capacity(N);
     for _ in 0..10_000 {
-        if held.len() == N {
+        if ports.len() == N {
             break;
         }
         let port = rand::random_range(range.clone());
-        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
-            held.push(listener);
+        if reserve_port(port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
         }
     }
-    assert_eq!(held.len(), N, "no {N} free ports in {range:?} on 127.0.0.1");
-    std::array::from_fn(|index| held[index].local_addr().expect("bound address").port())
+    assert_eq!(ports.len(), N, "no {N} free ports in {range:?} on 127.0.0.1");
+    std::array::from_fn(|index| ports[index])
 }
 
 /// Where nodes listen.
