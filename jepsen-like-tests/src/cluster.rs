@@ -209,7 +209,8 @@ impl TestCluster {
         let mut cluster = TestCluster {
             options,
             nodes: BTreeMap::new(),
-            cluster_name: "test".into(),
+            // Unique, so that a node reaching another test's cluster is refused.
+            cluster_name: format!("test-{:08x}", rand::random::<u32>()),
             retired: Vec::new(),
             _temporary: temporary,
             root,

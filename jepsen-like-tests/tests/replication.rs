@@ -2,10 +2,13 @@
 //! crashes, lagging nodes catch up by snapshot, a 5-node cluster tolerates two
 //! failures, and membership changes while traffic flows.
 
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use leasehold::{Client, Session};
-use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
+use leasehold_jepsen::cluster::{binary, free_ports, ClusterOptions, TestCluster};
 use leasehold_jepsen::wait;
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(20);
@@ -149,6 +152,77 @@ async fn a_new_cluster_bootstraps_without_its_lowest_member_and_takes_it_in_late
     let successor = cluster.wait_for_leader(LEADER_DEADLINE).await;
     assert_ne!(successor, leader);
     assert_held(&client, session.id(), &grants).await;
+}
+
+/// Two nodes of another cluster whose member list names a node of this one as their
+/// third member (a copied config, a reused address) elect a leader of their own, and
+/// it campaigns at and replicates to that node: every Raft message is refused, naming
+/// both clusters, and this cluster keeps its leader, term and log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_of_another_cluster_are_refused_and_change_nothing() {
+    let cluster = TestCluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let client = cluster.client();
+    let session = client.session(SESSION_TTL).await.expect("session");
+    let grants = take_locks(&session, "before-stray", 5).await;
+    let before = cluster.status(leader).await.expect("the leader answers");
+    let follower = cluster.nodes.values().find(|node| node.id != leader).expect("a follower");
+
+    let strays: Vec<(String, String)> = (0..2)
+        .map(|_| {
+            let [client_port, peer_port] = free_ports();
+            (format!("127.0.0.1:{client_port}"), format!("127.0.0.1:{peer_port}"))
+        })
+        .collect();
+    let mut members: Vec<String> =
+        strays.iter().enumerate().map(|(index, (client, peer))| format!("{}={client},{peer}", index + 1)).collect();
+    members.push(format!("3={},{}", follower.client_addr, follower.peer_addr));
+    let logs: Vec<PathBuf> = (1..=2).map(|id| cluster.root().join(format!("stray{id}.log"))).collect();
+    let _strays: Vec<KillOnDrop> = (1..=2)
+        .map(|id| {
+            let (client_addr, peer_addr) = &strays[id - 1];
+            let log = &logs[id - 1];
+            let mut command = Command::new(binary("leasehold-server"));
+            command
+                .args(["--node-id", &id.to_string(), "--cluster-name", "stray"])
+                .args(["--client-addr", client_addr, "--peer-addr", peer_addr])
+                .arg("--data-dir")
+                .arg(cluster.root().join(format!("stray{id}")));
+            for member in &members {
+                command.args(["--initial-member", member]);
+            }
+            let child = command
+                .env("RUST_LOG", "info,openraft=warn")
+                .stdout(File::create(log).expect("create a stray node's log"))
+                .stderr(File::options().append(true).open(log).expect("open a stray node's log"))
+                .spawn()
+                .expect("start a stray node");
+            KillOnDrop(child)
+        })
+        .collect();
+
+    wait::until(LEADER_DEADLINE, "the stray leader's messages to this cluster's node to be refused", || async {
+        let text: String = logs.iter().map(|log| std::fs::read_to_string(log).unwrap_or_default()).collect();
+        let stray_leads = text.contains("leading:");
+        (stray_leads && text.matches("belongs to cluster").count() >= 3).then_some(())
+    })
+    .await;
+    let after = cluster.status(leader).await.expect("the leader answers");
+    assert_eq!((after.state.as_str(), after.term), ("leader", before.term), "the stray nodes disturbed the cluster");
+    let follower_status = cluster.status(follower.id).await.expect("the follower answers");
+    assert_eq!(follower_status.term, before.term, "the follower moved to the stray nodes' term");
+    assert!(follower_status.applied_index >= before.applied_index, "the follower lost entries");
+    assert_held(&client, session.id(), &grants).await;
+}
+
+/// Kills a process this test started when the test ends, however it ends.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

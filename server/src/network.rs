@@ -17,6 +17,7 @@ use openraft::raft::{
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::codec;
@@ -29,10 +30,16 @@ pub const PEER_KEEPALIVE_INTERVAL_MS: u64 = 1_000;
 pub const PEER_KEEPALIVE_TIMEOUT_MS: u64 = 1_000;
 /// Raft messages can carry a snapshot chunk or a batch of entries.
 pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// The request header naming the sender's cluster on every Raft RPC; a node of
+/// another cluster refuses the message (HTTP/2 header compression sends the name
+/// once per connection).
+pub const CLUSTER_HEADER: &str = "leasehold-cluster";
 
 pub struct Network {
     /// This node's peer IP, used as the source address of outgoing connections.
     local_ip: Option<IpAddr>,
+    /// This node's cluster name, sent as `CLUSTER_HEADER`.
+    cluster: MetadataValue<Ascii>,
     /// One HTTP/2 connection per peer address, shared by every client openraft asks
     /// for: replication streams, votes, and the heartbeats of each leadership check
     /// (which asks for a fresh client every time and must not open a connection).
@@ -40,8 +47,11 @@ pub struct Network {
 }
 
 impl Network {
-    pub fn new(local_ip: Option<IpAddr>) -> Self {
-        Self { local_ip, channels: Mutex::new(BTreeMap::new()) }
+    /// `cluster_name` was validated with the configuration (letters, digits, '-',
+    /// '_' and '.'), so it is a valid header value.
+    pub fn new(local_ip: Option<IpAddr>, cluster_name: &str) -> Self {
+        let cluster = MetadataValue::try_from(cluster_name).expect("a validated cluster name is a header value");
+        Self { local_ip, cluster, channels: Mutex::new(BTreeMap::new()) }
     }
 
     fn channel(&self, address: &str) -> Option<Channel> {
@@ -74,13 +84,14 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
         });
-        PeerConnection { target, address: node.peer_addr.clone(), client }
+        PeerConnection { target, address: node.peer_addr.clone(), cluster: self.cluster.clone(), client }
     }
 }
 
 pub struct PeerConnection {
     target: NodeId,
     address: String,
+    cluster: MetadataValue<Ascii>,
     /// None when the address could not even be parsed; every RPC then fails.
     client: Option<PeerClient<Channel>>,
 }
@@ -111,6 +122,7 @@ impl PeerConnection {
         };
         let mut message = tonic::Request::new(RaftMessage { payload: codec::encode(request) });
         message.set_timeout(option.hard_ttl());
+        message.metadata_mut().insert(CLUSTER_HEADER, self.cluster.clone());
         let reply = match kind {
             RpcKind::Vote => client.vote(message).await,
             RpcKind::AppendEntries => client.append_entries(message).await,

@@ -86,7 +86,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     let log_store = LogStore::new(db);
     let raft_config =
         config.raft_config().validate().map_err(|error| StartError(format!("raft configuration: {error}")))?;
-    let network = Network::new(Some(config.peer_bind.ip()));
+    let network = Network::new(Some(config.peer_bind.ip()), &config.cluster_name);
     let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, state_machine)
         .await
         .map_err(|error| StartError(format!("cannot start raft: {error}")))?;

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use crate::codec;
+use crate::network::CLUSTER_HEADER;
 use crate::raft_types::{NodeId, Raft, TypeConfig};
 
 pub struct PeerService {
@@ -131,6 +132,25 @@ fn campaigns_to_outbid(
     (campaigns <= TAKEOVER_CAMPAIGNS_MAX).then_some(campaigns)
 }
 
+impl PeerService {
+    /// Refuses a Raft message from a node of another cluster (or one that does not
+    /// say), so that a peer address pointing at the wrong cluster fails loudly instead
+    /// of mixing two clusters' votes and logs.
+    fn check_cluster<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let sender = request.metadata().get(CLUSTER_HEADER).and_then(|value| value.to_str().ok());
+        if sender == Some(self.cluster_name.as_str()) {
+            return Ok(());
+        }
+        Err(Status::failed_precondition(match sender {
+            Some(sender) => format!("this node belongs to cluster {:?}, not {sender:?}", self.cluster_name),
+            None => format!(
+                "a Raft message without the {CLUSTER_HEADER} header; this node belongs to cluster {:?}",
+                self.cluster_name
+            ),
+        }))
+    }
+}
+
 fn decode<T: serde::de::DeserializeOwned>(message: &RaftMessage) -> Result<T, Status> {
     codec::decode(&message.payload)
         .map_err(|error| Status::invalid_argument(format!("malformed raft message: {error}")))
@@ -143,6 +163,7 @@ fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftMessage>, Status
 #[tonic::async_trait]
 impl Peer for PeerService {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        self.check_cluster(&request)?;
         let vote: VoteRequest<NodeId> = decode(request.get_ref())?;
         let answer = self.raft.vote(vote.clone()).await;
         if let Ok(response) = &answer {
@@ -152,12 +173,14 @@ impl Peer for PeerService {
     }
 
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        self.check_cluster(&request)?;
         let append: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
         self.takeover.heard_leader();
         reply(&self.raft.append_entries(append).await)
     }
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        self.check_cluster(&request)?;
         let install: InstallSnapshotRequest<TypeConfig> = decode(request.get_ref())?;
         reply(&self.raft.install_snapshot(install).await)
     }
