@@ -263,16 +263,12 @@ impl TestCluster {
     /// The client and peer address a new node `id` gets.
     fn addresses_for(&self, id: u64) -> (String, String) {
         match self.options.addressing {
-            Addressing::Ephemeral => loop {
+            // free_ports never hands out a port this process reserved before, so the
+            // addresses are clear of every node's, including removed ones.
+            Addressing::Ephemeral => {
                 let [client_port, peer_port] = free_ports();
-                let (client_addr, peer_addr) = (format!("127.0.0.1:{client_port}"), format!("127.0.0.1:{peer_port}"));
-                let taken = |address: &String| {
-                    self.nodes.values().any(|node| node.client_addr == *address || node.peer_addr == *address)
-                };
-                if !taken(&client_addr) && !taken(&peer_addr) {
-                    break (client_addr, peer_addr);
-                }
-            },
+                (format!("127.0.0.1:{client_port}"), format!("127.0.0.1:{peer_port}"))
+            }
             Addressing::PerNodeIp { client_port, peer_port } => {
                 let octet = FIRST_NODE_OCTET + id - 1;
                 assert!(octet < 255, "node id {id} has no address");
@@ -281,25 +277,12 @@ impl TestCluster {
         }
     }
 
-    /// A metrics address for a new node, clear of every address in use.
-    fn metrics_address_for(&self, client_addr: &str, peer_addr: &str) -> Option<String> {
-        if !matches!(self.options.addressing, Addressing::Ephemeral) {
-            return None;
-        }
-        loop {
+    /// A metrics address for a new node (with ephemeral addressing only).
+    fn metrics_address(&self) -> Option<String> {
+        matches!(self.options.addressing, Addressing::Ephemeral).then(|| {
             let [port] = free_ports();
-            let address = format!("127.0.0.1:{port}");
-            let taken = address == client_addr
-                || address == peer_addr
-                || self.nodes.values().any(|node| {
-                    node.client_addr == address
-                        || node.peer_addr == address
-                        || node.metrics_addr.as_deref() == Some(address.as_str())
-                });
-            if !taken {
-                return Some(address);
-            }
-        }
+            format!("127.0.0.1:{port}")
+        })
     }
 
     /// The directory holding data directories and logs.
@@ -309,7 +292,7 @@ impl TestCluster {
 
     fn define_node(&mut self, id: u64, initial: bool, client_addr: String, peer_addr: String) {
         assert!(!self.nodes.contains_key(&id), "node {id} is already defined");
-        let metrics_addr = self.metrics_address_for(&client_addr, &peer_addr);
+        let metrics_addr = self.metrics_address();
         let node = NodeProcess {
             id,
             client_addr,
