@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use leasehold_server::clock::Clock;
-use leasehold_server::config::{Config, RawConfig};
 use leasehold_server::node;
+use leasehold_server::node::config::{Config, RawConfig};
+use leasehold_server::shell::clock::Clock;
 use tokio::signal::unix::{signal, SignalKind};
 
 #[derive(Parser, Debug)]
@@ -51,8 +51,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    leasehold_server::memory::tune_allocator();
-    if let Err(error) = leasehold_server::memory::start_trimmer() {
+    leasehold_server::shell::memory::tune_allocator();
+    if let Err(error) = leasehold_server::shell::memory::start_trimmer() {
         eprintln!("leasehold-server: cannot start the heap trimmer thread: {error}");
         return ExitCode::from(1);
     }

@@ -3,12 +3,12 @@
 //! purging the log (through the in-memory run of recent entries), membership,
 //! snapshots and their transfer.
 
-use leasehold_server::clock::Clock;
-use leasehold_server::leases::Leases;
-use leasehold_server::log_store::LogStore;
-use leasehold_server::raft_types::{StorageError, TypeConfig};
-use leasehold_server::state_machine_store::StateMachineStore;
-use leasehold_server::storage;
+use leasehold_server::raft::log_store::LogStore;
+use leasehold_server::raft::state_machine_store::StateMachineStore;
+use leasehold_server::raft::storage;
+use leasehold_server::raft::types::{StorageError, TypeConfig};
+use leasehold_server::shell::clock::Clock;
+use leasehold_server::shell::session_deadlines::SessionDeadlines;
 use openraft::testing::{StoreBuilder, Suite};
 
 struct RocksBuilder;
@@ -17,8 +17,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError> {
         let dir = tempfile::tempdir().expect("create a temporary directory");
         let db = storage::open(&dir.path().join("db"), true).expect("open a fresh database");
-        let state_machine =
-            StateMachineStore::open(db.clone(), Leases::new(Clock::system())).expect("open the state machine store");
+        let state_machine = StateMachineStore::open(db.clone(), SessionDeadlines::new(Clock::system()))
+            .expect("open the state machine store");
         Ok((dir, LogStore::new(db), state_machine))
     }
 }

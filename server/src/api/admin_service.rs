@@ -5,15 +5,17 @@ use std::sync::Arc;
 
 use leasehold_proto as pb;
 use leasehold_proto::admin_server::Admin;
+use leasehold_proto::errors::error_status;
 use leasehold_proto::peer_client::PeerClient;
+use leasehold_proto::ErrorReason;
 use openraft::{ChangeMembers, ServerState};
 use tonic::{Request, Response, Status};
 
-use crate::clock::RATE_PER_MILLE_MAX;
-use crate::config::MEMBERS_MAX;
-use crate::network;
-use crate::raft_types::{Node, RaftMetrics};
-use crate::replica::Replica;
+use crate::api::convert;
+use crate::raft::network;
+use crate::raft::replica::Replica;
+use crate::raft::types::{Node, RaftMetrics, MEMBERS_MAX};
+use crate::shell::clock::RATE_PER_MILLE_MAX;
 
 pub struct AdminService {
     pub replica: Arc<Replica>,
@@ -29,6 +31,11 @@ fn state_name(state: ServerState) -> &'static str {
         ServerState::Learner => "learner",
         ServerState::Shutdown => "shutdown",
     }
+}
+
+/// Raft refused a membership change; `message` says why.
+fn refused(message: String) -> Status {
+    error_status(ErrorReason::MembershipRefused, message, &[])
 }
 
 pub fn members(metrics: &RaftMetrics) -> Vec<pb::Member> {
@@ -107,21 +114,27 @@ impl Admin for AdminService {
         self.require_leader()?;
         let request = request.into_inner();
         if request.node_id == 0 {
-            return Err(Status::invalid_argument("node_id must be a positive integer"));
+            return Err(convert::invalid_argument("node_id must be a positive integer"));
         }
         for (what, address) in [("client_addr", &request.client_addr), ("peer_addr", &request.peer_addr)] {
             if std::net::ToSocketAddrs::to_socket_addrs(address.as_str()).is_err() {
-                return Err(Status::invalid_argument(format!("{what} {address:?} is not a host:port address")));
+                return Err(convert::invalid_argument(format!("{what} {address:?} is not a host:port address")));
             }
         }
         let current = self.members_now();
         if current.iter().any(|member| member.node_id == request.node_id && member.role == "voter") {
-            return Err(Status::already_exists(format!("node {} is already a voter", request.node_id)));
+            return Err(error_status(
+                ErrorReason::AlreadyMember,
+                format!("node {} is already a voter", request.node_id),
+                &[],
+            ));
         }
         if current.len() >= MEMBERS_MAX && !current.iter().any(|member| member.node_id == request.node_id) {
-            return Err(Status::resource_exhausted(format!(
-                "the cluster has {MEMBERS_MAX} members, the most supported"
-            )));
+            return Err(error_status(
+                ErrorReason::LimitExceeded,
+                format!("the cluster has {MEMBERS_MAX} members, the most supported (MEMBERS_MAX)"),
+                &[],
+            ));
         }
         let node = Node { client_addr: request.client_addr, peer_addr: request.peer_addr };
         tracing::info!(node_id = request.node_id, %node, "adding a learner and waiting for it to catch up");
@@ -129,13 +142,15 @@ impl Admin for AdminService {
             .raft
             .add_learner(request.node_id, node, true)
             .await
-            .map_err(|error| Status::failed_precondition(format!("cannot add node {}: {error}", request.node_id)))?;
+            .map_err(|error| refused(format!("cannot add node {}: {error}", request.node_id)))?;
         if !request.learner_only {
             tracing::info!(node_id = request.node_id, "promoting the learner to voter");
             let voters = BTreeSet::from([request.node_id]);
-            self.replica.raft.change_membership(ChangeMembers::AddVoterIds(voters), true).await.map_err(|error| {
-                Status::failed_precondition(format!("cannot promote node {}: {error}", request.node_id))
-            })?;
+            self.replica
+                .raft
+                .change_membership(ChangeMembers::AddVoterIds(voters), true)
+                .await
+                .map_err(|error| refused(format!("cannot promote node {}: {error}", request.node_id)))?;
         }
         Ok(Response::new(pb::AddMemberResponse { members: self.members_now() }))
     }
@@ -145,11 +160,15 @@ impl Admin for AdminService {
         request: Request<pb::SkewClockRequest>,
     ) -> Result<Response<pb::SkewClockResponse>, Status> {
         if !self.clock_knob {
-            return Err(Status::failed_precondition("the clock knob is off; start the node with --test-clock-knob"));
+            return Err(error_status(
+                ErrorReason::ClockKnobOff,
+                "the clock knob is off; start the node with --test-clock-knob",
+                &[],
+            ));
         }
         let request = request.into_inner();
         if request.rate_per_mille == 0 || request.rate_per_mille > RATE_PER_MILLE_MAX {
-            return Err(Status::invalid_argument(format!(
+            return Err(convert::invalid_argument(format!(
                 "rate_per_mille must be 1 to {RATE_PER_MILLE_MAX}, got {}",
                 request.rate_per_mille
             )));
@@ -167,11 +186,11 @@ impl Admin for AdminService {
         let node_id = request.into_inner().node_id;
         let current = self.members_now();
         let Some(removed) = current.iter().find(|member| member.node_id == node_id).cloned() else {
-            return Err(Status::not_found(format!("node {node_id} is not a member")));
+            return Err(error_status(ErrorReason::UnknownMember, format!("node {node_id} is not a member"), &[]));
         };
         let voters = current.iter().filter(|member| member.role == "voter").count();
         if removed.role == "voter" && voters <= 1 {
-            return Err(Status::failed_precondition("cannot remove the last voter"));
+            return Err(error_status(ErrorReason::LastVoter, "cannot remove the last voter", &[]));
         }
         let change = if removed.role == "voter" {
             ChangeMembers::RemoveVoters(BTreeSet::from([node_id]))
@@ -183,7 +202,7 @@ impl Admin for AdminService {
             .raft
             .change_membership(change, false)
             .await
-            .map_err(|error| Status::failed_precondition(format!("cannot remove node {node_id}: {error}")))?;
+            .map_err(|error| refused(format!("cannot remove node {node_id}: {error}")))?;
         // A voter removed with `retain = false` may still be listed as a learner by
         // an older config; drop it entirely.
         if self.members_now().iter().any(|member| member.node_id == node_id) {

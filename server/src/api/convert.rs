@@ -3,13 +3,15 @@
 //! this module sees a prost type.
 
 use leasehold_proto as pb;
+use leasehold_proto::errors::{error_status, METADATA_SESSION_ID};
+use leasehold_proto::ErrorReason;
 use tonic::Status;
 
-use crate::limits::{
+use crate::machine::limits::{
     CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSION_TTL_MS_MAX,
     SESSION_TTL_MS_MIN,
 };
-use crate::state_machine::{Command, CommandError, ErrorKind, RequestId, SessionId};
+use crate::machine::{Command, CommandError, ErrorKind, RequestId, ResourceKind, SessionId};
 
 /// A blocking acquire waits at most this long per request; a client that wants to
 /// wait longer sends the same request again.
@@ -21,15 +23,20 @@ pub const SERVER_SEQUENCE_BITS: u64 = 0b11 << 62;
 const CANCEL_SEQUENCE_BITS: u64 = 0b10 << 62;
 const ABANDON_SEQUENCE_BITS: u64 = 0b11 << 62;
 
+/// INVALID_ARGUMENT with its reason: the request breaks the rule `message` names.
+pub fn invalid_argument(message: impl Into<String>) -> Status {
+    error_status(ErrorReason::InvalidArgument, message, &[])
+}
+
 pub fn request_id(request_id: Option<pb::RequestId>) -> Result<RequestId, Status> {
     let Some(pb::RequestId { client_id, sequence }) = request_id else {
-        return Err(Status::invalid_argument("request_id is required on every mutating request"));
+        return Err(invalid_argument("request_id is required on every mutating request"));
     };
     if client_id == 0 {
-        return Err(Status::invalid_argument("request_id.client_id must not be 0"));
+        return Err(invalid_argument("request_id.client_id must not be 0"));
     }
     if sequence & SERVER_SEQUENCE_BITS != 0 {
-        return Err(Status::invalid_argument("request_id.sequence must be below 2^62"));
+        return Err(invalid_argument("request_id.sequence must be below 2^62"));
     }
     Ok(RequestId { client_id, sequence })
 }
@@ -45,13 +52,17 @@ pub fn abandon_request_id(acquire: RequestId) -> RequestId {
     RequestId { client_id: acquire.client_id, sequence: acquire.sequence | ABANDON_SEQUENCE_BITS }
 }
 
-pub fn lock_name(name: &str) -> Result<String, Status> {
+/// The name of a lock, semaphore or election (`kind`): 1 to `LOCK_NAME_BYTES_MAX` bytes.
+pub fn resource_name(kind: ResourceKind, name: &str) -> Result<String, Status> {
+    let noun = kind.noun();
     if name.is_empty() {
-        return Err(Status::invalid_argument("lock name is empty; a name is 1 to 256 bytes"));
+        return Err(invalid_argument(format!(
+            "{noun} name is empty; a name is 1 to {LOCK_NAME_BYTES_MAX} bytes (LOCK_NAME_BYTES_MAX)"
+        )));
     }
     if name.len() > LOCK_NAME_BYTES_MAX {
-        return Err(Status::invalid_argument(format!(
-            "name is {} bytes; the limit is {LOCK_NAME_BYTES_MAX} (LOCK_NAME_BYTES_MAX)",
+        return Err(invalid_argument(format!(
+            "{noun} name is {} bytes; the limit is {LOCK_NAME_BYTES_MAX} (LOCK_NAME_BYTES_MAX)",
             name.len()
         )));
     }
@@ -60,7 +71,7 @@ pub fn lock_name(name: &str) -> Result<String, Status> {
 
 pub fn session_id(session_id: u64) -> Result<SessionId, Status> {
     if session_id == 0 {
-        return Err(Status::invalid_argument("session_id is required (0 is never a session)"));
+        return Err(invalid_argument("session_id is required (0 is never a session)"));
     }
     Ok(session_id)
 }
@@ -68,13 +79,13 @@ pub fn session_id(session_id: u64) -> Result<SessionId, Status> {
 pub fn create_session(request: pb::CreateSessionRequest) -> Result<Command, Status> {
     let request_id = request_id(request.request_id)?;
     if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(&request.ttl_ms) {
-        return Err(Status::invalid_argument(format!(
+        return Err(invalid_argument(format!(
             "ttl_ms {} is out of range: a session TTL is {SESSION_TTL_MS_MIN} to {SESSION_TTL_MS_MAX} ms",
             request.ttl_ms
         )));
     }
     if request.client_name.len() > CLIENT_NAME_BYTES_MAX {
-        return Err(Status::invalid_argument(format!(
+        return Err(invalid_argument(format!(
             "client_name is {} bytes; the limit is {CLIENT_NAME_BYTES_MAX} (CLIENT_NAME_BYTES_MAX)",
             request.client_name.len()
         )));
@@ -90,9 +101,9 @@ pub fn close_session(request: pb::CloseSessionRequest) -> Result<Command, Status
 pub fn acquire(request: pb::AcquireRequest) -> Result<(Command, u64), Status> {
     let request_id = request_id(request.request_id)?;
     let session = session_id(request.session_id)?;
-    let name = lock_name(&request.name)?;
+    let name = resource_name(ResourceKind::Lock, &request.name)?;
     if request.wait_ms > ACQUIRE_WAIT_MS_MAX {
-        return Err(Status::invalid_argument(format!(
+        return Err(invalid_argument(format!(
             "wait_ms {} is above the limit of {ACQUIRE_WAIT_MS_MAX} (ACQUIRE_WAIT_MS_MAX)",
             request.wait_ms
         )));
@@ -104,16 +115,16 @@ pub fn acquire(request: pb::AcquireRequest) -> Result<(Command, u64), Status> {
 pub fn release(request: pb::ReleaseRequest) -> Result<Command, Status> {
     let request_id = request_id(request.request_id)?;
     let session = session_id(request.session_id)?;
-    let name = lock_name(&request.name)?;
+    let name = resource_name(ResourceKind::Lock, &request.name)?;
     if request.token == 0 {
-        return Err(Status::invalid_argument("token is required (0 is never a fencing token)"));
+        return Err(invalid_argument("token is required (0 is never a fencing token)"));
     }
     Ok(Command::Release { request: request_id, session, name, token: request.token })
 }
 
 pub fn semaphore_limit(limit: u32) -> Result<u32, Status> {
     if limit == 0 || limit > SEMAPHORE_LIMIT_MAX {
-        return Err(Status::invalid_argument(format!(
+        return Err(invalid_argument(format!(
             "limit {limit} is out of range: a semaphore allows 1 to {SEMAPHORE_LIMIT_MAX} holders (SEMAPHORE_LIMIT_MAX)"
         )));
     }
@@ -122,7 +133,7 @@ pub fn semaphore_limit(limit: u32) -> Result<u32, Status> {
 
 fn wait_ms(wait_ms: u64) -> Result<u64, Status> {
     if wait_ms > ACQUIRE_WAIT_MS_MAX {
-        return Err(Status::invalid_argument(format!(
+        return Err(invalid_argument(format!(
             "wait_ms {wait_ms} is above the limit of {ACQUIRE_WAIT_MS_MAX} (ACQUIRE_WAIT_MS_MAX)"
         )));
     }
@@ -131,7 +142,7 @@ fn wait_ms(wait_ms: u64) -> Result<u64, Status> {
 
 fn election_value(value: &str) -> Result<String, Status> {
     if value.len() > ELECTION_VALUE_BYTES_MAX {
-        return Err(Status::invalid_argument(format!(
+        return Err(invalid_argument(format!(
             "value is {} bytes; the limit is {ELECTION_VALUE_BYTES_MAX} (ELECTION_VALUE_BYTES_MAX)",
             value.len()
         )));
@@ -141,7 +152,7 @@ fn election_value(value: &str) -> Result<String, Status> {
 
 fn token(token: u64) -> Result<u64, Status> {
     if token == 0 {
-        return Err(Status::invalid_argument("token is required (0 is never a fencing token)"));
+        return Err(invalid_argument("token is required (0 is never a fencing token)"));
     }
     Ok(token)
 }
@@ -151,7 +162,7 @@ pub fn sem_acquire(request: pb::SemAcquireRequest) -> Result<(Command, u64), Sta
     let command = Command::SemAcquire {
         request: request_id(request.request_id)?,
         session: session_id(request.session_id)?,
-        name: lock_name(&request.name)?,
+        name: resource_name(ResourceKind::Semaphore, &request.name)?,
         limit: semaphore_limit(request.limit)?,
         wait: request.wait_ms > 0,
     };
@@ -162,7 +173,7 @@ pub fn sem_release(request: pb::SemReleaseRequest) -> Result<Command, Status> {
     Ok(Command::SemRelease {
         request: request_id(request.request_id)?,
         session: session_id(request.session_id)?,
-        name: lock_name(&request.name)?,
+        name: resource_name(ResourceKind::Semaphore, &request.name)?,
         token: token(request.token)?,
     })
 }
@@ -171,7 +182,7 @@ pub fn sem_set_limit(request: pb::SemSetLimitRequest) -> Result<Command, Status>
     Ok(Command::SemSetLimit {
         request: request_id(request.request_id)?,
         session: session_id(request.session_id)?,
-        name: lock_name(&request.name)?,
+        name: resource_name(ResourceKind::Semaphore, &request.name)?,
         limit: semaphore_limit(request.limit)?,
     })
 }
@@ -181,7 +192,7 @@ pub fn campaign(request: pb::CampaignRequest) -> Result<(Command, u64), Status> 
     let command = Command::Campaign {
         request: request_id(request.request_id)?,
         session: session_id(request.session_id)?,
-        name: lock_name(&request.name)?,
+        name: resource_name(ResourceKind::Election, &request.name)?,
         value: election_value(&request.value)?,
         wait: request.wait_ms > 0,
     };
@@ -192,7 +203,7 @@ pub fn proclaim(request: pb::ProclaimRequest) -> Result<Command, Status> {
     Ok(Command::Proclaim {
         request: request_id(request.request_id)?,
         session: session_id(request.session_id)?,
-        name: lock_name(&request.name)?,
+        name: resource_name(ResourceKind::Election, &request.name)?,
         token: token(request.token)?,
         value: election_value(&request.value)?,
     })
@@ -202,20 +213,26 @@ pub fn resign(request: pb::ResignRequest) -> Result<Command, Status> {
     Ok(Command::Resign {
         request: request_id(request.request_id)?,
         session: session_id(request.session_id)?,
-        name: lock_name(&request.name)?,
+        name: resource_name(ResourceKind::Election, &request.name)?,
         token: token(request.token)?,
     })
 }
 
+/// The status of a command the state machine refused: one reason per `ErrorKind`,
+/// and the session as metadata when the refusal is that it does not exist.
 pub fn command_error(error: CommandError) -> Status {
-    match error.kind {
-        ErrorKind::InvalidArgument => Status::invalid_argument(error.message),
-        ErrorKind::UnknownSession => Status::not_found(error.message),
-        ErrorKind::LimitExceeded => Status::resource_exhausted(error.message),
-        ErrorKind::RequestIdReused => Status::already_exists(error.message),
-        ErrorKind::NotHolder => Status::failed_precondition(error.message),
-        ErrorKind::LimitMismatch => Status::failed_precondition(error.message),
-        ErrorKind::NotLeader => Status::failed_precondition(error.message),
+    let reason = match error.kind {
+        ErrorKind::InvalidArgument => ErrorReason::InvalidArgument,
+        ErrorKind::UnknownSession => ErrorReason::UnknownSession,
+        ErrorKind::LimitExceeded => ErrorReason::LimitExceeded,
+        ErrorKind::RequestIdReused => ErrorReason::RequestIdReused,
+        ErrorKind::NotHolder => ErrorReason::NotHolder,
+        ErrorKind::LimitMismatch => ErrorReason::LimitMismatch,
+        ErrorKind::NotElectionLeader => ErrorReason::NotElectionLeader,
+    };
+    match error.session {
+        Some(session) => error_status(reason, error.message, &[(METADATA_SESSION_ID, session.to_string())]),
+        None => error_status(reason, error.message, &[]),
     }
 }
 

@@ -7,20 +7,22 @@ use std::sync::Arc;
 use futures::Stream;
 use leasehold_proto as pb;
 use leasehold_proto::elections_server::Elections;
+use leasehold_proto::errors::error_status;
+use leasehold_proto::ErrorReason;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::convert;
-use crate::replica::Replica;
-use crate::state_machine::{AcquireOutcome, Command, LeaderView, ResourceKind, Response as Applied, StateMachine};
-use crate::waiting::{self, WaitEnd};
+use crate::api::convert;
+use crate::api::queued_wait::{self, WaitEnd};
+use crate::machine::{AcquireOutcome, Command, LeaderView, ResourceKind, Response as MachineResponse, StateMachine};
+use crate::raft::replica::Replica;
 
 /// Changes buffered per `Observe` stream before the stream is dropped (its client
 /// reconnects and reads the current state).
 pub const OBSERVE_REPLIES_QUEUED_MAX: usize = 256;
 
-pub struct ElectionService {
+pub struct ElectionsService {
     pub replica: Arc<Replica>,
 }
 
@@ -49,26 +51,26 @@ fn not_elected(machine: &StateMachine, name: &str) -> Response<pb::CampaignRespo
     Response::new(pb::CampaignResponse { outcome: Some(pb::campaign_response::Outcome::NotElected(leader)) })
 }
 
-fn unexpected(response: Applied) -> Status {
-    Status::internal(format!("unexpected answer from the state machine: {response:?}"))
+fn unexpected(response: MachineResponse) -> Status {
+    error_status(ErrorReason::Internal, format!("unexpected answer from the state machine: {response:?}"), &[])
 }
 
 type ObserveStream = Pin<Box<dyn Stream<Item = Result<pb::ObserveResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl Elections for ElectionService {
+impl Elections for ElectionsService {
     async fn campaign(&self, request: Request<pb::CampaignRequest>) -> Result<Response<pb::CampaignResponse>, Status> {
         let started_ms = self.replica.clock.now_ms();
         let (command, wait_ms) = convert::campaign(request.into_inner())?;
         let Command::Campaign { request, session, ref name, .. } = command else { unreachable!("convert::campaign") };
         let name = name.clone();
         match self.replica.propose(command).await? {
-            Applied::Campaign(AcquireOutcome::Granted { token }) => Ok(elected(token)),
-            Applied::Campaign(AcquireOutcome::Busy { .. } | AcquireOutcome::TimedOut) => {
+            MachineResponse::Campaign(AcquireOutcome::Granted { token }) => Ok(elected(token)),
+            MachineResponse::Campaign(AcquireOutcome::Busy { .. } | AcquireOutcome::TimedOut) => {
                 self.replica.read(true, |machine| not_elected(machine, &name)).await
             }
-            Applied::Campaign(AcquireOutcome::Queued { .. }) => {
-                match waiting::wait_for_grant(
+            MachineResponse::Campaign(AcquireOutcome::Queued { .. }) => {
+                match queued_wait::wait_for_grant(
                     &self.replica,
                     ResourceKind::Election,
                     request,
@@ -83,30 +85,30 @@ impl Elections for ElectionService {
                     WaitEnd::TimedOut => self.replica.read(true, |machine| not_elected(machine, &name)).await,
                 }
             }
-            Applied::Rejected(error) => Err(convert::command_error(error)),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
     }
 
     async fn proclaim(&self, request: Request<pb::ProclaimRequest>) -> Result<Response<pb::ProclaimResponse>, Status> {
         match self.replica.propose(convert::proclaim(request.into_inner())?).await? {
-            Applied::Proclaimed { .. } => Ok(Response::new(pb::ProclaimResponse {})),
-            Applied::Rejected(error) => Err(convert::command_error(error)),
+            MachineResponse::Proclaimed { .. } => Ok(Response::new(pb::ProclaimResponse {})),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
     }
 
     async fn resign(&self, request: Request<pb::ResignRequest>) -> Result<Response<pb::ResignResponse>, Status> {
         match self.replica.propose(convert::resign(request.into_inner())?).await? {
-            Applied::Resigned { .. } => Ok(Response::new(pb::ResignResponse {})),
-            Applied::Rejected(error) => Err(convert::command_error(error)),
+            MachineResponse::Resigned { .. } => Ok(Response::new(pb::ResignResponse {})),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
     }
 
     async fn leader(&self, request: Request<pb::LeaderRequest>) -> Result<Response<pb::LeaderResponse>, Status> {
         let request = request.into_inner();
-        let name = convert::lock_name(&request.name)?;
+        let name = convert::resource_name(ResourceKind::Election, &request.name)?;
         let leader = self.replica.read(request.stale, |machine| current_leader(machine, &name)).await?;
         Ok(Response::new(pb::LeaderResponse { leader: leader.map(leader_info) }))
     }
@@ -114,11 +116,11 @@ impl Elections for ElectionService {
     type ObserveStream = ObserveStream;
 
     async fn observe(&self, request: Request<pb::ObserveRequest>) -> Result<Response<Self::ObserveStream>, Status> {
-        let name = convert::lock_name(&request.into_inner().name)?;
+        let name = convert::resource_name(ResourceKind::Election, &request.into_inner().name)?;
         // Subscribe first, then read: a change applied in between is in both, and
         // its index tells the stream to skip it.
         let Some(mut changes) = self.replica.shared.observers.subscribe(&name) else {
-            return Err(Status::resource_exhausted("too many open Observe streams on this node"));
+            return Err(error_status(ErrorReason::LimitExceeded, "too many open Observe streams on this node", &[]));
         };
         let (initial_index, initial) =
             self.replica.read(false, |machine| (machine.last_applied_index(), current_leader(machine, &name))).await?;

@@ -6,15 +6,17 @@ use std::sync::Arc;
 
 use futures::{FutureExt, Stream, StreamExt};
 use leasehold_proto as pb;
+use leasehold_proto::errors::{error_status, METADATA_SESSION_ID};
 use leasehold_proto::leasehold_server::Leasehold;
+use leasehold_proto::ErrorReason;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::convert;
-use crate::replica::Replica;
-use crate::state_machine::{
-    AcquireOutcome, Command, FenceStatus, ResourceKind, Response as Applied, SessionId, StateMachine,
+use crate::api::convert;
+use crate::api::queued_wait::{self, WaitEnd};
+use crate::machine::{
+    AcquireOutcome, Command, FenceStatus, ResourceKind, Response as MachineResponse, SessionId, StateMachine,
 };
-use crate::waiting::{self, WaitEnd};
+use crate::raft::replica::Replica;
 
 /// Keepalives answered by one leadership confirmation at most.
 pub const KEEPALIVES_PER_ROUND_MAX: usize = 1_024;
@@ -23,8 +25,8 @@ pub struct LeaseholdService {
     pub replica: Arc<Replica>,
 }
 
-fn unexpected(response: Applied) -> Status {
-    Status::internal(format!("unexpected answer from the state machine: {response:?}"))
+fn unexpected(response: MachineResponse) -> Status {
+    error_status(ErrorReason::Internal, format!("unexpected answer from the state machine: {response:?}"), &[])
 }
 
 fn granted(token: u64) -> Response<pb::AcquireResponse> {
@@ -45,7 +47,7 @@ fn not_acquired(machine: &StateMachine, name: &str, timed_out: bool) -> pb::Acqu
     pb::AcquireResponse { outcome: Some(pb::acquire_response::Outcome::NotAcquired(not_acquired)) }
 }
 
-fn held(list: Vec<crate::state_machine::HeldLock>) -> Vec<pb::HeldLock> {
+fn held(list: Vec<crate::machine::HeldLock>) -> Vec<pb::HeldLock> {
     list.into_iter().map(|held| pb::HeldLock { name: held.name, token: held.token }).collect()
 }
 
@@ -108,7 +110,7 @@ fn keepalive_answers(replica: Arc<Replica>, incoming: Streaming<pb::KeepAliveReq
             }
             for keepalive in state.batch.drain(..) {
                 let answer = keepalive.map(|keepalive| {
-                    let remaining = state.replica.shared.leases.renew(keepalive.session_id);
+                    let remaining = state.replica.shared.deadlines.renew(keepalive.session_id);
                     pb::KeepAliveResponse {
                         session_id: keepalive.session_id,
                         ttl_ms: remaining.unwrap_or(0),
@@ -134,10 +136,10 @@ impl Leasehold for LeaseholdService {
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
         let command = convert::create_session(request.into_inner())?;
         match self.replica.propose(command).await? {
-            Applied::SessionCreated { session, ttl_ms } => {
+            MachineResponse::SessionCreated { session, ttl_ms } => {
                 Ok(Response::new(pb::CreateSessionResponse { session_id: session, ttl_ms }))
             }
-            Applied::Rejected(error) => Err(convert::command_error(error)),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
     }
@@ -160,8 +162,8 @@ impl Leasehold for LeaseholdService {
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
         let command = convert::close_session(request.into_inner())?;
         match self.replica.propose(command).await? {
-            Applied::SessionClosed => Ok(Response::new(pb::CloseSessionResponse {})),
-            Applied::Rejected(error) => Err(convert::command_error(error)),
+            MachineResponse::SessionClosed => Ok(Response::new(pb::CloseSessionResponse {})),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
     }
@@ -174,9 +176,11 @@ impl Leasehold for LeaseholdService {
         let session = convert::session_id(request.session_id)?;
         match self.replica.read(request.stale, |machine| session_info(machine, session)).await? {
             Some(info) => Ok(Response::new(pb::DescribeSessionResponse { session: Some(info) })),
-            None => {
-                Err(Status::not_found(format!("unknown session {session}: it never existed, expired or was closed")))
-            }
+            None => Err(error_status(
+                ErrorReason::UnknownSession,
+                format!("unknown session {session}: it never existed, expired or was closed"),
+                &[(METADATA_SESSION_ID, session.to_string())],
+            )),
         }
     }
 
@@ -201,15 +205,15 @@ impl Leasehold for LeaseholdService {
         let Command::Acquire { request, session, ref name, .. } = command else { unreachable!("convert::acquire") };
         let name = name.clone();
         match self.replica.propose(command).await? {
-            Applied::Acquire(AcquireOutcome::Granted { token }) => Ok(granted(token)),
-            Applied::Acquire(AcquireOutcome::Busy { .. }) => {
+            MachineResponse::Acquire(AcquireOutcome::Granted { token }) => Ok(granted(token)),
+            MachineResponse::Acquire(AcquireOutcome::Busy { .. }) => {
                 self.replica.read(true, |machine| Response::new(not_acquired(machine, &name, false))).await
             }
-            Applied::Acquire(AcquireOutcome::TimedOut) => {
+            MachineResponse::Acquire(AcquireOutcome::TimedOut) => {
                 self.replica.read(true, |machine| Response::new(not_acquired(machine, &name, true))).await
             }
-            Applied::Acquire(AcquireOutcome::Queued { .. }) => {
-                match waiting::wait_for_grant(
+            MachineResponse::Acquire(AcquireOutcome::Queued { .. }) => {
+                match queued_wait::wait_for_grant(
                     &self.replica,
                     ResourceKind::Lock,
                     request,
@@ -226,7 +230,7 @@ impl Leasehold for LeaseholdService {
                     }
                 }
             }
-            Applied::Rejected(error) => Err(convert::command_error(error)),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
     }
@@ -234,8 +238,8 @@ impl Leasehold for LeaseholdService {
     async fn release(&self, request: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
         let command = convert::release(request.into_inner())?;
         match self.replica.propose(command).await? {
-            Applied::Released { .. } => Ok(Response::new(pb::ReleaseResponse {})),
-            Applied::Rejected(error) => Err(convert::command_error(error)),
+            MachineResponse::Released { .. } => Ok(Response::new(pb::ReleaseResponse {})),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
     }
@@ -245,7 +249,7 @@ impl Leasehold for LeaseholdService {
         request: Request<pb::CheckFenceRequest>,
     ) -> Result<Response<pb::CheckFenceResponse>, Status> {
         let request = request.into_inner();
-        let name = convert::lock_name(&request.name)?;
+        let name = convert::resource_name(ResourceKind::Lock, &request.name)?;
         let (status, current_token) = self
             .replica
             .read(false, |machine| {
@@ -261,7 +265,7 @@ impl Leasehold for LeaseholdService {
         request: Request<pb::DescribeLockRequest>,
     ) -> Result<Response<pb::DescribeLockResponse>, Status> {
         let request = request.into_inner();
-        let name = convert::lock_name(&request.name)?;
+        let name = convert::resource_name(ResourceKind::Lock, &request.name)?;
         let view = self.replica.read(request.stale, |machine| machine.describe_lock(&name)).await?;
         let Some(view) = view else {
             return Ok(Response::new(pb::DescribeLockResponse::default()));

@@ -5,12 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_proto::errors::{error_status, METADATA_SESSION_ID};
+use leasehold_proto::ErrorReason;
 use tonic::Status;
 
-use crate::convert;
-use crate::replica::Replica;
-use crate::state_machine::{CancelOutcome, Command, ErrorKind, RequestId, ResourceKind, Response, SessionId, Token};
-use crate::waiters::{Registration, WaitOutcome};
+use crate::api::convert;
+use crate::machine::{CancelOutcome, Command, ErrorKind, RequestId, ResourceKind, Response, SessionId, Token};
+use crate::raft::replica::{shutting_down, Replica};
+use crate::shell::wait_registry::{Registration, WaitOutcome};
 
 /// How a queued request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,15 +45,12 @@ fn give_back_command(kind: ResourceKind, request: RequestId, session: SessionId,
 }
 
 pub fn session_ended(kind: ResourceKind, session: SessionId, name: &str) -> Status {
-    let what = match kind {
-        ResourceKind::Lock => "lock",
-        ResourceKind::Semaphore => "semaphore",
-        ResourceKind::Election => "election",
-    };
-    Status::failed_precondition(format!(
-        "session {session} ended (expired or closed) while waiting for {what} {name:?}; a grant made just \
-         before the end went with the session"
-    ))
+    let message = format!(
+        "session {session} ended (expired or closed) while waiting for {} {name:?}; a grant made just before \
+         the end went with the session",
+        kind.noun()
+    );
+    error_status(ErrorReason::SessionEnded, message, &[(METADATA_SESSION_ID, session.to_string())])
 }
 
 /// Cancels a wait whose RPC went away before it was answered, so the session is not
@@ -94,9 +93,9 @@ pub async fn wait_for_grant(
     started_ms: u64,
 ) -> Result<WaitEnd, Status> {
     let shared = replica.shared.clone();
-    let registration = shared.waiters.register(kind, session, name, || {
+    let registration = shared.wait_registry.register(kind, session, name, || {
         let applied = shared.applied.read().unwrap();
-        crate::waiters::decision(&applied.machine, kind, session, name)
+        crate::shell::wait_registry::decision(&applied.machine, kind, session, name)
     });
     let mut abandoned =
         AbandonedWait { replica: replica.clone(), kind, request, session, name: name.to_string(), armed: true };
@@ -107,7 +106,7 @@ pub async fn wait_for_grant(
             let left = Duration::from_millis(wait_ms.saturating_sub(elapsed_ms));
             match tokio::time::timeout(left, receiver).await {
                 Ok(Ok(outcome)) => Some(outcome),
-                Ok(Err(_)) => return Err(Status::unavailable("the node is shutting down")),
+                Ok(Err(_)) => return Err(shutting_down()),
                 Err(_) => None,
             }
         }
@@ -127,7 +126,9 @@ pub async fn wait_for_grant(
                     Err(session_ended(kind, session, name))
                 }
                 Response::Rejected(error) => Err(convert::command_error(error)),
-                other => Err(Status::internal(format!("unexpected answer to a cancel: {other:?}"))),
+                other => {
+                    Err(error_status(ErrorReason::Internal, format!("unexpected answer to a cancel: {other:?}"), &[]))
+                }
             }
         }
     }

@@ -5,15 +5,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_proto as pb;
+use leasehold_proto::errors::error_status;
 use leasehold_proto::semaphores_server::Semaphores;
+use leasehold_proto::ErrorReason;
 use tonic::{Request, Response, Status};
 
-use crate::convert;
-use crate::replica::Replica;
-use crate::state_machine::{AcquireOutcome, Command, ResourceKind, Response as Applied, StateMachine};
-use crate::waiting::{self, WaitEnd};
+use crate::api::convert;
+use crate::api::queued_wait::{self, WaitEnd};
+use crate::machine::{AcquireOutcome, Command, ResourceKind, Response as MachineResponse, StateMachine};
+use crate::raft::replica::Replica;
 
-pub struct SemaphoreService {
+pub struct SemaphoresService {
     pub replica: Arc<Replica>,
 }
 
@@ -34,12 +36,12 @@ fn full(machine: &StateMachine, name: &str, timed_out: bool) -> Response<pb::Sem
     })
 }
 
-fn unexpected(response: Applied) -> Status {
-    Status::internal(format!("unexpected answer from the state machine: {response:?}"))
+fn unexpected(response: MachineResponse) -> Status {
+    error_status(ErrorReason::Internal, format!("unexpected answer from the state machine: {response:?}"), &[])
 }
 
 #[tonic::async_trait]
-impl Semaphores for SemaphoreService {
+impl Semaphores for SemaphoresService {
     async fn acquire(
         &self,
         request: Request<pb::SemAcquireRequest>,
@@ -55,18 +57,18 @@ impl Semaphores for SemaphoreService {
             replica.shared.semaphore_waits.record(&name, Duration::from_millis(waited));
         };
         match self.replica.propose(command).await? {
-            Applied::SemAcquire(AcquireOutcome::Granted { token }) => {
+            MachineResponse::SemAcquire(AcquireOutcome::Granted { token }) => {
                 record_wait(&self.replica);
                 Ok(granted(token))
             }
-            Applied::SemAcquire(AcquireOutcome::Busy { .. }) => {
+            MachineResponse::SemAcquire(AcquireOutcome::Busy { .. }) => {
                 self.replica.read(true, |machine| full(machine, &name, false)).await
             }
-            Applied::SemAcquire(AcquireOutcome::TimedOut) => {
+            MachineResponse::SemAcquire(AcquireOutcome::TimedOut) => {
                 self.replica.read(true, |machine| full(machine, &name, true)).await
             }
-            Applied::SemAcquire(AcquireOutcome::Queued { .. }) => {
-                match waiting::wait_for_grant(
+            MachineResponse::SemAcquire(AcquireOutcome::Queued { .. }) => {
+                match queued_wait::wait_for_grant(
                     &self.replica,
                     ResourceKind::Semaphore,
                     request,
@@ -84,7 +86,7 @@ impl Semaphores for SemaphoreService {
                     WaitEnd::TimedOut => self.replica.read(true, |machine| full(machine, &name, true)).await,
                 }
             }
-            Applied::Rejected(error) => Err(convert::command_error(error)),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
     }
@@ -94,8 +96,8 @@ impl Semaphores for SemaphoreService {
         request: Request<pb::SemReleaseRequest>,
     ) -> Result<Response<pb::SemReleaseResponse>, Status> {
         match self.replica.propose(convert::sem_release(request.into_inner())?).await? {
-            Applied::SemReleased { .. } => Ok(Response::new(pb::SemReleaseResponse {})),
-            Applied::Rejected(error) => Err(convert::command_error(error)),
+            MachineResponse::SemReleased { .. } => Ok(Response::new(pb::SemReleaseResponse {})),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
     }
@@ -105,10 +107,10 @@ impl Semaphores for SemaphoreService {
         request: Request<pb::SemSetLimitRequest>,
     ) -> Result<Response<pb::SemSetLimitResponse>, Status> {
         match self.replica.propose(convert::sem_set_limit(request.into_inner())?).await? {
-            Applied::SemLimitSet { previous, .. } => {
+            MachineResponse::SemLimitSet { previous, .. } => {
                 Ok(Response::new(pb::SemSetLimitResponse { previous_limit: previous }))
             }
-            Applied::Rejected(error) => Err(convert::command_error(error)),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
     }
@@ -118,7 +120,7 @@ impl Semaphores for SemaphoreService {
         request: Request<pb::DescribeSemaphoreRequest>,
     ) -> Result<Response<pb::DescribeSemaphoreResponse>, Status> {
         let request = request.into_inner();
-        let name = convert::lock_name(&request.name)?;
+        let name = convert::resource_name(ResourceKind::Semaphore, &request.name)?;
         let view = self.replica.read(request.stale, |machine| machine.describe_semaphore(&name)).await?;
         let Some(view) = view else {
             return Ok(Response::new(pb::DescribeSemaphoreResponse::default()));

@@ -11,7 +11,7 @@ use super::{
     position_u32, AcquireOutcome, CancelOutcome, CommandError, Event, LeaderView, ResourceKind, Response, SessionId,
     StateMachine, Token, WaitFailure,
 };
-use crate::limits::{LOCKS_PER_SESSION_MAX, WAITERS_PER_LOCK_MAX};
+use crate::machine::limits::{LOCKS_PER_SESSION_MAX, WAITERS_PER_LOCK_MAX};
 
 const KIND: ResourceKind = ResourceKind::Election;
 

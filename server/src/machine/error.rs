@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::{RequestId, ResourceKind, SessionId, Token};
-use crate::limits::{
+use crate::machine::limits::{
     CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
     LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
     WAITERS_PER_LOCK_MAX,
@@ -19,9 +19,13 @@ pub struct CommandError {
     pub kind: ErrorKind,
     /// Names the rule and the values, for people reading logs and client errors.
     pub message: String,
+    /// The session that does not exist, for `UnknownSession`: a client tells the end of
+    /// its own session from other refusals by it, without reading the message.
+    pub session: Option<SessionId>,
 }
 
-/// The class of a rejection, for the gRPC layer to map onto a status code.
+/// The class of a rejection. The gRPC layer gives each its own `ErrorReason` (and the
+/// code that goes with it), which is what clients decide on.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ErrorKind {
     InvalidArgument,
@@ -34,8 +38,9 @@ pub enum ErrorKind {
     /// `SemAcquire` with a limit other than the semaphore's current one.
     LimitMismatch,
     /// `Proclaim` or `Resign` with a token that is not this session's current leadership
-    /// of the election.
-    NotLeader,
+    /// of the election. (Not the Raft leader: a node that does not lead the cluster
+    /// refuses a request before any command is proposed.)
+    NotElectionLeader,
 }
 
 impl fmt::Display for CommandError {
@@ -49,7 +54,7 @@ impl std::error::Error for CommandError {}
 impl CommandError {
     fn new(kind: ErrorKind, message: String) -> Self {
         assert!(!message.is_empty());
-        CommandError { kind, message }
+        CommandError { kind, message, session: None }
     }
 }
 
@@ -147,10 +152,8 @@ pub(super) fn sessions_full(count: usize) -> CommandError {
 }
 
 pub(super) fn unknown_session(session: SessionId) -> CommandError {
-    CommandError::new(
-        ErrorKind::UnknownSession,
-        format!("session {session} does not exist: it was never created, was closed, or expired"),
-    )
+    let message = format!("session {session} does not exist: it was never created, was closed, or expired");
+    CommandError { session: Some(session), ..CommandError::new(ErrorKind::UnknownSession, message) }
 }
 
 pub(super) fn session_locks_full(session: SessionId, count: usize) -> CommandError {
@@ -267,7 +270,7 @@ pub(super) fn token_not_yet_applied(
     token: Token,
     index: u64,
 ) -> CommandError {
-    let error_kind = if kind == ResourceKind::Election { ErrorKind::NotLeader } else { ErrorKind::NotHolder };
+    let error_kind = if kind == ResourceKind::Election { ErrorKind::NotElectionLeader } else { ErrorKind::NotHolder };
     CommandError::new(
         error_kind,
         format!(
@@ -296,7 +299,7 @@ pub(super) fn not_leader(
         }
     };
     CommandError::new(
-        ErrorKind::NotLeader,
+        ErrorKind::NotElectionLeader,
         format!(
             "session {session} cannot {action} in election {name:?} with token {token}: \
              {state}; only the leader can, with the token of its current leadership"

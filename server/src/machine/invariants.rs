@@ -1,18 +1,19 @@
-//! The invariants of the state, checked by tests after every apply.
+//! The invariants of the state: checked by tests after every apply, and by a node on
+//! every snapshot it loads (at start, or installed from the leader).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::session::Answer;
 use super::session::Role;
 use super::{RequestId, ResourceKind, SessionId, StateMachine};
-use crate::limits::{
+use crate::machine::limits::{
     CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX,
     REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
     WAITERS_PER_LOCK_MAX,
 };
 
 impl StateMachine {
-    /// Asserts every invariant of the state.
+    /// Asserts every invariant of the state, one named check after another.
     ///
     /// # Panics
     ///
@@ -24,35 +25,32 @@ impl StateMachine {
     /// waiter is granted when the holder leaves). What can be checked is that no second
     /// session claims to hold it.
     ///
-    /// A semaphore may hold more permits than its limit only after a lowering of the
-    /// limit, which revokes nobody; the check is that such a semaphore granted nothing
-    /// since the lowering, while the grant path asserts the limit before every grant.
-    ///
     /// Linear in the size of the state (quadratic in one session's list of locks, which is
-    /// bounded), for tests to call after every apply.
+    /// bounded): tests call it after every apply, and a node calls it on every snapshot it
+    /// loads, before the state serves anything.
     pub fn check_invariants(&self) {
-        let last_applied = self.last_applied;
+        self.check_sessions();
+        self.check_client_names();
+        self.check_remembered_answers();
+        self.check_lock_table();
+        self.check_semaphore_table();
+        self.check_election_table();
+        self.check_sessions_and_tables_agree();
+    }
+
+    /// Sessions: at most `SESSIONS_MAX`, stored under their own id, created at or before
+    /// the last applied index, TTL and client name within their limits, at most
+    /// `LOCKS_PER_SESSION_MAX` locks, permits and elections; each lock, permit or
+    /// leadership a session lists as held or waited on is held by it or has it in its
+    /// queue, and none is listed twice.
+    fn check_sessions(&self) {
         assert!(self.sessions.len() <= SESSIONS_MAX, "{} sessions exceed SESSIONS_MAX", self.sessions.len());
-        let mut held_total = 0;
-        let mut waiting_total = 0;
-        let mut creations_total = 0;
-        let mut claims_total = 0;
-        let mut names_in_use: BTreeMap<&str, u32> = BTreeMap::new();
-        for session in self.sessions.values() {
-            *names_in_use.entry(&*session.client_name).or_default() += 1;
-        }
-        assert!(
-            names_in_use
-                .iter()
-                .map(|(name, count)| (*name, *count))
-                .eq(self.client_names.iter().map(|(name, count)| (&**name, *count))),
-            "the client name table does not count the sessions using each name"
-        );
         for (id, session) in &self.sessions {
             assert_eq!(*id, session.id, "session {id} is stored under another id");
             assert!(
-                last_applied.is_some_and(|last_applied| *id <= last_applied),
-                "session {id} was created after the last applied index {last_applied:?}"
+                self.last_applied.is_some_and(|last_applied| *id <= last_applied),
+                "session {id} was created after the last applied index {:?}",
+                self.last_applied
             );
             assert!(
                 (SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(&session.ttl_ms),
@@ -157,6 +155,31 @@ impl StateMachine {
                     }
                 }
             }
+        }
+    }
+
+    /// The shared client names count exactly the live sessions using each, and every
+    /// session holds the shared copy.
+    fn check_client_names(&self) {
+        let mut names_in_use: BTreeMap<&str, u32> = BTreeMap::new();
+        for session in self.sessions.values() {
+            *names_in_use.entry(&*session.client_name).or_default() += 1;
+        }
+        assert!(
+            names_in_use
+                .iter()
+                .map(|(name, count)| (*name, *count))
+                .eq(self.client_names.iter().map(|(name, count)| (&**name, *count))),
+            "the client name table does not count the sessions using each name"
+        );
+    }
+
+    /// Remembered answers: at most `REQUESTS_REMEMBERED_PER_SESSION_MAX` per session, one
+    /// per request id, and the creation index maps exactly the remembered creations to
+    /// their sessions.
+    fn check_remembered_answers(&self) {
+        let mut creations_total = 0;
+        for (id, session) in &self.sessions {
             assert!(
                 session.remembered.len() <= REQUESTS_REMEMBERED_PER_SESSION_MAX,
                 "session {id} remembers {} answers, over REQUESTS_REMEMBERED_PER_SESSION_MAX",
@@ -176,12 +199,22 @@ impl StateMachine {
                     creations_total += 1;
                 }
             }
-            held_total += session.held.len();
-            waiting_total += session.waiting.len();
-            claims_total += session.claims.len();
         }
+        // Each remembered creation points back at its session, and the index maps a request
+        // to one session, so equal counts make the index and the sessions agree exactly.
+        assert_eq!(
+            creations_total,
+            self.creations.len(),
+            "sessions remember {creations_total} creations, the creation index has {}",
+            self.creations.len()
+        );
+    }
 
-        let mut waiters_total = 0;
+    /// Held locks: a valid name, held by a live session that lists it, with a token of
+    /// an applied entry after the session's creation; at most `WAITERS_PER_LOCK_MAX`
+    /// distinct waiters, none the holder, each a live session that lists the wait.
+    fn check_lock_table(&self) {
+        let last_applied = self.last_applied;
         for (name, lock) in &self.locks {
             assert!(!name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX, "lock name {name:?} breaks the name rules");
             let holder = lock.holder.session;
@@ -223,10 +256,15 @@ impl StateMachine {
                     "session {waiter} is queued on lock {name:?} but does not list it"
                 );
             }
-            waiters_total += lock.waiters.len();
         }
+    }
 
-        let mut claimants_total = 0;
+    /// Semaphores in use: a valid name and limit, not empty, more holders than the limit
+    /// only after a lowering that granted nothing since, no free permit while sessions
+    /// wait, holders in grant order and each a live session that lists its permit,
+    /// waiters distinct and listing their wait.
+    fn check_semaphore_table(&self) {
+        let last_applied = self.last_applied;
         for (name, semaphore) in &self.semaphores {
             assert!(
                 !name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX,
@@ -283,9 +321,13 @@ impl StateMachine {
             }
             let holder_sessions: BTreeSet<SessionId> = semaphore.holders.iter().map(|holder| holder.session).collect();
             self.check_queue(ResourceKind::Semaphore, name, &semaphore.waiters, &holder_sessions);
-            claimants_total += semaphore.holders.len() + semaphore.waiters.len();
         }
+    }
 
+    /// Elections with a leader: a valid name and value, a live leader that lists its
+    /// leadership with a token of an applied entry, campaigners distinct and listing
+    /// their campaign.
+    fn check_election_table(&self) {
         for (name, election) in &self.elections {
             assert!(
                 !name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX,
@@ -313,11 +355,22 @@ impl StateMachine {
             }
             let waiters: Vec<SessionId> = election.waiters.iter().map(|waiter| waiter.session).collect();
             self.check_queue(ResourceKind::Election, name, &waiters, &BTreeSet::from([leader]));
-            claimants_total += 1 + election.waiters.len();
         }
+    }
 
-        // With the checks in both directions above, equal totals mean the sessions' lists
-        // and the lock table describe the same grants and waits.
+    /// The sessions' lists and the tables describe the same grants and waits: with the
+    /// checks in both directions above, equal totals make them agree exactly.
+    fn check_sessions_and_tables_agree(&self) {
+        let held_total: usize = self.sessions.values().map(|session| session.held.len()).sum();
+        let waiting_total: usize = self.sessions.values().map(|session| session.waiting.len()).sum();
+        let claims_total: usize = self.sessions.values().map(|session| session.claims.len()).sum();
+        let waiters_total: usize = self.locks.values().map(|lock| lock.waiters.len()).sum();
+        let claimants_total: usize = self
+            .semaphores
+            .values()
+            .map(|semaphore| semaphore.holders.len() + semaphore.waiters.len())
+            .chain(self.elections.values().map(|election| 1 + election.waiters.len()))
+            .sum();
         assert_eq!(
             held_total,
             self.locks.len(),
@@ -332,14 +385,6 @@ impl StateMachine {
             claims_total, claimants_total,
             "sessions list {claims_total} permits, leaderships and their waits; the \
              semaphore and election tables have {claimants_total}"
-        );
-        // Each remembered creation points back at its session, and the index maps a request
-        // to one session, so equal counts make the index and the sessions agree exactly.
-        assert_eq!(
-            creations_total,
-            self.creations.len(),
-            "sessions remember {creations_total} creations, the creation index has {}",
-            self.creations.len()
         );
     }
 

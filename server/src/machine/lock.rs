@@ -1,9 +1,16 @@
-//! One entry of the lock table.
+//! One entry of the lock table, and the commands on locks: acquire, cancel a wait,
+//! release, and the hand-over to the next waiter.
 
 use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
-use super::{SessionId, Token};
+use super::error::{not_holder, session_locks_full, unknown_session, validate_name, waiters_full};
+use super::session::push_compact;
+use super::{
+    position_u32, remove_name, AcquireOutcome, CancelOutcome, CommandError, Event, ResourceKind, Response, SessionId,
+    StateMachine, Token, WaitFailure,
+};
+use crate::machine::limits::{LOCKS_PER_SESSION_MAX, WAITERS_PER_LOCK_MAX};
 
 /// A lock that is held. A free lock has no entry at all: when the holder leaves and no
 /// one waits the entry is removed, so the table is bounded by the held locks, and a lock
@@ -25,4 +32,153 @@ pub(super) struct Holder {
     pub(super) token: Token,
     /// The leader's stamp of that entry, shown by describe queries only.
     pub(super) since_ms: u64,
+}
+
+impl StateMachine {
+    pub(super) fn acquire(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        session_id: SessionId,
+        name: &str,
+        wait: bool,
+        events: &mut Vec<Event>,
+    ) -> Result<AcquireOutcome, CommandError> {
+        validate_name(ResourceKind::Lock, name)?;
+        let Some(session) = self.sessions.get(&session_id) else {
+            return Err(unknown_session(session_id));
+        };
+        let Some(lock) = self.locks.get(name) else {
+            if session.resource_count() >= LOCKS_PER_SESSION_MAX {
+                return Err(session_locks_full(session_id, session.resource_count()));
+            }
+            self.locks.insert(
+                name.into(),
+                Lock {
+                    holder: Holder { session: session_id, token: index, since_ms: stamp_ms },
+                    waiters: ThinVec::new(),
+                },
+            );
+            push_compact(&mut self.session_mut(session_id).held, name.to_owned());
+            events.push(Event::Granted {
+                kind: ResourceKind::Lock,
+                name: name.to_owned(),
+                session: session_id,
+                token: index,
+            });
+            return Ok(AcquireOutcome::Granted { token: index });
+        };
+        if lock.holder.session == session_id {
+            // Not a new grant: the token must stay the one the holder already fences with.
+            return Ok(AcquireOutcome::Granted { token: lock.holder.token });
+        }
+        if !wait {
+            // Even when this session also waits in the queue: a try-lock asks whether it
+            // holds the lock now, and it does not.
+            return Ok(AcquireOutcome::Busy { holder: lock.holder.session, token: lock.holder.token });
+        }
+        if let Some(position) = queue_position(lock, session_id) {
+            return Ok(AcquireOutcome::Queued { position });
+        }
+        if session.resource_count() >= LOCKS_PER_SESSION_MAX {
+            return Err(session_locks_full(session_id, session.resource_count()));
+        }
+        if lock.waiters.len() >= WAITERS_PER_LOCK_MAX {
+            return Err(waiters_full(ResourceKind::Lock, name, lock.waiters.len()));
+        }
+        let position = position_u32(lock.waiters.len());
+        push_compact(&mut self.lock_mut(name).waiters, session_id);
+        push_compact(&mut self.session_mut(session_id).waiting, name.to_owned());
+        Ok(AcquireOutcome::Queued { position })
+    }
+
+    pub(super) fn cancel_wait(
+        &mut self,
+        session_id: SessionId,
+        name: &str,
+        events: &mut Vec<Event>,
+    ) -> Result<CancelOutcome, CommandError> {
+        validate_name(ResourceKind::Lock, name)?;
+        let Some(session) = self.sessions.get_mut(&session_id) else {
+            return Err(unknown_session(session_id));
+        };
+        let Some(lock) = self.locks.get_mut(name) else {
+            return Ok(CancelOutcome::NotWaiting);
+        };
+        if lock.holder.session == session_id {
+            return Ok(CancelOutcome::AlreadyGranted { token: lock.holder.token });
+        }
+        let Some(position) = lock.waiters.iter().position(|waiter| *waiter == session_id) else {
+            return Ok(CancelOutcome::NotWaiting);
+        };
+        // The lock keeps its holder, so no one is granted here.
+        lock.waiters.remove(position);
+        remove_name(&mut session.waiting, name);
+        events.push(Event::WaitFailed {
+            kind: ResourceKind::Lock,
+            name: name.to_owned(),
+            session: session_id,
+            reason: WaitFailure::Cancelled,
+        });
+        Ok(CancelOutcome::Cancelled)
+    }
+
+    pub(super) fn release(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        session_id: SessionId,
+        name: &str,
+        token: Token,
+        events: &mut Vec<Event>,
+    ) -> Result<Response, CommandError> {
+        validate_name(ResourceKind::Lock, name)?;
+        let Some(session) = self.sessions.get_mut(&session_id) else {
+            return Err(unknown_session(session_id));
+        };
+        let current = self.locks.get(name).map(|lock| (lock.holder.session, lock.holder.token));
+        if current != Some((session_id, token)) {
+            // A stale token must not release a later grant of the same session either:
+            // the release may come from the paused process that held the earlier grant.
+            return Err(not_holder(session_id, name, token, current));
+        }
+        remove_name(&mut session.held, name);
+        events.push(Event::Released { kind: ResourceKind::Lock, name: name.to_owned(), session: session_id, token });
+        self.hand_over(index, stamp_ms, name, events);
+        Ok(Response::Released { token })
+    }
+
+    /// The holder of `name` has left (and no longer lists it): the first waiter gets the
+    /// lock with this entry's index as its token, or the entry goes if no one waits.
+    pub(super) fn hand_over(&mut self, index: u64, stamp_ms: u64, name: &str, events: &mut Vec<Event>) {
+        let lock = self.lock_mut(name);
+        if lock.waiters.is_empty() {
+            self.locks.remove(name);
+            return;
+        }
+        assert!(index > lock.holder.token, "tokens of one lock strictly increase: {index} after {}", lock.holder.token);
+        let next = lock.waiters.remove(0);
+        lock.holder = Holder { session: next, token: index, since_ms: stamp_ms };
+        let session = self.session_mut(next);
+        remove_name(&mut session.waiting, name);
+        push_compact(&mut session.held, name.to_owned());
+        events.push(Event::Granted { kind: ResourceKind::Lock, name: name.to_owned(), session: next, token: index });
+    }
+
+    pub(super) fn wait_outcome(&self, session: SessionId, name: &str) -> AcquireOutcome {
+        let Some(lock) = self.locks.get(name) else {
+            return AcquireOutcome::TimedOut;
+        };
+        if lock.holder.session == session {
+            return AcquireOutcome::Granted { token: lock.holder.token };
+        }
+        match queue_position(lock, session) {
+            Some(position) => AcquireOutcome::Queued { position },
+            None => AcquireOutcome::TimedOut,
+        }
+    }
+}
+
+pub(super) fn queue_position(lock: &Lock, session: SessionId) -> Option<u32> {
+    lock.waiters.iter().position(|waiter| *waiter == session).map(position_u32)
 }

@@ -21,20 +21,22 @@
 //!
 //! # Layout
 //!
-//! - `mod.rs`: `StateMachine`, `apply` and the queries.
+//! - `mod.rs`: `StateMachine`, `apply` (retries, then the command) and the queries.
 //! - `command.rs`: `Command`, `RequestId` and the fingerprint that tells a retry from a
 //!   reuse of its request id.
 //! - `response.rs`: `Response` and the outcomes of acquire and cancel.
 //! - `event.rs`: `Event`, the effects of an entry.
 //! - `error.rs`: `CommandError`, one constructor per broken rule.
-//! - `session.rs`: `Session` and its remembered answers.
-//! - `lock.rs`: `Lock`, one entry of the lock table.
+//! - `session.rs`: `Session`, its remembered answers, and the session commands:
+//!   create, close, expire, and ending sessions in one entry.
+//! - `lock.rs`: `Lock`, one entry of the lock table, and the lock commands.
 //! - `semaphore.rs`: `Semaphore`, one entry of the semaphore table, and the semaphore
 //!   commands.
 //! - `election.rs`: `Election`, one entry of the election table, and the election
 //!   commands.
 //! - `view.rs`: the read-only answers of the queries.
-//! - `invariants.rs`: `check_invariants`.
+//! - `invariants.rs`: `check_invariants`, the named checks every replica's state passes.
+//! - `limits.rs`: every bound on the replicated state.
 //! - `tests.rs`: table tests of every rule; `model_tests.rs`: random command sequences
 //!   against a naive model.
 
@@ -43,6 +45,7 @@ mod election;
 mod error;
 mod event;
 mod invariants;
+pub mod limits;
 mod lock;
 mod response;
 mod semaphore;
@@ -54,15 +57,12 @@ mod model_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
-use crate::limits::{
-    EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SESSIONS_MAX,
-    WAITERS_PER_LOCK_MAX,
-};
+use crate::machine::limits::REQUESTS_REMEMBERED_PER_SESSION_MAX;
 
 pub use command::{Command, RequestId};
 pub use error::{CommandError, ErrorKind};
@@ -74,11 +74,8 @@ pub use view::{
 };
 
 use election::Election;
-use error::{
-    expire_batch_too_large, not_holder, request_id_reused, session_locks_full, sessions_full, token_not_yet_applied,
-    unknown_session, validate_client_name, validate_name, validate_ttl_ms, waiters_full,
-};
-use lock::{Holder, Lock};
+use error::{request_id_reused, token_not_yet_applied};
+use lock::Lock;
 use semaphore::Semaphore;
 use session::{push_compact, Answer, ClientName, Remembered, Role};
 
@@ -485,19 +482,6 @@ impl StateMachine {
         }
     }
 
-    fn wait_outcome(&self, session: SessionId, name: &str) -> AcquireOutcome {
-        let Some(lock) = self.locks.get(name) else {
-            return AcquireOutcome::TimedOut;
-        };
-        if lock.holder.session == session {
-            return AcquireOutcome::Granted { token: lock.holder.token };
-        }
-        match queue_position(lock, session) {
-            Some(position) => AcquireOutcome::Queued { position },
-            None => AcquireOutcome::TimedOut,
-        }
-    }
-
     fn remember(&mut self, request: RequestId, fingerprint: u64, command: &Command, response: &Response) {
         let Some(answer) = Answer::from_response(response) else {
             return;
@@ -588,301 +572,6 @@ impl StateMachine {
         result.unwrap_or_else(Response::Rejected)
     }
 
-    fn create_session(&mut self, index: u64, ttl_ms: u64, client_name: &str) -> Result<Response, CommandError> {
-        validate_client_name(client_name)?;
-        validate_ttl_ms(ttl_ms)?;
-        if self.sessions.len() >= SESSIONS_MAX {
-            return Err(sessions_full(self.sessions.len()));
-        }
-        let session = Session {
-            id: index,
-            ttl_ms,
-            client_name: share_name(&mut self.client_names, client_name),
-            held: ThinVec::new(),
-            waiting: ThinVec::new(),
-            claims: ThinVec::new(),
-            remembered: ThinVec::new(),
-        };
-        let previous = self.sessions.insert(index, Box::new(session));
-        assert!(previous.is_none(), "session ids are log indexes, which are never reused");
-        Ok(Response::SessionCreated { session: index, ttl_ms })
-    }
-
-    fn close_session(
-        &mut self,
-        index: u64,
-        stamp_ms: u64,
-        session: SessionId,
-        events: &mut Vec<Event>,
-    ) -> Result<Response, CommandError> {
-        if !self.sessions.contains_key(&session) {
-            return Err(unknown_session(session));
-        }
-        self.end_sessions(index, stamp_ms, &[session], false, events);
-        Ok(Response::SessionClosed)
-    }
-
-    fn expire_sessions(
-        &mut self,
-        index: u64,
-        stamp_ms: u64,
-        sessions: &[SessionId],
-        events: &mut Vec<Event>,
-    ) -> Result<Response, CommandError> {
-        if sessions.len() > EXPIRE_SESSIONS_PER_COMMAND_MAX {
-            return Err(expire_batch_too_large(sessions.len()));
-        }
-        // Sessions already gone were closed, or expired by an earlier proposal of the
-        // same deadline; either way there is nothing left to do for them.
-        let mut seen = BTreeSet::new();
-        let expired: Vec<SessionId> = sessions
-            .iter()
-            .copied()
-            .filter(|session| self.sessions.contains_key(session) && seen.insert(*session))
-            .collect();
-        self.end_sessions(index, stamp_ms, &expired, true, events);
-        Ok(Response::SessionsExpired { expired })
-    }
-
-    fn acquire(
-        &mut self,
-        index: u64,
-        stamp_ms: u64,
-        session_id: SessionId,
-        name: &str,
-        wait: bool,
-        events: &mut Vec<Event>,
-    ) -> Result<AcquireOutcome, CommandError> {
-        validate_name(ResourceKind::Lock, name)?;
-        let Some(session) = self.sessions.get(&session_id) else {
-            return Err(unknown_session(session_id));
-        };
-        let Some(lock) = self.locks.get(name) else {
-            if session.resource_count() >= LOCKS_PER_SESSION_MAX {
-                return Err(session_locks_full(session_id, session.resource_count()));
-            }
-            self.locks.insert(
-                name.into(),
-                Lock {
-                    holder: Holder { session: session_id, token: index, since_ms: stamp_ms },
-                    waiters: ThinVec::new(),
-                },
-            );
-            push_compact(&mut self.session_mut(session_id).held, name.to_owned());
-            events.push(Event::Granted {
-                kind: ResourceKind::Lock,
-                name: name.to_owned(),
-                session: session_id,
-                token: index,
-            });
-            return Ok(AcquireOutcome::Granted { token: index });
-        };
-        if lock.holder.session == session_id {
-            // Not a new grant: the token must stay the one the holder already fences with.
-            return Ok(AcquireOutcome::Granted { token: lock.holder.token });
-        }
-        if !wait {
-            // Even when this session also waits in the queue: a try-lock asks whether it
-            // holds the lock now, and it does not.
-            return Ok(AcquireOutcome::Busy { holder: lock.holder.session, token: lock.holder.token });
-        }
-        if let Some(position) = queue_position(lock, session_id) {
-            return Ok(AcquireOutcome::Queued { position });
-        }
-        if session.resource_count() >= LOCKS_PER_SESSION_MAX {
-            return Err(session_locks_full(session_id, session.resource_count()));
-        }
-        if lock.waiters.len() >= WAITERS_PER_LOCK_MAX {
-            return Err(waiters_full(ResourceKind::Lock, name, lock.waiters.len()));
-        }
-        let position = position_u32(lock.waiters.len());
-        push_compact(&mut self.lock_mut(name).waiters, session_id);
-        push_compact(&mut self.session_mut(session_id).waiting, name.to_owned());
-        Ok(AcquireOutcome::Queued { position })
-    }
-
-    fn cancel_wait(
-        &mut self,
-        session_id: SessionId,
-        name: &str,
-        events: &mut Vec<Event>,
-    ) -> Result<CancelOutcome, CommandError> {
-        validate_name(ResourceKind::Lock, name)?;
-        let Some(session) = self.sessions.get_mut(&session_id) else {
-            return Err(unknown_session(session_id));
-        };
-        let Some(lock) = self.locks.get_mut(name) else {
-            return Ok(CancelOutcome::NotWaiting);
-        };
-        if lock.holder.session == session_id {
-            return Ok(CancelOutcome::AlreadyGranted { token: lock.holder.token });
-        }
-        let Some(position) = lock.waiters.iter().position(|waiter| *waiter == session_id) else {
-            return Ok(CancelOutcome::NotWaiting);
-        };
-        // The lock keeps its holder, so no one is granted here.
-        lock.waiters.remove(position);
-        remove_name(&mut session.waiting, name);
-        events.push(Event::WaitFailed {
-            kind: ResourceKind::Lock,
-            name: name.to_owned(),
-            session: session_id,
-            reason: WaitFailure::Cancelled,
-        });
-        Ok(CancelOutcome::Cancelled)
-    }
-
-    fn release(
-        &mut self,
-        index: u64,
-        stamp_ms: u64,
-        session_id: SessionId,
-        name: &str,
-        token: Token,
-        events: &mut Vec<Event>,
-    ) -> Result<Response, CommandError> {
-        validate_name(ResourceKind::Lock, name)?;
-        let Some(session) = self.sessions.get_mut(&session_id) else {
-            return Err(unknown_session(session_id));
-        };
-        let current = self.locks.get(name).map(|lock| (lock.holder.session, lock.holder.token));
-        if current != Some((session_id, token)) {
-            // A stale token must not release a later grant of the same session either:
-            // the release may come from the paused process that held the earlier grant.
-            return Err(not_holder(session_id, name, token, current));
-        }
-        remove_name(&mut session.held, name);
-        events.push(Event::Released { kind: ResourceKind::Lock, name: name.to_owned(), session: session_id, token });
-        self.hand_over(index, stamp_ms, name, events);
-        Ok(Response::Released { token })
-    }
-
-    /// Ends live, distinct sessions in one entry: ends their waits, releases what they
-    /// hold, grants the freed locks, permits and leaderships to the next waiters and
-    /// forgets their answers.
-    ///
-    /// The order is what keeps every limit: first every ending session leaves every
-    /// queue, then their semaphore permits are returned and the semaphores' waiters
-    /// granted, then each session's locks and leaderships are released and handed on.
-    /// Events come in that order: every ended wait (per session: locks, then its other
-    /// waits in the order it queued), the returned permits and the grants they caused
-    /// (per semaphore in name order), then for each session in the given order its lock
-    /// releases and leaderships (each followed by the grant it caused) and its end.
-    fn end_sessions(
-        &mut self,
-        index: u64,
-        stamp_ms: u64,
-        ending: &[SessionId],
-        expired: bool,
-        events: &mut Vec<Event>,
-    ) {
-        let ending_set: BTreeSet<SessionId> = ending.iter().copied().collect();
-        assert_eq!(ending_set.len(), ending.len(), "each ending session is listed once");
-
-        // First every ending session leaves every queue, so that what is freed below goes
-        // straight to a survivor: granting it to an ending waiter would hand it on again
-        // in the same entry, two grants of one lock or election would share this entry's
-        // index as their token, and a semaphore would count a permit that is about to be
-        // returned.
-        let mut queues_left: BTreeSet<(ResourceKind, &str)> = BTreeSet::new();
-        for session_id in ending {
-            let session = self.sessions.get(session_id).expect("only live sessions are ended");
-            let lock_waits = session.waiting.iter().map(|name| (ResourceKind::Lock, name.as_str()));
-            let other_waits = session
-                .claims
-                .iter()
-                .filter(|claim| claim.role == Role::Waits)
-                .map(|claim| (claim.kind, claim.name.as_str()));
-            for (kind, name) in lock_waits.chain(other_waits) {
-                events.push(Event::WaitFailed {
-                    kind,
-                    name: name.to_owned(),
-                    session: *session_id,
-                    reason: WaitFailure::SessionEnded,
-                });
-                queues_left.insert((kind, name));
-            }
-        }
-        for (kind, name) in queues_left {
-            match kind {
-                ResourceKind::Lock => self
-                    .locks
-                    .get_mut(name)
-                    .expect("a session waits only on held locks")
-                    .waiters
-                    .retain(|waiter| !ending_set.contains(waiter)),
-                ResourceKind::Semaphore => self
-                    .semaphores
-                    .get_mut(name)
-                    .expect("a session waits only on semaphores in use")
-                    .waiters
-                    .retain(|waiter| !ending_set.contains(waiter)),
-                ResourceKind::Election => self
-                    .elections
-                    .get_mut(name)
-                    .expect("a session campaigns only in elections with a leader")
-                    .waiters
-                    .retain(|waiter| !ending_set.contains(&waiter.session)),
-            }
-        }
-
-        // Then every permit of the ending sessions is returned before any is granted, so
-        // that the freed permits are counted once and a semaphore never goes over its
-        // limit.
-        self.return_permits_of_ending(index, stamp_ms, &ending_set, events);
-
-        // Then release and hand over. A lock or an election has one holder, so each is
-        // freed, and granted, at most once in this entry.
-        for session_id in ending {
-            let session = self.sessions.remove(session_id).expect("only live sessions are ended");
-            unshare_name(&mut self.client_names, &session.client_name);
-            for name in &session.held {
-                let token = self.lock(name).holder.token;
-                events.push(Event::Released {
-                    kind: ResourceKind::Lock,
-                    name: name.clone(),
-                    session: *session_id,
-                    token,
-                });
-                self.hand_over(index, stamp_ms, name, events);
-            }
-            for name in session.claimed(ResourceKind::Election, Role::Holds) {
-                let token = self.elections[name].leader.token;
-                events.push(Event::Released {
-                    kind: ResourceKind::Election,
-                    name: name.to_owned(),
-                    session: *session_id,
-                    token,
-                });
-                self.hand_over_election(index, stamp_ms, name, events);
-            }
-            for remembered in &session.remembered {
-                if let Answer::SessionCreated { .. } = remembered.answer {
-                    let owner = self.creations.remove(&remembered.request);
-                    assert_eq!(owner, Some(*session_id));
-                }
-            }
-            events.push(Event::SessionEnded { session: *session_id, expired });
-        }
-    }
-
-    /// The holder of `name` has left (and no longer lists it): the first waiter gets the
-    /// lock with this entry's index as its token, or the entry goes if no one waits.
-    fn hand_over(&mut self, index: u64, stamp_ms: u64, name: &str, events: &mut Vec<Event>) {
-        let lock = self.lock_mut(name);
-        if lock.waiters.is_empty() {
-            self.locks.remove(name);
-            return;
-        }
-        assert!(index > lock.holder.token, "tokens of one lock strictly increase: {index} after {}", lock.holder.token);
-        let next = lock.waiters.remove(0);
-        lock.holder = Holder { session: next, token: index, since_ms: stamp_ms };
-        let session = self.session_mut(next);
-        remove_name(&mut session.waiting, name);
-        push_compact(&mut session.held, name.to_owned());
-        events.push(Event::Granted { kind: ResourceKind::Lock, name: name.to_owned(), session: next, token: index });
-    }
-
     fn session(&self, session: SessionId) -> &Session {
         self.sessions.get(&session).unwrap_or_else(|| panic!("session {session} is referenced but does not exist"))
     }
@@ -907,10 +596,6 @@ pub fn batch_is_valid(commands: &[Command]) -> bool {
         return true;
     }
     commands.iter().all(|command| command.batch_key().is_some())
-}
-
-fn queue_position(lock: &Lock, session: SessionId) -> Option<u32> {
-    lock.waiters.iter().position(|waiter| *waiter == session).map(position_u32)
 }
 
 fn position_u32(position: usize) -> u32 {

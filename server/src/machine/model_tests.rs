@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use super::*;
-use crate::limits::{
+use crate::machine::limits::{
     CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
     LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX,
     SESSION_TTL_MS_MIN, WAITERS_PER_LOCK_MAX,
@@ -66,7 +66,7 @@ struct ModelElection {
 }
 
 fn rejected(kind: ErrorKind) -> Response {
-    Response::Rejected(CommandError { kind, message: String::new() })
+    Response::Rejected(CommandError { kind, message: String::new(), session: None })
 }
 
 fn name_is_valid(name: &str) -> bool {
@@ -176,7 +176,8 @@ impl Model {
                     ResourceKind::Election => self.election(name).is_some_and(|election| election.token == token),
                 };
             if granted_here {
-                let kind = if kind == ResourceKind::Election { ErrorKind::NotLeader } else { ErrorKind::NotHolder };
+                let kind =
+                    if kind == ResourceKind::Election { ErrorKind::NotElectionLeader } else { ErrorKind::NotHolder };
                 return rejected(kind);
             }
         }
@@ -495,7 +496,7 @@ impl Model {
                     return rejected(ErrorKind::UnknownSession);
                 }
                 if !self.leads(name, *session, *token) {
-                    return rejected(ErrorKind::NotLeader);
+                    return rejected(ErrorKind::NotElectionLeader);
                 }
                 if self.election(name).unwrap().value != *value {
                     self.election_mut(name).value = value.clone();
@@ -511,7 +512,7 @@ impl Model {
                     return rejected(ErrorKind::UnknownSession);
                 }
                 if !self.leads(name, *session, *token) {
-                    return rejected(ErrorKind::NotLeader);
+                    return rejected(ErrorKind::NotElectionLeader);
                 }
                 events.push(Event::Released {
                     kind: ResourceKind::Election,
@@ -1727,7 +1728,7 @@ fn the_generated_runs_reach_every_rule() {
                 (Command::Proclaim { .. }, Response::Proclaimed { .. }) => note("proclaimed"),
                 (Command::Resign { .. }, Response::Resigned { .. }) => note("resigned"),
                 (Command::Proclaim { .. } | Command::Resign { .. }, Response::Rejected(error))
-                    if error.kind == ErrorKind::NotLeader =>
+                    if error.kind == ErrorKind::NotElectionLeader =>
                 {
                     note("not leader")
                 }

@@ -1,13 +1,19 @@
 //! One client's lease and everything that hangs off it.
 
 use std::borrow::Borrow;
+use std::collections::BTreeSet;
 use std::ops::Deref;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
-use super::{AcquireOutcome, CancelOutcome, Command, RequestId, ResourceKind, Response, SessionId, Token};
+use super::error::{expire_batch_too_large, sessions_full, unknown_session, validate_client_name, validate_ttl_ms};
+use super::{
+    share_name, unshare_name, AcquireOutcome, CancelOutcome, Command, CommandError, Event, RequestId, ResourceKind,
+    Response, SessionId, StateMachine, Token, WaitFailure,
+};
+use crate::machine::limits::{EXPIRE_SESSIONS_PER_COMMAND_MAX, SESSIONS_MAX};
 
 /// A live session. Closing or expiring it releases what it holds and ends its waits in
 /// one entry.
@@ -232,4 +238,176 @@ pub(super) fn push_compact<T>(list: &mut ThinVec<T>, item: T) {
         list.reserve_exact(1);
     }
     list.push(item);
+}
+
+impl StateMachine {
+    pub(super) fn create_session(
+        &mut self,
+        index: u64,
+        ttl_ms: u64,
+        client_name: &str,
+    ) -> Result<Response, CommandError> {
+        validate_client_name(client_name)?;
+        validate_ttl_ms(ttl_ms)?;
+        if self.sessions.len() >= SESSIONS_MAX {
+            return Err(sessions_full(self.sessions.len()));
+        }
+        let session = Session {
+            id: index,
+            ttl_ms,
+            client_name: share_name(&mut self.client_names, client_name),
+            held: ThinVec::new(),
+            waiting: ThinVec::new(),
+            claims: ThinVec::new(),
+            remembered: ThinVec::new(),
+        };
+        let previous = self.sessions.insert(index, Box::new(session));
+        assert!(previous.is_none(), "session ids are log indexes, which are never reused");
+        Ok(Response::SessionCreated { session: index, ttl_ms })
+    }
+
+    pub(super) fn close_session(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        session: SessionId,
+        events: &mut Vec<Event>,
+    ) -> Result<Response, CommandError> {
+        if !self.sessions.contains_key(&session) {
+            return Err(unknown_session(session));
+        }
+        self.end_sessions(index, stamp_ms, &[session], false, events);
+        Ok(Response::SessionClosed)
+    }
+
+    pub(super) fn expire_sessions(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        sessions: &[SessionId],
+        events: &mut Vec<Event>,
+    ) -> Result<Response, CommandError> {
+        if sessions.len() > EXPIRE_SESSIONS_PER_COMMAND_MAX {
+            return Err(expire_batch_too_large(sessions.len()));
+        }
+        // Sessions already gone were closed, or expired by an earlier proposal of the
+        // same deadline; either way there is nothing left to do for them.
+        let mut seen = BTreeSet::new();
+        let expired: Vec<SessionId> = sessions
+            .iter()
+            .copied()
+            .filter(|session| self.sessions.contains_key(session) && seen.insert(*session))
+            .collect();
+        self.end_sessions(index, stamp_ms, &expired, true, events);
+        Ok(Response::SessionsExpired { expired })
+    }
+
+    /// Ends live, distinct sessions in one entry: ends their waits, releases what they
+    /// hold, grants the freed locks, permits and leaderships to the next waiters and
+    /// forgets their answers.
+    ///
+    /// The order is what keeps every limit: first every ending session leaves every
+    /// queue, then their semaphore permits are returned and the semaphores' waiters
+    /// granted, then each session's locks and leaderships are released and handed on.
+    /// Events come in that order: every ended wait (per session: locks, then its other
+    /// waits in the order it queued), the returned permits and the grants they caused
+    /// (per semaphore in name order), then for each session in the given order its lock
+    /// releases and leaderships (each followed by the grant it caused) and its end.
+    pub(super) fn end_sessions(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        ending: &[SessionId],
+        expired: bool,
+        events: &mut Vec<Event>,
+    ) {
+        let ending_set: BTreeSet<SessionId> = ending.iter().copied().collect();
+        assert_eq!(ending_set.len(), ending.len(), "each ending session is listed once");
+
+        // First every ending session leaves every queue, so that what is freed below goes
+        // straight to a survivor: granting it to an ending waiter would hand it on again
+        // in the same entry, two grants of one lock or election would share this entry's
+        // index as their token, and a semaphore would count a permit that is about to be
+        // returned.
+        let mut queues_left: BTreeSet<(ResourceKind, &str)> = BTreeSet::new();
+        for session_id in ending {
+            let session = self.sessions.get(session_id).expect("only live sessions are ended");
+            let lock_waits = session.waiting.iter().map(|name| (ResourceKind::Lock, name.as_str()));
+            let other_waits = session
+                .claims
+                .iter()
+                .filter(|claim| claim.role == Role::Waits)
+                .map(|claim| (claim.kind, claim.name.as_str()));
+            for (kind, name) in lock_waits.chain(other_waits) {
+                events.push(Event::WaitFailed {
+                    kind,
+                    name: name.to_owned(),
+                    session: *session_id,
+                    reason: WaitFailure::SessionEnded,
+                });
+                queues_left.insert((kind, name));
+            }
+        }
+        for (kind, name) in queues_left {
+            match kind {
+                ResourceKind::Lock => self
+                    .locks
+                    .get_mut(name)
+                    .expect("a session waits only on held locks")
+                    .waiters
+                    .retain(|waiter| !ending_set.contains(waiter)),
+                ResourceKind::Semaphore => self
+                    .semaphores
+                    .get_mut(name)
+                    .expect("a session waits only on semaphores in use")
+                    .waiters
+                    .retain(|waiter| !ending_set.contains(waiter)),
+                ResourceKind::Election => self
+                    .elections
+                    .get_mut(name)
+                    .expect("a session campaigns only in elections with a leader")
+                    .waiters
+                    .retain(|waiter| !ending_set.contains(&waiter.session)),
+            }
+        }
+
+        // Then every permit of the ending sessions is returned before any is granted, so
+        // that the freed permits are counted once and a semaphore never goes over its
+        // limit.
+        self.return_permits_of_ending(index, stamp_ms, &ending_set, events);
+
+        // Then release and hand over. A lock or an election has one holder, so each is
+        // freed, and granted, at most once in this entry.
+        for session_id in ending {
+            let session = self.sessions.remove(session_id).expect("only live sessions are ended");
+            unshare_name(&mut self.client_names, &session.client_name);
+            for name in &session.held {
+                let token = self.lock(name).holder.token;
+                events.push(Event::Released {
+                    kind: ResourceKind::Lock,
+                    name: name.clone(),
+                    session: *session_id,
+                    token,
+                });
+                self.hand_over(index, stamp_ms, name, events);
+            }
+            for name in session.claimed(ResourceKind::Election, Role::Holds) {
+                let token = self.elections[name].leader.token;
+                events.push(Event::Released {
+                    kind: ResourceKind::Election,
+                    name: name.to_owned(),
+                    session: *session_id,
+                    token,
+                });
+                self.hand_over_election(index, stamp_ms, name, events);
+            }
+            for remembered in &session.remembered {
+                if let Answer::SessionCreated { .. } = remembered.answer {
+                    let owner = self.creations.remove(&remembered.request);
+                    assert_eq!(owner, Some(*session_id));
+                }
+            }
+            events.push(Event::SessionEnded { session: *session_id, expired });
+        }
+    }
 }

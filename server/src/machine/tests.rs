@@ -2,9 +2,10 @@
 
 use std::collections::BTreeSet;
 
+use super::lock::Holder;
 use super::session::{Claim, ClientName, Role};
 use super::*;
-use crate::limits::{
+use crate::machine::limits::{
     CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
     LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX,
     SESSION_TTL_MS_MIN, WAITERS_PER_LOCK_MAX,
@@ -1797,7 +1798,7 @@ fn proclaim_and_resign_without_the_current_leadership_are_rejected() {
     ];
     for (command, message) in &cases {
         let error = harness.reject(command);
-        assert_eq!((error.kind, &error.message), (ErrorKind::NotLeader, message));
+        assert_eq!((error.kind, &error.message), (ErrorKind::NotElectionLeader, message));
     }
     let value_message = "election value is 1025 bytes; the limit is 1024 \
                          (ELECTION_VALUE_BYTES_MAX)";
@@ -2353,7 +2354,7 @@ fn a_leadership_cannot_end_in_the_entry_that_made_it() {
     assert_eq!(results[0].0, Response::Resigned { token });
     for (response, _) in &results[1..] {
         assert!(
-            matches!(response, Response::Rejected(CommandError { kind: ErrorKind::NotLeader, .. })),
+            matches!(response, Response::Rejected(CommandError { kind: ErrorKind::NotElectionLeader, .. })),
             "{response:?}"
         );
     }

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::raft_types::{Node, NodeId};
+use crate::raft::types::MEMBERS_MAX;
+use crate::raft::types::{Node, NodeId};
 
 /// Default timings. openraft 0.9 makes a follower wait its leader lease (the
 /// maximum election timeout) plus its election timeout after the last heartbeat,
@@ -24,7 +25,6 @@ pub const ELECTION_TIMEOUT_MS_MAX: u64 = 60_000;
 pub const SNAPSHOT_EVERY_ENTRIES_DEFAULT: u64 = 10_000;
 pub const SNAPSHOT_EVERY_ENTRIES_MIN: u64 = 10;
 pub const CLUSTER_NAME_BYTES_MAX: usize = 64;
-pub const MEMBERS_MAX: usize = 7;
 pub const WORKER_THREADS_MAX: usize = 1_024;
 pub const CLUSTER_NAME_DEFAULT: &str = "leasehold";
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::raft_types::NodeId;
+use crate::raft::types::NodeId;
 
 /// The file that says whose data directory this is.
 pub const IDENTITY_FILE: &str = "LEASEHOLD";

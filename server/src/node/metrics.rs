@@ -3,74 +3,16 @@
 //! The figures are read from openraft's metrics and the applied state when scraped,
 //! so the hot paths do no bookkeeping for them.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use openraft::ServerState;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::replica::Replica;
-
-/// Upper bounds of the semaphore wait-time histogram buckets, in seconds.
-pub const WAIT_BUCKETS_SECONDS: [f64; 12] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
-/// Semaphores with their own wait histogram at most; waits on others are counted
-/// under the name "_other", so a flood of names cannot grow memory without bound.
-pub const WAIT_HISTOGRAM_NAMES_MAX: usize = 1_000;
-
-#[derive(Default, Clone)]
-struct Histogram {
-    buckets: [u64; WAIT_BUCKETS_SECONDS.len()],
-    count: u64,
-    sum_seconds: f64,
-}
-
-/// How long semaphore acquires waited before they were granted, per semaphore: the
-/// figure to alert on when one tenant waits too long.
-#[derive(Default)]
-pub struct WaitHistograms {
-    by_name: Mutex<BTreeMap<String, Histogram>>,
-}
-
-impl WaitHistograms {
-    pub fn record(&self, name: &str, waited: Duration) {
-        let mut by_name = self.by_name.lock().unwrap();
-        let key = if by_name.contains_key(name) || by_name.len() < WAIT_HISTOGRAM_NAMES_MAX { name } else { "_other" };
-        let histogram = by_name.entry(key.to_string()).or_default();
-        let seconds = waited.as_secs_f64();
-        for (bucket, bound) in histogram.buckets.iter_mut().zip(WAIT_BUCKETS_SECONDS) {
-            if seconds <= bound {
-                *bucket += 1;
-            }
-        }
-        histogram.count += 1;
-        histogram.sum_seconds += seconds;
-    }
-
-    fn render(&self, text: &mut String) {
-        let name = "leasehold_semaphore_wait_seconds";
-        let _ = writeln!(
-            text,
-            "# HELP {name} Time semaphore acquires waited before they were granted.\n# TYPE {name} histogram"
-        );
-        for (semaphore, histogram) in self.by_name.lock().unwrap().iter() {
-            let label = escape_label(semaphore);
-            for (count, bound) in histogram.buckets.iter().zip(WAIT_BUCKETS_SECONDS) {
-                let _ = writeln!(text, "{name}_bucket{{semaphore=\"{label}\",le=\"{bound}\"}} {count}");
-            }
-            let _ = writeln!(text, "{name}_bucket{{semaphore=\"{label}\",le=\"+Inf\"}} {}", histogram.count);
-            let _ = writeln!(text, "{name}_sum{{semaphore=\"{label}\"}} {}", histogram.sum_seconds);
-            let _ = writeln!(text, "{name}_count{{semaphore=\"{label}\"}} {}", histogram.count);
-        }
-    }
-}
-
-fn escape_label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
+use crate::raft::replica::Replica;
+use crate::shell::wait_histograms::escape_label;
 
 /// A scrape request larger than this is answered 400 without reading further.
 pub const SCRAPE_REQUEST_BYTES_MAX: usize = 8 * 1024;
@@ -90,7 +32,7 @@ pub fn render(replica: &Replica) -> String {
     let mut gauge = |name: &str, help: &str, value: u64| {
         let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
     };
-    let index = |log_id: Option<crate::raft_types::LogId>| log_id.map(|log_id| log_id.index).unwrap_or(0);
+    let index = |log_id: Option<crate::raft::types::LogId>| log_id.map(|log_id| log_id.index).unwrap_or(0);
     gauge("leasehold_raft_term", "Current Raft term.", metrics.current_term);
     gauge("leasehold_raft_is_leader", "1 when this node is the leader.", (metrics.state == ServerState::Leader) as u64);
     gauge("leasehold_raft_last_log_index", "Index of the last log entry.", metrics.last_log_index.unwrap_or(0));
@@ -105,11 +47,11 @@ pub fn render(replica: &Replica) -> String {
     gauge("leasehold_locks", "Locks held in the applied state.", locks as u64);
     gauge("leasehold_elections", "Elections with a leader in the applied state.", elections as u64);
     gauge("leasehold_semaphores", "Semaphores with holders or waiters in the applied state.", semaphores.len() as u64);
-    gauge("leasehold_lease_deadlines", "Session deadlines this node tracks.", replica.shared.leases.len() as u64);
+    gauge("leasehold_lease_deadlines", "Session deadlines this node tracks.", replica.shared.deadlines.len() as u64);
     gauge(
         "leasehold_heap_free_bytes",
         "Free heap in malloc's arenas, resident or already given back by a trim.",
-        crate::memory::free_heap_bytes() as u64,
+        crate::shell::memory::free_heap_bytes() as u64,
     );
     let counters = &replica.counters;
     for (name, help, value) in [
@@ -137,7 +79,7 @@ pub fn render(replica: &Replica) -> String {
     let _ = writeln!(
         text,
         "# HELP {name} Times the heap trimmer gave freed heap back to the system.\n# TYPE {name} counter\n{name} {}",
-        crate::memory::trims()
+        crate::shell::memory::trims()
     );
     for (metric, help, pick) in [
         ("leasehold_semaphore_holders", "Permits held, per semaphore.", 0usize),

@@ -20,23 +20,23 @@ use openraft::{ServerState, Vote};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admin_service::AdminService;
-use crate::client_service::LeaseholdService;
-use crate::clock::Clock;
-use crate::config::Config;
-use crate::data_dir::{self, Claim};
-use crate::election_service::ElectionService;
-use crate::leases::{Leases, EXPIRY_SCAN_INTERVAL_MS};
-use crate::log_store::LogStore;
-use crate::metrics;
-use crate::network::{Network, PEER_MESSAGE_BYTES_MAX};
-use crate::peer_service::{PeerService, Takeover};
-use crate::raft_types::{Node, NodeId, Raft};
-use crate::replica::Replica;
-use crate::semaphore_service::SemaphoreService;
-use crate::state_machine::Command;
-use crate::state_machine_store::StateMachineStore;
-use crate::storage;
+use crate::api::admin_service::AdminService;
+use crate::api::elections_service::ElectionsService;
+use crate::api::leasehold_service::LeaseholdService;
+use crate::api::semaphores_service::SemaphoresService;
+use crate::machine::Command;
+use crate::node::config::Config;
+use crate::node::data_dir::{self, Claim};
+use crate::node::metrics;
+use crate::raft::log_store::LogStore;
+use crate::raft::network::{Network, PEER_MESSAGE_BYTES_MAX};
+use crate::raft::peer_service::{PeerService, Takeover};
+use crate::raft::replica::Replica;
+use crate::raft::state_machine_store::StateMachineStore;
+use crate::raft::storage;
+use crate::raft::types::{Node, NodeId, Raft};
+use crate::shell::clock::Clock;
+use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -79,8 +79,8 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     let db = storage::open(&config.data_dir.join(data_dir::DATABASE_DIR), claim == Claim::Fresh)
         .map_err(|error| StartError(format!("data directory {}: {error}", config.data_dir.display())))?;
 
-    let leases = Leases::new(clock.clone());
-    let state_machine = StateMachineStore::open(db.clone(), leases)
+    let deadlines = SessionDeadlines::new(clock.clone());
+    let state_machine = StateMachineStore::open(db.clone(), deadlines)
         .map_err(|error| StartError(format!("data directory {}: {error}", config.data_dir.display())))?;
     let shared = state_machine.shared();
     let log_store = LogStore::new(db);
@@ -107,8 +107,8 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(5)))
         .add_service(LeaseholdServer::new(LeaseholdService { replica: replica.clone() }))
-        .add_service(SemaphoresServer::new(SemaphoreService { replica: replica.clone() }))
-        .add_service(ElectionsServer::new(ElectionService { replica: replica.clone() }))
+        .add_service(SemaphoresServer::new(SemaphoresService { replica: replica.clone() }))
+        .add_service(ElectionsServer::new(ElectionsService { replica: replica.clone() }))
         .add_service(AdminServer::new(AdminService { replica: replica.clone(), clock_knob: config.test_clock_knob }));
     let mut stop_client = stopped.clone();
     tasks.push(tokio::spawn(async move {
@@ -219,9 +219,9 @@ async fn bootstrap_unless_reached(raft: Raft, members: BTreeMap<NodeId, Node>, g
     }
 }
 
-/// The leader's side of leases: when a deadline passes, propose the expiry.
+/// The leader's side of session deadlines: when one passes, propose the expiry.
 async fn run_expiry(replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
-    let leases = &replica.shared.leases;
+    let deadlines = &replica.shared.deadlines;
     let mut leading_term = None;
     loop {
         tokio::select! {
@@ -240,19 +240,19 @@ async fn run_expiry(replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
         if leading_term != Some(term) {
             // A new leader starts every deadline afresh: a leader change may
             // lengthen a lease, never shorten it.
-            leases.restart_deadlines();
+            deadlines.restart_deadlines();
             leading_term = Some(term);
-            tracing::info!(term, sessions = leases.len(), "leading: session deadlines restarted");
+            tracing::info!(term, sessions = deadlines.len(), "leading: session deadlines restarted");
             continue;
         }
-        let expired = leases.take_expired();
+        let expired = deadlines.take_expired();
         if expired.is_empty() {
             continue;
         }
         tracing::info!(sessions = ?expired, "session deadlines passed; proposing expiry");
         if let Err(error) = replica.propose_quietly(Command::ExpireSessions { sessions: expired.clone() }).await {
             tracing::warn!(%error, "could not propose the expiry");
-            leases.expiry_not_proposed(&expired);
+            deadlines.expiry_not_proposed(&expired);
         }
     }
 }

@@ -22,9 +22,9 @@ use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError};
 use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 
-use crate::codec;
-use crate::raft_types::{Entry, LogId, StorageError, TypeConfig, Vote};
-use crate::storage::{self, COLUMN_FAMILY_LOGS, COLUMN_FAMILY_META, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
+use crate::raft::codec;
+use crate::raft::storage::{self, COLUMN_FAMILY_LOGS, COLUMN_FAMILY_META, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
+use crate::raft::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 /// Appends waiting for the flusher at most; a full queue makes `append` wait, which
 /// pushes back on the Raft core instead of growing memory.
@@ -375,8 +375,8 @@ mod tests {
     use openraft::CommittedLeaderId;
 
     use super::*;
-    use crate::raft_types::Proposal;
-    use crate::state_machine::Command;
+    use crate::machine::Command;
+    use crate::raft::types::Proposal;
 
     /// An entry at `index` carrying `commands` commands.
     fn entry(index: u64, commands: usize) -> Entry {

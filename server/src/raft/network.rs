@@ -20,8 +20,8 @@ use serde::Serialize;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::codec;
-use crate::raft_types::{Node, NodeId, TypeConfig};
+use crate::raft::codec;
+use crate::raft::types::{Node, NodeId, TypeConfig};
 
 /// How long a connection attempt to a peer may take before the RPC fails.
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 500;

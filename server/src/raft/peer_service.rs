@@ -4,15 +4,17 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use leasehold_proto::errors::error_status;
 use leasehold_proto::peer_server::Peer;
+use leasehold_proto::ErrorReason;
 use leasehold_proto::{RaftMessage, RetireRequest, RetireResponse};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest, VoteResponse};
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
-use crate::codec;
-use crate::network::CLUSTER_HEADER;
-use crate::raft_types::{NodeId, Raft, TypeConfig};
+use crate::raft::codec;
+use crate::raft::network::CLUSTER_HEADER;
+use crate::raft::types::{NodeId, Raft, TypeConfig};
 
 pub struct PeerService {
     pub raft: Raft,
@@ -141,7 +143,7 @@ impl PeerService {
         if sender == Some(self.cluster_name.as_str()) {
             return Ok(());
         }
-        Err(Status::failed_precondition(match sender {
+        Err(wrong_cluster(match sender {
             Some(sender) => format!("this node belongs to cluster {:?}, not {sender:?}", self.cluster_name),
             None => format!(
                 "a Raft message without the {CLUSTER_HEADER} header; this node belongs to cluster {:?}",
@@ -151,9 +153,13 @@ impl PeerService {
     }
 }
 
+fn wrong_cluster(message: String) -> Status {
+    error_status(ErrorReason::WrongCluster, message, &[])
+}
+
 fn decode<T: serde::de::DeserializeOwned>(message: &RaftMessage) -> Result<T, Status> {
     codec::decode(&message.payload)
-        .map_err(|error| Status::invalid_argument(format!("malformed raft message: {error}")))
+        .map_err(|error| error_status(ErrorReason::InvalidArgument, format!("malformed raft message: {error}"), &[]))
 }
 
 fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
@@ -187,7 +193,7 @@ impl Peer for PeerService {
 
     async fn retire(&self, request: Request<RetireRequest>) -> Result<Response<RetireResponse>, Status> {
         if request.get_ref().cluster_name != self.cluster_name {
-            return Err(Status::failed_precondition(format!(
+            return Err(wrong_cluster(format!(
                 "this node belongs to cluster {:?}, not {:?}",
                 self.cluster_name,
                 request.get_ref().cluster_name

@@ -7,16 +7,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_proto::errors::{error_status, METADATA_LEADER, METADATA_LEADER_ID};
+use leasehold_proto::ErrorReason;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
-use crate::clock::Clock;
-use crate::raft_types::{Node, NodeId, Proposal, Raft};
-use crate::state_machine::{Command, Response, StateMachine};
-use crate::state_machine_store::Shared;
+use crate::machine::{Command, Response, StateMachine};
+use crate::raft::state_machine_store::Shared;
+use crate::raft::types::{Node, NodeId, Proposal, Raft};
+use crate::shell::clock::Clock;
 
 /// The metadata key that carries the leader's client address on a not-leader error.
 pub const LEADER_METADATA_KEY: &str = "leasehold-leader";
@@ -91,7 +93,7 @@ impl Replica {
     /// Concurrent commands share log entries (see `run_proposals`).
     pub async fn propose(&self, command: Command) -> Result<Response, Status> {
         let (reply, answer) = oneshot::channel();
-        let shutting_down = || Status::unavailable("the node is shutting down");
+        let shutting_down = shutting_down;
         self.proposals.send(Pending { command, reply }).await.map_err(|_| shutting_down())?;
         answer.await.map_err(|_| shutting_down())?
     }
@@ -122,8 +124,8 @@ impl Replica {
     /// index. Concurrent callers share one confirmation round.
     pub async fn confirm_leadership(&self) -> Result<u64, Status> {
         let (reply, answer) = oneshot::channel();
-        self.leader_checks.send(reply).await.map_err(|_| Status::unavailable("the node is shutting down"))?;
-        answer.await.map_err(|_| Status::unavailable("the node is shutting down"))?
+        self.leader_checks.send(reply).await.map_err(|_| shutting_down())?;
+        answer.await.map_err(|_| shutting_down())?
     }
 
     /// Runs `read` on the state after confirming leadership and applying up to the
@@ -137,7 +139,11 @@ impl Replica {
             })
             .await;
             if caught_up != Ok(true) {
-                return Err(Status::unavailable("the leader did not apply up to the read index in time"));
+                return Err(error_status(
+                    ErrorReason::ReadNotApplied,
+                    "the leader did not apply up to the read index in time",
+                    &[],
+                ));
             }
         }
         let applied = self.shared.applied.read().unwrap();
@@ -152,13 +158,22 @@ pub fn not_leader_status(node_id: NodeId, leader_id: Option<NodeId>, leader_addr
         }
         _ => format!("node {node_id} is not the leader and knows no leader yet; retry shortly"),
     };
-    let mut status = Status::unavailable(message);
-    if let Some(address) = leader_addr {
-        if let Ok(value) = MetadataValue::try_from(address.as_str()) {
-            status.metadata_mut().insert(LEADER_METADATA_KEY, value);
-        }
-    }
+    let address = leader_addr.unwrap_or_default();
+    let mut status = error_status(
+        ErrorReason::NotLeader,
+        message,
+        &[(METADATA_LEADER, address.clone()), (METADATA_LEADER_ID, leader_id.unwrap_or(0).to_string())],
+    );
+    // Also in the response metadata, empty when no leader is known, for clients that
+    // do not read the status details.
+    let value = MetadataValue::try_from(address.as_str()).unwrap_or_else(|_| MetadataValue::from_static(""));
+    status.metadata_mut().insert(LEADER_METADATA_KEY, value);
     status
+}
+
+/// The status of a request the node could not serve because it is stopping.
+pub fn shutting_down() -> Status {
+    error_status(ErrorReason::ShuttingDown, "the node is shutting down", &[])
 }
 
 /// Commands per entry, averaged over about the last 8 entries: whether the leader
@@ -249,7 +264,11 @@ async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pendi
                     }
                 }
                 Ok(written) => {
-                    let status = Status::internal(format!("{count} commands got {} answers", written.data.len()));
+                    let status = error_status(
+                        ErrorReason::Internal,
+                        format!("{count} commands got {} answers", written.data.len()),
+                        &[],
+                    );
                     for reply in replies {
                         let _ = reply.send(Err(status.clone()));
                     }
@@ -274,15 +293,17 @@ fn write_error(raft: &Raft, error: RaftError<NodeId, ClientWriteError<NodeId, No
     }
     match error {
         RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {
-            Status::failed_precondition(error.to_string())
+            error_status(ErrorReason::MembershipRefused, error.to_string(), &[])
         }
-        other => Status::unavailable(format!("node {} cannot commit now: {other}", metrics.id)),
+        other => {
+            error_status(ErrorReason::CommitUncertain, format!("node {} cannot commit now: {other}", metrics.id), &[])
+        }
     }
 }
 
 /// UNAVAILABLE naming the leader a not-leader error points at, with its client
 /// address from the membership when the error does not carry the node.
-fn forward_status(metrics: &crate::raft_types::RaftMetrics, forward: &ForwardToLeader<NodeId, Node>) -> Status {
+fn forward_status(metrics: &crate::raft::types::RaftMetrics, forward: &ForwardToLeader<NodeId, Node>) -> Status {
     let leader_addr = forward.leader_node.as_ref().map(|node| node.client_addr.clone()).or_else(|| {
         forward
             .leader_id
@@ -317,7 +338,11 @@ fn check_error(raft: &Raft, error: RaftError<NodeId, CheckIsLeaderError<NodeId, 
     if let Some(forward) = error.forward_to_leader() {
         return forward_status(&metrics, forward);
     }
-    Status::unavailable(format!("node {} could not confirm its leadership: {error}", metrics.id))
+    error_status(
+        ErrorReason::LeadershipUnconfirmed,
+        format!("node {} could not confirm its leadership: {error}", metrics.id),
+        &[],
+    )
 }
 
 #[cfg(test)]

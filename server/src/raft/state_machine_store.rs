@@ -14,19 +14,19 @@ use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::applier::Applier;
-use crate::codec;
-use crate::leases::Leases;
-use crate::metrics::WaitHistograms;
-use crate::observers::{Change, Observers};
-use crate::raft_types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
-use crate::state_machine::{Event, Response, SessionId, StateMachine, WaitFailure};
-use crate::storage::{self, COLUMN_FAMILY_META, KEY_SNAPSHOT};
-use crate::waiters::{WaitOutcome, Waiters};
+use crate::machine::{Event, Response, SessionId, StateMachine, WaitFailure};
+use crate::raft::applier::Applier;
+use crate::raft::codec;
+use crate::raft::storage::{self, COLUMN_FAMILY_META, KEY_SNAPSHOT};
+use crate::raft::types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::shell::observers::{Change, Observers};
+use crate::shell::session_deadlines::SessionDeadlines;
+use crate::shell::wait_histograms::WaitHistograms;
+use crate::shell::wait_registry::{WaitOutcome, WaitRegistry};
 
 /// The replicated state as applied on this node.
 #[derive(Clone, Default)]
-pub struct Applied {
+pub struct AppliedState {
     pub machine: StateMachine,
     pub last_applied: Option<LogId>,
     pub membership: StoredMembership,
@@ -62,10 +62,10 @@ struct StoredSnapshotRef<'a> {
 
 /// State shared between the Raft state-machine worker and the gRPC handlers.
 pub struct Shared {
-    pub applied: RwLock<Applied>,
-    pub waiters: Waiters,
+    pub applied: RwLock<AppliedState>,
+    pub wait_registry: WaitRegistry,
     pub observers: Observers,
-    pub leases: Leases,
+    pub deadlines: SessionDeadlines,
     /// Semaphore wait times, for the fairness metrics.
     pub semaphore_waits: WaitHistograms,
     /// The last applied index, for handlers that wait for the state to catch up.
@@ -73,7 +73,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// The session's live leases as (id, ttl) pairs, from the applied state.
+    /// Every live session as an (id, ttl) pair, from the applied state.
     pub fn session_ttls(machine: &StateMachine) -> Vec<(SessionId, u64)> {
         machine.sessions().map(|session| (session.id(), session.ttl_ms())).collect()
     }
@@ -94,24 +94,48 @@ struct AppliedRun {
     last_index: u64,
 }
 
+/// Checks a state decoded from a snapshot before it serves anything: every invariant of
+/// the machine, and the two copies of the last applied index (openraft's in the
+/// snapshot's metadata, the machine's own) agree. A snapshot that fails is refused, so
+/// that a node stops rather than serve, or build on, a state no replica could reach.
+fn check_loaded(machine: &StateMachine, last_applied: Option<LogId>) -> Result<(), String> {
+    let index = last_applied.map(|log_id| log_id.index);
+    if index != machine.last_applied() {
+        return Err(format!(
+            "the snapshot was taken at index {index:?}, but its state says it applied up to {:?}",
+            machine.last_applied()
+        ));
+    }
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| machine.check_invariants())).map_err(|panic| {
+        let reason = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
+            .unwrap_or_else(|| "a broken invariant".to_string());
+        format!("the snapshot's state breaks an invariant: {reason}")
+    })
+}
+
 fn snapshot_error(error: impl std::error::Error + 'static) -> StorageError {
     StorageIOError::new(ErrorSubject::Snapshot(None), ErrorVerb::Write, AnyError::new(&error)).into()
 }
 
 impl StateMachineStore {
     /// Loads the latest snapshot, if any, as the starting state.
-    pub fn open(db: Arc<DB>, leases: Leases) -> Result<Self, String> {
+    pub fn open(db: Arc<DB>, deadlines: SessionDeadlines) -> Result<Self, String> {
         let applier = Applier::start().map_err(|error| format!("cannot start the applier thread: {error}"))?;
         let meta = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
         let stored = db.get_cf(meta, KEY_SNAPSHOT).map_err(|error| format!("cannot read the snapshot: {error}"))?;
         let applied = match stored {
-            None => Applied::default(),
+            None => AppliedState::default(),
             Some(bytes) => applier.run_blocking(move || {
                 let stored: StoredSnapshot =
                     codec::decode(&bytes).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
                 let body: SnapshotBody =
                     codec::decode(&stored.data).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
-                Ok::<_, String>(Applied {
+                check_loaded(&body.machine, stored.meta.last_log_id)
+                    .map_err(|error| format!("the stored snapshot is refused: {error}"))?;
+                Ok::<_, String>(AppliedState {
                     machine: body.machine,
                     last_applied: stored.meta.last_log_id,
                     membership: stored.meta.last_membership,
@@ -119,16 +143,16 @@ impl StateMachineStore {
             })?,
         };
         let ttls = Shared::session_ttls(&applied.machine);
-        let leases = applier.run_blocking(move || {
-            leases.restart_all(ttls);
-            leases
+        let deadlines = applier.run_blocking(move || {
+            deadlines.restart_all(ttls);
+            deadlines
         });
         let last_index = applied.last_applied.map(|log_id| log_id.index).unwrap_or(0);
         let shared = Arc::new(Shared {
             applied: RwLock::new(applied),
-            waiters: Waiters::default(),
+            wait_registry: WaitRegistry::default(),
             observers: Observers::default(),
-            leases,
+            deadlines,
             semaphore_waits: WaitHistograms::default(),
             applied_index: watch::Sender::new(last_index),
         });
@@ -143,17 +167,17 @@ impl StateMachineStore {
         for (index, event) in events {
             match event {
                 Event::Granted { kind, name, session, token } => {
-                    self.shared.waiters.wake(kind, session, &name, WaitOutcome::Granted { token })
+                    self.shared.wait_registry.wake(kind, session, &name, WaitOutcome::Granted { token })
                 }
                 Event::WaitFailed { kind, name, session, reason } => {
                     let outcome = match reason {
                         WaitFailure::SessionEnded => WaitOutcome::SessionEnded,
                         WaitFailure::Cancelled => WaitOutcome::Cancelled,
                     };
-                    self.shared.waiters.wake(kind, session, &name, outcome)
+                    self.shared.wait_registry.wake(kind, session, &name, outcome)
                 }
                 Event::LeaderChanged { name, leader } => self.shared.observers.publish(&name, Change { index, leader }),
-                Event::SessionEnded { session, .. } => self.shared.leases.session_ended(session),
+                Event::SessionEnded { session, .. } => self.shared.deadlines.session_ended(session),
                 Event::Released { .. } => {}
             }
         }
@@ -184,7 +208,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             };
             let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
             store.persist_snapshot(&meta, &data)?;
-            crate::memory::release_freed_memory();
+            crate::shell::memory::release_freed_memory();
             Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
         })
         .await
@@ -228,10 +252,17 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
                 }
             }
         }
+        // openraft's copy of the last applied index and the machine's own must agree; a
+        // replica that sees otherwise stops here rather than diverge.
+        assert_eq!(
+            applied.last_applied.map(|log_id| log_id.index),
+            applied.machine.last_applied(),
+            "the applied log id and the machine's last applied index disagree"
+        );
         last_index = applied.last_applied.map(|log_id| log_id.index).unwrap_or(0);
     }
     for (session, ttl_ms) in created {
-        shared.leases.session_created(session, ttl_ms);
+        shared.deadlines.session_created(session, ttl_ms);
     }
     AppliedRun { responses, events, last_index }
 }
@@ -279,14 +310,19 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
+        let last_log_id = meta.last_log_id;
         let (data, body) = self
             .applier
             .run(move || {
-                let body: Result<SnapshotBody, _> = codec::decode(&data);
+                let body = codec::decode::<SnapshotBody>(&data)
+                    .map_err(|error| format!("the snapshot is corrupt: {error}"))
+                    .and_then(|body| check_loaded(&body.machine, last_log_id).map(|()| body));
                 (data, body)
             })
             .await;
         let body = body.map_err(|error| {
+            tracing::error!(%error, snapshot = %meta.snapshot_id, "refusing a snapshot from the leader");
+            let error = std::io::Error::other(error);
             StorageIOError::new(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Read, AnyError::new(&error))
         })?;
         self.persist_snapshot(meta, &data)?;
@@ -294,18 +330,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let sessions = Shared::session_ttls(&body.machine);
         {
             let mut applied = self.shared.applied.write().unwrap();
-            *applied = Applied {
+            *applied = AppliedState {
                 machine: body.machine,
                 last_applied: meta.last_log_id,
                 membership: meta.last_membership.clone(),
             };
         }
         let shared = self.shared.clone();
-        self.applier.run(move || shared.leases.restart_all(sessions)).await;
+        self.applier.run(move || shared.deadlines.restart_all(sessions)).await;
         let shared = self.shared.clone();
-        self.shared.waiters.wake_decided(|kind, session, name| {
+        self.shared.wait_registry.wake_decided(|kind, session, name| {
             let applied = shared.applied.read().unwrap();
-            crate::waiters::decision(&applied.machine, kind, session, name)
+            crate::shell::wait_registry::decision(&applied.machine, kind, session, name)
         });
         self.shared.observers.reset();
         self.shared.applied_index.send_replace(last_index);

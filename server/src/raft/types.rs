@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::state_machine::{Command, Response};
+use crate::machine::{Command, Response};
 
 /// A cluster member as Raft's membership records it. Both addresses travel with the
 /// membership so that every node can tell a client where the leader is and reach
@@ -46,6 +46,10 @@ impl fmt::Display for Proposal {
 
 pub type NodeId = u64;
 
+/// Voters and learners in a cluster at most: the configuration's initial members and
+/// `AddMember` are both held to it.
+pub const MEMBERS_MAX: usize = 7;
+
 openraft::declare_raft_types!(
     /// Leasehold's Raft types.
     pub TypeConfig:
@@ -70,7 +74,7 @@ pub type RaftMetrics = openraft::RaftMetrics<NodeId, Node>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec;
+    use crate::raft::codec;
 
     /// The layout entries had when `commands` was a `Vec`.
     #[derive(Serialize)]
@@ -83,10 +87,7 @@ mod tests {
     fn shared_commands_are_stored_exactly_as_a_vec_was() {
         let commands = vec![
             Command::ExpireSessions { sessions: vec![3, 4] },
-            Command::CloseSession {
-                request: crate::state_machine::RequestId { client_id: 7, sequence: 9 },
-                session: 3,
-            },
+            Command::CloseSession { request: crate::machine::RequestId { client_id: 7, sequence: 9 }, session: 3 },
         ];
         let proposal = Proposal { stamp_ms: 1_700_000_000_000, commands: commands.clone().into() };
         let bytes = codec::encode(&proposal);

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use tokio::sync::mpsc;
 
-use crate::state_machine::LeaderView;
+use crate::machine::LeaderView;
 
 pub const OBSERVE_CHANGES_QUEUED_MAX: usize = 1_024;
 /// Open `Observe` streams per node at most.

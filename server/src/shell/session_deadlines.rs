@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use crate::clock::{Clock, MonotonicMs};
-use crate::limits::{EXPIRE_SESSIONS_PER_COMMAND_MAX, SESSION_TTL_MS_MAX};
-use crate::state_machine::SessionId;
+use crate::machine::limits::{EXPIRE_SESSIONS_PER_COMMAND_MAX, SESSION_TTL_MS_MAX};
+use crate::machine::SessionId;
+use crate::shell::clock::{Clock, MonotonicMs};
 
 /// How often the leader looks for expired sessions.
 pub const EXPIRY_SCAN_INTERVAL_MS: u64 = 50;
@@ -45,7 +45,7 @@ impl Lease {
     }
 }
 
-pub struct Leases {
+pub struct SessionDeadlines {
     clock: Clock,
     table: Mutex<LeaseTable>,
 }
@@ -119,7 +119,7 @@ impl LeaseTable {
     }
 }
 
-impl Leases {
+impl SessionDeadlines {
     pub fn new(clock: Clock) -> Self {
         Self { clock, table: Mutex::new(LeaseTable::default()) }
     }
@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn expiry_renewal_and_new_leader_restart() {
         let clock = Clock::manual();
-        let leases = Leases::new(clock.clone());
+        let leases = SessionDeadlines::new(clock.clone());
         leases.session_created(1, 2_000);
         leases.session_created(2, 5_000);
         clock.advance(Duration::from_millis(1_500));
@@ -249,7 +249,7 @@ mod tests {
     #[test]
     fn a_scan_finds_every_expired_session_without_ordering_the_deadlines() {
         let clock = Clock::manual();
-        let leases = Leases::new(clock.clone());
+        let leases = SessionDeadlines::new(clock.clone());
         leases.session_created(1, 10_000);
         assert!(leases.take_expired().is_empty(), "the scan notes 10 s as the earliest deadline");
         // A session created after the scan with an earlier deadline still expires on time.

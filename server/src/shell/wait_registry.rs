@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use tokio::sync::oneshot;
 
-use crate::state_machine::{ResourceKind, SessionId, StateMachine, Token};
+use crate::machine::{ResourceKind, SessionId, StateMachine, Token};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitOutcome {
@@ -28,7 +28,7 @@ pub enum WaitOutcome {
 type WaitKey = (ResourceKind, SessionId, String);
 
 #[derive(Default)]
-pub struct Waiters {
+pub struct WaitRegistry {
     waiting: Mutex<BTreeMap<WaitKey, Vec<oneshot::Sender<WaitOutcome>>>>,
 }
 
@@ -39,7 +39,7 @@ pub enum Registration {
     Waiting(oneshot::Receiver<WaitOutcome>),
 }
 
-impl Waiters {
+impl WaitRegistry {
     /// Registers a waiter for (kind, session, name). `current` reads the state and
     /// says whether the wait is already decided; it runs under the registry's lock.
     pub fn register(

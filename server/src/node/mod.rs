@@ -1,0 +1,17 @@
+//! The node: configuration, the data directory's identity, the metrics endpoint, and
+//! `running_node`, which assembles every layer into a running node.
+//!
+//! # Layout
+//!
+//! * `config` — flags and TOML, validated once into a `Config`.
+//! * `data_dir` — the data directory's identity; foreign directories are refused.
+//! * `metrics` — the Prometheus text endpoint.
+//! * `running_node` — `start` and `RunningNode`: listeners, storage, openraft, the
+//!   services, the expiry and membership tasks.
+
+pub mod config;
+pub mod data_dir;
+pub mod metrics;
+pub mod running_node;
+
+pub use running_node::{start, RunningNode, StartError};

@@ -1,0 +1,28 @@
+//! The openraft glue: the log and the state machine on RocksDB, Raft messages between
+//! nodes over tonic, and `Replica`, through which the gRPC services propose commands
+//! and read the replicated state.
+//!
+//! # Layout
+//!
+//! * `types` — openraft's type configuration and the log entry payload (`Proposal`).
+//! * `codec` — postcard behind a format version, for every stored blob and peer message.
+//! * `storage` — the RocksDB database and its column families.
+//! * `log_store` — openraft's log storage on RocksDB, with group-committed fsyncs.
+//! * `state_machine_store` — openraft's state machine: the pure machine in memory,
+//!   snapshots in RocksDB, the machine's effects handed to the `shell`.
+//! * `applier` — the thread on which entries are applied and snapshots decoded, so
+//!   that the state is packed in a heap arena of its own.
+//! * `replica` — `Replica`: propose (batched into entries), confirm leadership
+//!   (batched into rounds), linearizable reads.
+//! * `network` — Raft RPCs to peers over tonic.
+//! * `peer_service` — the `Peer` gRPC service: Raft RPCs from peers.
+
+pub mod applier;
+pub mod codec;
+pub mod log_store;
+pub mod network;
+pub mod peer_service;
+pub mod replica;
+pub mod state_machine_store;
+pub mod storage;
+pub mod types;

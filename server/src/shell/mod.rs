@@ -1,0 +1,23 @@
+//! The node-local state that applied entries drive, below the Raft glue: session
+//! deadlines, RPCs waiting for a grant, election observers, semaphore wait times, and
+//! the clock and heap they run on. Nothing here proposes or reads through Raft; the
+//! state-machine store feeds these from the machine's effects, and the gRPC services
+//! read them.
+//!
+//! # Layout
+//!
+//! * `clock` — the only place that reads a clock, with the test-only skew knob.
+//! * `session_deadlines` — `SessionDeadlines`: every session's deadline on this node's
+//!   monotonic clock; the leader renews them on keepalives and proposes expiry.
+//! * `wait_registry` — `WaitRegistry`: RPCs waiting in a FIFO queue, woken by the
+//!   applied entry that grants or ends their wait.
+//! * `observers` — election changes pushed to `Observe` streams in apply order.
+//! * `wait_histograms` — how long semaphore acquires waited, per semaphore.
+//! * `memory` — how the node uses the C allocator, and the heap trimmer.
+
+pub mod clock;
+pub mod memory;
+pub mod observers;
+pub mod session_deadlines;
+pub mod wait_histograms;
+pub mod wait_registry;
