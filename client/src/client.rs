@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 use leasehold_proto as pb;
 use leasehold_proto::admin_client::AdminClient;
 use leasehold_proto::elections_client::ElectionsClient;
+use leasehold_proto::errors::{error_metadata, error_reason, METADATA_LEADER, METADATA_SESSION_ID};
 use leasehold_proto::leasehold_client::LeaseholdClient;
 use leasehold_proto::semaphores_client::SemaphoresClient;
+use leasehold_proto::ErrorReason;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -79,6 +81,9 @@ enum Attempt<T> {
     Redirect(Option<String>),
     /// Sent but unanswered: may have been applied.
     Lost(String),
+    /// Refused as a reuse of its request id: a definite refusal, unless an earlier
+    /// attempt of this request went unanswered (then that one may have been applied).
+    Reused(Error),
     Failed(Error),
 }
 
@@ -178,8 +183,8 @@ impl Client {
 
     /// Points the next attempt at the leader a status names, or at the next node.
     pub(crate) fn follow_hint(&self, status: &Status) {
-        let leader = status.metadata().get(LEADER_METADATA_KEY).and_then(|value| value.to_str().ok());
-        match leader.and_then(|leader| self.learn_endpoint(leader)) {
+        let leader = leader_named(status);
+        match leader.as_deref().and_then(|leader| self.learn_endpoint(leader)) {
             Some(leader) => self.prefer(Some(&leader)),
             None => self.prefer(None),
         }
@@ -208,16 +213,19 @@ impl Client {
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = std::result::Result<T, Status>>,
     {
-        self.with_leader_patient(what, deadline, Duration::from_millis(ATTEMPT_TIMEOUT_MS), call).await
+        self.with_leader_patient(what, deadline, Duration::from_millis(ATTEMPT_TIMEOUT_MS), None, call).await
     }
 
     /// `with_leader` for calls that may legitimately take long (a blocking acquire):
-    /// each attempt may take up to `attempt_timeout`.
+    /// each attempt may take up to `attempt_timeout`. `session` is the session a
+    /// waiting request belongs to: when the server says it ended, the call fails with
+    /// `Error::SessionLost`.
     pub(crate) async fn with_leader_patient<T, F, Fut>(
         &self,
         what: &str,
         deadline: Duration,
         attempt_timeout: Duration,
+        session: Option<u64>,
         mut call: F,
     ) -> Result<T>
     where
@@ -235,7 +243,7 @@ impl Client {
             let limit = left.min(attempt_timeout).max(Duration::from_millis(1));
             let attempt = match tokio::time::timeout(limit, call(channel)).await {
                 Ok(Ok(value)) => Attempt::Done(value),
-                Ok(Err(status)) => classify(&status, &endpoint),
+                Ok(Err(status)) => classify(&status, &endpoint, session),
                 Err(_) => Attempt::Lost(format!("{endpoint} did not answer within {} ms", limit.as_millis())),
             };
             match attempt {
@@ -245,12 +253,10 @@ impl Client {
                 }
                 // A refusal of a retry as a reused request id means an earlier attempt
                 // may have been applied with a different body: not a definite failure.
-                Attempt::Failed(Error::Refused(message))
-                    if sent_unanswered.is_some() && message.contains("was already used for a different command") =>
-                {
-                    return Err(Error::Indeterminate(format!("{what}: {message}")));
+                Attempt::Reused(error) if sent_unanswered.is_some() => {
+                    return Err(Error::Indeterminate(format!("{what}: {error}")));
                 }
-                Attempt::Failed(error) => return Err(error),
+                Attempt::Reused(error) | Attempt::Failed(error) => return Err(error),
                 Attempt::Redirect(leader) => {
                     last_error = format!("{endpoint} is not the leader");
                     match leader.as_deref().and_then(|leader| self.learn_endpoint(leader)) {
@@ -422,26 +428,155 @@ impl Client {
     }
 }
 
-fn classify<T>(status: &Status, endpoint: &str) -> Attempt<T> {
-    match status.code() {
-        Code::Unavailable => {
-            let leader = status
-                .metadata()
-                .get(LEADER_METADATA_KEY)
-                .and_then(|value| value.to_str().ok())
-                .map(|value| value.to_string());
-            // "not the leader" answers are definite: nothing was applied. A broken
-            // connection is reported as UNAVAILABLE too, by tonic, with no leader
-            // metadata; then the request may or may not have reached the node.
-            if leader.is_some() || status.message().contains("is not the leader") {
-                Attempt::Redirect(leader)
-            } else {
-                Attempt::Lost(format!("{endpoint}: {}", status.message()))
-            }
+/// What one attempt's error status means for the retry loop, decided on the status's
+/// `ErrorReason` and never on its message. `session` is the session a waiting request
+/// belongs to: its end is `Error::SessionLost`.
+fn classify<T>(status: &Status, endpoint: &str, session: Option<u64>) -> Attempt<T> {
+    let lost = || Attempt::Lost(format!("{endpoint}: {}", status.message()));
+    let Some(reason) = error_reason(status) else {
+        // Not from a Leasehold handler. A connection that could not be made never
+        // carried the request: try the next node. A broken connection or a deadline
+        // (tonic reports both as statuses) may or may not have reached the node.
+        if never_connected(status) {
+            return Attempt::Redirect(None);
         }
-        Code::DeadlineExceeded | Code::Cancelled | Code::Unknown | Code::Internal => {
-            Attempt::Lost(format!("{endpoint}: {}", status.message()))
+        return match status.code() {
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown | Code::Internal => lost(),
+            _ => Attempt::Failed(Error::from_status(status)),
+        };
+    };
+    match reason {
+        // Definite: nothing was applied; go to the leader the node names.
+        ErrorReason::NotLeader => Attempt::Redirect(leader_named(status)),
+        ErrorReason::ShuttingDown
+        | ErrorReason::CommitUncertain
+        | ErrorReason::LeadershipUnconfirmed
+        | ErrorReason::ReadNotApplied
+        | ErrorReason::Internal => lost(),
+        ErrorReason::RequestIdReused => Attempt::Reused(Error::from_status(status)),
+        ErrorReason::UnknownSession | ErrorReason::SessionEnded
+            if session.is_some()
+                && error_metadata(status, METADATA_SESSION_ID) == session.map(|session| session.to_string()) =>
+        {
+            Attempt::Failed(Error::SessionLost(session.expect("checked above")))
         }
         _ => Attempt::Failed(Error::from_status(status)),
+    }
+}
+
+/// Whether the status is a failure to connect (refused, unreachable), read from the
+/// error kinds of its source chain: the request was never sent.
+fn never_connected(status: &Status) -> bool {
+    use std::io::ErrorKind;
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::HostUnreachable
+                    | ErrorKind::NetworkUnreachable
+                    | ErrorKind::AddrNotAvailable
+            );
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// The leader's client address a not-leader answer names, if it names one.
+fn leader_named(status: &Status) -> Option<String> {
+    let from_details = error_metadata(status, METADATA_LEADER);
+    let from_header =
+        || status.metadata().get(LEADER_METADATA_KEY).and_then(|value| value.to_str().ok()).map(String::from);
+    from_details.or_else(from_header).filter(|leader| !leader.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_proto::errors::error_status;
+
+    use super::*;
+
+    const OWN_SESSION: u64 = 7;
+
+    /// What the retry loop does with an attempt, with the error's variant.
+    fn shape(attempt: Attempt<()>) -> String {
+        match attempt {
+            Attempt::Done(()) => "done".into(),
+            Attempt::Redirect(leader) => format!("redirect to {leader:?}"),
+            Attempt::Lost(_) => "lost".into(),
+            Attempt::Reused(error) => format!("reused: {}", variant(&error)),
+            Attempt::Failed(error) => format!("failed: {}", variant(&error)),
+        }
+    }
+
+    fn variant(error: &Error) -> String {
+        let text = format!("{error:?}");
+        text[..text.find('(').unwrap_or(text.len())].to_string()
+    }
+
+    fn every_reason() -> Vec<ErrorReason> {
+        (1..).map_while(|value| ErrorReason::try_from(value).ok()).collect()
+    }
+
+    fn status(reason: ErrorReason, message: &str) -> Status {
+        let metadata = [
+            (METADATA_SESSION_ID, OWN_SESSION.to_string()),
+            (METADATA_LEADER, "127.0.0.1:7102".to_string()),
+            (leasehold_proto::errors::METADATA_LEADER_ID, "2".to_string()),
+        ];
+        let sent = error_status(reason, message, &metadata);
+        // As it arrives: code, message and the details' bytes.
+        Status::with_details(sent.code(), sent.message(), sent.details().to_vec().into())
+    }
+
+    #[test]
+    fn classification_follows_the_reason_whatever_the_message_says() {
+        let rewordings = [
+            "",
+            "reworded entirely",
+            // Texts the client once matched on, now under reasons that mean otherwise.
+            "node 1 is not the leader",
+            "request id (client 1, sequence 2) was already used for a different command",
+            "session 7 ended (expired or closed) while waiting for lock \"a\"",
+            "session 7 does not exist",
+        ];
+        for reason in every_reason() {
+            let original = shape(classify(&status(reason, "the server's own words"), "n1", Some(OWN_SESSION)));
+            for reworded in rewordings {
+                let again = shape(classify(&status(reason, reworded), "n1", Some(OWN_SESSION)));
+                assert_eq!(again, original, "{reason:?} with the message {reworded:?}");
+                let error = Error::from_status(&status(reason, reworded));
+                assert_eq!(variant(&error), variant(&Error::from_status(&status(reason, "x"))), "{reason:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn each_reason_gets_the_treatment_it_documents() {
+        let classify_as = |reason, session| shape(classify(&status(reason, "x"), "n1", session));
+        assert_eq!(classify_as(ErrorReason::NotLeader, None), "redirect to Some(\"127.0.0.1:7102\")");
+        for maybe_applied in [ErrorReason::ShuttingDown, ErrorReason::CommitUncertain] {
+            assert_eq!(classify_as(maybe_applied, None), "lost", "{maybe_applied:?} is retried with the same id");
+        }
+        assert_eq!(classify_as(ErrorReason::RequestIdReused, None), "reused: Refused");
+        assert_eq!(classify_as(ErrorReason::UnknownSession, Some(OWN_SESSION)), "failed: SessionLost");
+        assert_eq!(classify_as(ErrorReason::SessionEnded, Some(OWN_SESSION)), "failed: SessionLost");
+        assert_eq!(classify_as(ErrorReason::UnknownSession, Some(8)), "failed: NotFound", "another session");
+        assert_eq!(classify_as(ErrorReason::UnknownSession, None), "failed: NotFound");
+        assert_eq!(classify_as(ErrorReason::NotHolder, None), "failed: Refused");
+        assert_eq!(classify_as(ErrorReason::LimitExceeded, None), "failed: LimitReached");
+        assert_eq!(classify_as(ErrorReason::InvalidArgument, None), "failed: InvalidArgument");
+    }
+
+    #[test]
+    fn a_status_without_a_reason_is_classed_by_its_code_not_its_message() {
+        // A broken connection is UNAVAILABLE too; saying "is not the leader" does not
+        // make it a definite refusal.
+        let transport = Status::unavailable("node 1 is not the leader");
+        assert_eq!(shape(classify(&transport, "n1", None)), "lost");
+        let refused = Status::failed_precondition("was already used for a different command");
+        assert_eq!(shape(classify(&refused, "n1", None)), "failed: Refused");
     }
 }

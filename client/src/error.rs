@@ -1,6 +1,8 @@
 //! What can go wrong, said honestly: a request that may or may not have taken effect
 //! is `Indeterminate`, never reported as failed.
 
+use leasehold_proto::errors::error_reason;
+use leasehold_proto::ErrorReason;
 use tonic::Code;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -36,15 +38,45 @@ pub enum Error {
 }
 
 impl Error {
+    /// The error a refusal from the server stands for. Decided on the status's
+    /// `ErrorReason` (see `leasehold_proto::errors`), never on its message; a status
+    /// without one (from the transport, not a handler) is classed by its code.
     pub(crate) fn from_status(status: &tonic::Status) -> Error {
         let message = status.message().to_string();
-        match status.code() {
-            Code::InvalidArgument => Error::InvalidArgument(message),
-            Code::NotFound => Error::NotFound(message),
-            Code::FailedPrecondition | Code::AlreadyExists => Error::Refused(message),
-            Code::ResourceExhausted => Error::LimitReached(message),
-            Code::Unavailable => Error::Unavailable(message),
-            _ => Error::Other(format!("{:?}: {message}", status.code())),
+        match error_reason(status) {
+            Some(reason) => Error::from_reason(reason, message),
+            None => match status.code() {
+                Code::InvalidArgument => Error::InvalidArgument(message),
+                Code::NotFound => Error::NotFound(message),
+                Code::FailedPrecondition | Code::AlreadyExists => Error::Refused(message),
+                Code::ResourceExhausted => Error::LimitReached(message),
+                Code::Unavailable => Error::Unavailable(message),
+                code => Error::Other(format!("{code:?}: {message}")),
+            },
+        }
+    }
+
+    fn from_reason(reason: ErrorReason, message: String) -> Error {
+        match reason {
+            ErrorReason::InvalidArgument => Error::InvalidArgument(message),
+            ErrorReason::UnknownSession | ErrorReason::UnknownMember => Error::NotFound(message),
+            ErrorReason::LimitExceeded => Error::LimitReached(message),
+            ErrorReason::RequestIdReused
+            | ErrorReason::NotHolder
+            | ErrorReason::LimitMismatch
+            | ErrorReason::NotElectionLeader
+            | ErrorReason::SessionEnded
+            | ErrorReason::AlreadyMember
+            | ErrorReason::LastVoter
+            | ErrorReason::MembershipRefused
+            | ErrorReason::ClockKnobOff
+            | ErrorReason::WrongCluster => Error::Refused(message),
+            ErrorReason::NotLeader
+            | ErrorReason::ShuttingDown
+            | ErrorReason::CommitUncertain
+            | ErrorReason::LeadershipUnconfirmed
+            | ErrorReason::ReadNotApplied => Error::Unavailable(message),
+            ErrorReason::Unspecified | ErrorReason::Internal => Error::Other(format!("internal: {message}")),
         }
     }
 

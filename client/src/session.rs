@@ -225,6 +225,11 @@ impl Session {
                     what,
                     wait + client.inner.request_deadline,
                     wait + Duration::from_millis(ATTEMPT_TIMEOUT_MS),
+                    // A wait that ends because the session is gone (it ended while the
+                    // session waited, or the retry of a lost answer found it gone)
+                    // reports the session lost: the wait may have been granted just
+                    // before the session ended, and whatever it got went with it.
+                    Some(self.inner.id),
                     |channel| {
                         // A retry carries the same request id, so it must be the same
                         // command: a waiting request stays a waiting one (at least 1 ms)
@@ -234,8 +239,7 @@ impl Session {
                         attempt(channel, request_id, wait_ms)
                     },
                 )
-                .await
-                .map_err(|error| self.lost_if_session_ended(error))?;
+                .await?;
             match answer {
                 WaitAnswer::Granted(token) => return Ok(Ok(token)),
                 WaitAnswer::NotYet { timed_out, detail } => {
@@ -246,20 +250,6 @@ impl Session {
                     return Ok(Err(detail));
                 }
             }
-        }
-    }
-
-    /// A wait that ends because the session is gone (it ended while the session
-    /// waited, or the retry of a lost answer found it gone) reports the session lost:
-    /// the wait may have been granted just before the session ended, and whatever it
-    /// got is released with the session.
-    fn lost_if_session_ended(&self, error: Error) -> Error {
-        match &error {
-            Error::NotFound(message) if message.contains(&format!("session {} ", self.inner.id)) => {
-                Error::SessionLost(self.inner.id)
-            }
-            Error::Refused(message) if message.contains("while waiting") => Error::SessionLost(self.inner.id),
-            _ => error,
         }
     }
 
