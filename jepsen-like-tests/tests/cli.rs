@@ -1,14 +1,52 @@
-//! The `leasehold` CLI against a real cluster.
+//! The `leasehold` CLI against a real cluster, and its exit codes: one test per code
+//! that a test can reach (`leasehold --help` has the table).
 
-use std::process::{Command, Stdio};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use leasehold_jepsen::cluster::{binary, ClusterOptions, TestCluster};
+use leasehold_jepsen::cluster::{binary, free_ports, ClusterOptions, TestCluster};
+
+/// How long a `leasehold` command that should end on its own may take.
+const COMMAND_DEADLINE_MS: u64 = 30_000;
 
 fn leasehold(cluster: &TestCluster) -> Command {
+    leasehold_at(&cluster.endpoints().join(","))
+}
+
+fn leasehold_at(endpoints: &str) -> Command {
     let mut command = Command::new(binary("leasehold"));
-    command.env("LEASEHOLD_ENDPOINTS", cluster.endpoints().join(","));
+    command.env("LEASEHOLD_ENDPOINTS", endpoints);
+    command.env_remove("LEASEHOLD_REQUEST_TIMEOUT");
     command
+}
+
+/// One node is enough for the exit codes, and starts faster than three.
+async fn single_node_cluster() -> TestCluster {
+    let cluster = TestCluster::start(ClusterOptions { nodes: 1, ..ClusterOptions::default() });
+    cluster.wait_for_leader(Duration::from_secs(20)).await;
+    cluster
+}
+
+/// Runs `command` to its end, or fails the test after `COMMAND_DEADLINE_MS`.
+async fn run(command: Command, reason: &str) -> Output {
+    let deadline = Duration::from_millis(COMMAND_DEADLINE_MS);
+    let mut command = tokio::process::Command::from(command);
+    command.kill_on_drop(true);
+    match tokio::time::timeout(deadline, command.output()).await {
+        Ok(output) => output.expect("run leasehold"),
+        Err(_) => panic!("timed out after {deadline:?} waiting for: {reason}"),
+    }
+}
+
+/// Runs `leasehold ARGUMENTS` and checks its exit code; returns (stdout, stderr).
+async fn expect_exit(mut command: Command, arguments: &[&str], code: i32) -> (String, String) {
+    command.args(arguments);
+    let output = run(command, &format!("leasehold {arguments:?}")).await;
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned());
+    assert_eq!(output.status.code(), Some(code), "leasehold {arguments:?}\nstdout: {stdout}\nstderr: {stderr}");
+    (stdout, stderr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,4 +138,197 @@ async fn a_paused_lock_holder_loses_the_lock_and_its_command_is_terminated() {
     // SAFETY: probing whether the command's process still exists.
     let alive = unsafe { libc::kill(child_pid, 0) } == 0;
     assert!(!alive, "the command must have been terminated");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn help_and_version_exit_0_and_a_wrong_command_line_exits_64() {
+    // Nothing is contacted: the command line is refused before any request.
+    let [port] = free_ports();
+    let nowhere = format!("127.0.0.1:{port}");
+    let (help, _) = expect_exit(leasehold_at(&nowhere), &["--help"], 0).await;
+    for code in ["0 ", "1 ", "64 ", "69 ", "70 ", "71 ", "74 ", "75 ", "76 ", "126 ", "127 "] {
+        assert!(help.lines().any(|line| line.trim_start().starts_with(code)), "--help lists exit code {code}:\n{help}");
+    }
+    expect_exit(leasehold_at(&nowhere), &["--version"], 0).await;
+    let (_, stderr) = expect_exit(leasehold_at(&nowhere), &["--no-such-flag", "status"], 64).await;
+    assert!(stderr.contains("--no-such-flag"), "{stderr}");
+    let (_, stderr) = expect_exit(leasehold_at(&nowhere), &["lock", "a", "--ttl", "10x", "--", "true"], 64).await;
+    assert!(stderr.contains("10x"), "the error names the bad duration: {stderr}");
+    expect_exit(leasehold_at(&nowhere), &["sem", "a", "--wait", "soon", "--limit", "2"], 64).await;
+    expect_exit(leasehold_at(&nowhere), &["--request-timeout", "1 fortnight", "status"], 64).await;
+    expect_exit(leasehold_at(&nowhere), &["fence", "check", "a", "not-a-token"], 64).await;
+    expect_exit(leasehold_at(&nowhere), &[], 64).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_server_finds_malformed_exits_64() {
+    let cluster = single_node_cluster().await;
+    let name = "n".repeat(300);
+    let (_, stderr) = expect_exit(leasehold(&cluster), &["lock", &name, "--try", "--", "true"], 64).await;
+    assert!(stderr.contains("invalid request"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_check_exits_0_for_the_current_token_and_1_for_a_superseded_one() {
+    let cluster = single_node_cluster().await;
+    let session = cluster.client().session(Duration::from_secs(10)).await.unwrap();
+    let first = session.try_lock("fenced").await.unwrap().expect("the lock is free");
+    let first_token = first.token().to_string();
+    let (stdout, _) = expect_exit(leasehold(&cluster), &["fence", "check", "fenced", &first_token], 0).await;
+    assert!(stdout.starts_with("current:"), "{stdout}");
+
+    first.release().await.unwrap();
+    let (stdout, _) = expect_exit(leasehold(&cluster), &["fence", "check", "fenced", &first_token], 1).await;
+    assert!(stdout.contains("is free now"), "{stdout}");
+
+    let second = session.try_lock("fenced").await.unwrap().expect("the lock is free again");
+    let second_token = second.token().to_string();
+    let (stdout, _) = expect_exit(leasehold(&cluster), &["fence", "check", "fenced", &first_token], 1).await;
+    assert!(stdout.contains(&format!("is token {second_token}")), "{stdout}");
+    expect_exit(leasehold(&cluster), &["fence", "check", "fenced", &second_token], 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_reachable_node_exits_69() {
+    // A reserved port nothing listens on: every connection is refused.
+    let [port] = free_ports();
+    let nowhere = format!("127.0.0.1:{port}");
+    let (stdout, _) = expect_exit(leasehold_at(&nowhere), &["status"], 69).await;
+    assert!(stdout.contains("unreachable"), "{stdout}");
+    let (_, stderr) = expect_exit(leasehold_at(&nowhere), &["member", "list"], 69).await;
+    assert!(stderr.contains("unavailable"), "{stderr}");
+    // A request never sent (the connection was refused) is unavailable, not
+    // indeterminate: a cron job's `fence check` must not read it as "superseded".
+    let (_, stderr) =
+        expect_exit(leasehold_at(&nowhere), &["--request-timeout", "1s", "fence", "check", "x", "5"], 69).await;
+    assert!(stderr.contains("unavailable"), "{stderr}");
+    let (_, stderr) =
+        expect_exit(leasehold_at(&nowhere), &["--request-timeout", "1s", "lock", "x", "--try", "--", "true"], 69).await;
+    assert!(stderr.contains("unavailable"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_a_paused_node_never_answers_exits_74() {
+    let cluster = single_node_cluster().await;
+    // The kernel still accepts connections to the stopped node, so each request is
+    // sent and never answered: it may have taken effect.
+    cluster.pause(1);
+    let started = Instant::now();
+    let (_, stderr) =
+        expect_exit(leasehold(&cluster), &["--request-timeout", "1s", "lock", "paused", "--try", "--", "true"], 74)
+            .await;
+    assert!(stderr.contains("indeterminate"), "{stderr}");
+    let (_, stderr) =
+        expect_exit(leasehold(&cluster), &["fence", "check", "paused", "1", "--request-timeout", "1s"], 74).await;
+    assert!(stderr.contains("indeterminate"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(15), "--request-timeout 1s gave up after {:?}", started.elapsed());
+    cluster.resume(1);
+    cluster.wait_for_leader(Duration::from_secs(20)).await;
+    expect_exit(leasehold(&cluster), &["fence", "check", "paused", "1"], 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_a_permit_or_leadership_that_is_taken_exits_75() {
+    let cluster = single_node_cluster().await;
+    let session = cluster.client().session(Duration::from_secs(10)).await.unwrap();
+    let _lock = session.try_lock("busy").await.unwrap().expect("the lock is free");
+    let _permit = session.semaphore("full", 1).try_acquire().await.unwrap().expect("a permit is free");
+    let _leadership = session.campaign_within("led", "first", Duration::ZERO).await.unwrap().expect("vacant");
+
+    let (_, stderr) = expect_exit(leasehold(&cluster), &["lock", "busy", "--try", "--", "true"], 75).await;
+    assert!(stderr.contains("is held by session"), "{stderr}");
+    let (_, stderr) = expect_exit(leasehold(&cluster), &["lock", "busy", "--wait", "300ms", "--", "true"], 75).await;
+    assert!(stderr.contains("waited"), "{stderr}");
+    let (_, stderr) =
+        expect_exit(leasehold(&cluster), &["sem", "full", "--limit", "1", "--try", "--", "true"], 75).await;
+    assert!(stderr.contains("is full"), "{stderr}");
+    let (_, stderr) = expect_exit(leasehold(&cluster), &["elect", "led", "second", "--try", "--", "true"], 75).await;
+    assert!(stderr.contains("not elected"), "{stderr}");
+    expect_exit(leasehold(&cluster), &["elect", "led", "second", "--wait", "300ms", "--", "true"], 75).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_server_refuses_exits_76() {
+    let cluster = single_node_cluster().await;
+    let session = cluster.client().session(Duration::from_secs(10)).await.unwrap();
+    let _permit = session.semaphore("pool", 3).try_acquire().await.unwrap().expect("a permit is free");
+    let (_, stderr) =
+        expect_exit(leasehold(&cluster), &["sem", "pool", "--limit", "2", "--try", "--", "true"], 76).await;
+    assert!(stderr.contains("refused"), "{stderr}");
+    expect_exit(leasehold(&cluster), &["sem", "pool", "--limit", "3", "--try", "--", "true"], 0).await;
+
+    let unknown = (session.id() + 1_000_000).to_string();
+    let (_, stderr) = expect_exit(leasehold(&cluster), &["describe", "session", &unknown], 76).await;
+    assert!(stderr.contains("not found"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_cannot_be_run_exits_127_or_126_and_the_lock_is_given_back() {
+    let cluster = single_node_cluster().await;
+    let (_, stderr) =
+        expect_exit(leasehold(&cluster), &["lock", "runs", "--try", "--", "/nonexistent/leasehold-test-command"], 127)
+            .await;
+    assert!(stderr.contains("cannot run"), "{stderr}");
+
+    let not_executable = tempfile::NamedTempFile::new().unwrap();
+    std::fs::set_permissions(not_executable.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = not_executable.path().display().to_string();
+    let (_, stderr) =
+        expect_exit(leasehold(&cluster), &["sem", "runs", "--limit", "1", "--try", "--", &path], 126).await;
+    assert!(stderr.contains("cannot run"), "{stderr}");
+
+    // Both were released when the command could not start, not left to expire.
+    expect_exit(leasehold(&cluster), &["lock", "runs", "--try", "--", "true"], 0).await;
+    expect_exit(leasehold(&cluster), &["sem", "runs", "--limit", "1", "--try", "--", "true"], 0).await;
+    // A command's own code passes through.
+    expect_exit(leasehold(&cluster), &["lock", "runs", "--try", "--", "sh", "-c", "exit 3"], 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_list_shows_permits_leaderships_and_campaigns() {
+    let cluster = single_node_cluster().await;
+    let client = cluster.client();
+    let holder = client.session(Duration::from_secs(10)).await.unwrap();
+    let lock = holder.try_lock("orders/42").await.unwrap().expect("the lock is free");
+    let permit = holder.semaphore("tenant-42", 2).try_acquire().await.unwrap().expect("a permit is free");
+    let leadership = holder.campaign_within("scheduler", "a", Duration::ZERO).await.unwrap().expect("vacant");
+    // Another session campaigns for the same election in the background.
+    let candidate = client.session(Duration::from_secs(10)).await.unwrap();
+    let candidate_id = candidate.id().to_string();
+    let campaign =
+        tokio::spawn(async move { candidate.campaign_within("scheduler", "b", Duration::from_secs(60)).await });
+
+    let text = leasehold_jepsen::wait::until(Duration::from_secs(20), "the candidate's campaign to show", || {
+        let mut command = leasehold(&cluster);
+        command.args(["session", "list"]);
+        let candidate_id = candidate_id.clone();
+        async move {
+            let output = run(command, "session list").await;
+            assert!(output.status.success(), "{output:?}");
+            let text = String::from_utf8_lossy(&output.stdout).into_owned();
+            let candidate_row = text.lines().find(|line| line.starts_with(&format!("{candidate_id} ")))?;
+            candidate_row.contains("election scheduler").then_some(text)
+        }
+    })
+    .await;
+    let header = text.lines().next().unwrap();
+    for column in ["SESSION", "TTL", "CLIENT", "LOCKS (token)", "PERMITS (token)", "LEADS (token)", "WAITS FOR"] {
+        assert!(header.contains(column), "{text}");
+    }
+    let holder_row =
+        text.lines().find(|line| line.starts_with(&format!("{} ", holder.id()))).expect("the holder's row");
+    for held in [
+        format!("orders/42 ({})", lock.token()),
+        format!("tenant-42 ({})", permit.token()),
+        format!("scheduler ({})", leadership.token()),
+    ] {
+        assert!(holder_row.contains(&held), "{held} in {text}");
+    }
+
+    let (stdout, _) = expect_exit(leasehold(&cluster), &["session", "list", "--json"], 0).await;
+    let sessions: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let holder_json = sessions.as_array().unwrap().iter().find(|row| row["session_id"] == holder.id()).unwrap();
+    assert_eq!(holder_json["permits"][0]["token"], permit.token());
+    assert_eq!(holder_json["leading"][0]["name"], "scheduler");
+    campaign.abort();
 }

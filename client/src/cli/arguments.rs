@@ -1,0 +1,312 @@
+//! The command line as clap parses it: global flags, one variant per command, and the
+//! flags that `lock`, `sem` and `elect` share. Durations are parsed here, so a bad
+//! one is a usage error (exit 64) before anything is sent.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use leasehold::duration;
+
+use super::exit;
+
+/// How long `lock` and `sem` wait for their turn when --wait is not given (`elect`
+/// campaigns until elected).
+pub const WAIT_MS_DEFAULT: u64 = 30_000;
+
+#[derive(Parser, Debug)]
+#[command(name = "leasehold", version, about = "Leasehold command-line client.", after_help = exit::help_table())]
+pub struct Arguments {
+    /// Client addresses of the cluster's nodes, comma-separated.
+    #[arg(long, env = "LEASEHOLD_ENDPOINTS", default_value = leasehold::DEFAULT_ENDPOINTS, global = true)]
+    pub endpoints: String,
+    /// How long a request keeps retrying (other nodes, leader changes) before it
+    /// gives up: exit 69 when no node took it, 74 when it was sent but not answered.
+    #[arg(
+        long,
+        env = "LEASEHOLD_REQUEST_TIMEOUT",
+        default_value = "10s",
+        value_parser = duration::parse,
+        value_name = "DURATION",
+        global = true
+    )]
+    pub request_timeout: Duration,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Members, leader, term, commit and applied index of each node.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// List, add or remove cluster members.
+    Member {
+        #[command(subcommand)]
+        action: MemberAction,
+    },
+    /// Run a command while holding a lock.
+    ///
+    /// The command sees LEASEHOLD_LOCK, LEASEHOLD_FENCING_TOKEN and LEASEHOLD_SESSION
+    /// in its environment. Exit codes: the command's own; 75 when the lock was not
+    /// acquired; 70 when the session went into jeopardy and the command was
+    /// terminated (SIGTERM, then SIGKILL after a quarter of the TTL) before the lease
+    /// ran out; the others as in `leasehold --help`.
+    Lock {
+        /// The lock's name.
+        name: String,
+        #[command(flatten)]
+        hold: HoldArguments,
+    },
+    /// Run a command while holding a semaphore permit (at most LIMIT holders at once).
+    ///
+    /// Same supervision and exit codes as `lock`; the command sees LEASEHOLD_SEMAPHORE,
+    /// LEASEHOLD_FENCING_TOKEN and LEASEHOLD_SESSION.
+    Sem {
+        /// The semaphore's name.
+        name: String,
+        /// At most this many holders; the first acquirer sets it, and an acquire with
+        /// another limit is refused (exit 76).
+        #[arg(long)]
+        limit: u32,
+        #[command(flatten)]
+        hold: HoldArguments,
+    },
+    /// Campaign to lead NAME with VALUE; print when elected; run the command while
+    /// leader (or hold until interrupted). Losing leadership terminates the command
+    /// as `lock` does (exit 70).
+    ///
+    /// The command sees LEASEHOLD_ELECTION, LEASEHOLD_LEADER_VALUE,
+    /// LEASEHOLD_FENCING_TOKEN and LEASEHOLD_SESSION.
+    Elect {
+        /// The election's name.
+        name: String,
+        /// What the leader announces (`leasehold leader` shows it): a host name, an
+        /// address.
+        value: String,
+        #[command(flatten)]
+        hold: HoldArguments,
+    },
+    /// The current leader of an election.
+    Leader {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print every change of an election's leader, one line each, until interrupted.
+    Observe {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Describe a lock, a semaphore or a session.
+    Describe {
+        #[command(subcommand)]
+        what: DescribeWhat,
+    },
+    /// Fencing token checks.
+    Fence {
+        #[command(subcommand)]
+        action: FenceAction,
+    },
+    /// Sessions.
+    Session {
+        #[command(subcommand)]
+        action: SessionAction,
+    },
+}
+
+/// The flags of the commands that hold something (a lock, a permit, leadership)
+/// while they run a command: `lock`, `sem` and `elect`.
+#[derive(Args, Debug)]
+pub struct HoldArguments {
+    /// Session TTL: how long the cluster keeps the session, and so what it holds,
+    /// after the last keepalive it answered.
+    #[arg(long, default_value = "10s", value_parser = duration::parse, value_name = "DURATION")]
+    pub ttl: Duration,
+    /// How long to wait for the lock, the permit or leadership before giving up
+    /// (exit 75). Default: 30s for `lock` and `sem`; `elect` campaigns until elected.
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION", conflicts_with = "try_only")]
+    pub wait: Option<Duration>,
+    /// Do not wait: exit 75 at once if it is held (or the semaphore is full).
+    #[arg(long = "try")]
+    pub try_only: bool,
+    /// Print the fencing token on stdout before running the command.
+    #[arg(long)]
+    pub print_token: bool,
+    /// The command and its arguments (after `--`). Without one, print the token and
+    /// hold until interrupted.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+impl HoldArguments {
+    /// How long `lock` and `sem` wait: not at all with --try, else --wait, else
+    /// `WAIT_MS_DEFAULT`.
+    pub fn wait_or_default(&self) -> Duration {
+        self.wait_max().unwrap_or(Duration::from_millis(WAIT_MS_DEFAULT))
+    }
+
+    /// How long `elect` campaigns: not at all with --try, else --wait; None (until
+    /// elected) without either.
+    pub fn wait_max(&self) -> Option<Duration> {
+        if self.try_only {
+            Some(Duration::ZERO)
+        } else {
+            self.wait
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MemberAction {
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a node (started without --initial-member): learner first, then voter.
+    Add {
+        node_id: u64,
+        client_addr: String,
+        peer_addr: String,
+        /// Leave it a non-voting learner.
+        #[arg(long)]
+        learner: bool,
+    },
+    Remove {
+        node_id: u64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DescribeWhat {
+    Lock {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    Sem {
+        /// The semaphore's name.
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    Session {
+        session_id: u64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum FenceAction {
+    /// Exit 0 if TOKEN is the current grant of NAME, 1 if it was superseded; any
+    /// other code means the check could not be made (see `leasehold --help`).
+    Check { name: String, token: u64 },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SessionAction {
+    /// Every session: its locks, permits and leaderships with their tokens, and what
+    /// it waits or campaigns for.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(line: &[&str]) -> Result<Arguments, clap::Error> {
+        Arguments::try_parse_from(std::iter::once("leasehold").chain(line.iter().copied()))
+    }
+
+    fn hold_of(arguments: Arguments) -> HoldArguments {
+        match arguments.command {
+            Command::Lock { hold, .. } | Command::Sem { hold, .. } | Command::Elect { hold, .. } => hold,
+            other => panic!("not a hold command: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_definition_is_consistent() {
+        Arguments::command().debug_assert();
+    }
+
+    #[test]
+    fn the_default_request_timeout_is_the_client_default() {
+        let arguments = parse(&["status"]).unwrap();
+        let default = Duration::from_millis(leasehold::client::REQUEST_DEADLINE_MS_DEFAULT);
+        assert_eq!(arguments.request_timeout, default);
+        let arguments = parse(&["--request-timeout", "1500ms", "status"]).unwrap();
+        assert_eq!(arguments.request_timeout, Duration::from_millis(1_500));
+        let arguments = parse(&["status", "--request-timeout", "2s"]).unwrap();
+        assert_eq!(arguments.request_timeout, Duration::from_secs(2), "a global flag, after the command too");
+    }
+
+    #[test]
+    fn durations_are_parsed_by_clap() {
+        let hold = hold_of(parse(&["lock", "a", "--ttl", "2s", "--wait", "1m", "--", "true"]).unwrap());
+        assert_eq!(hold.ttl, Duration::from_secs(2));
+        assert_eq!(hold.wait_or_default(), Duration::from_secs(60));
+        assert_eq!(hold.command, vec!["true".to_string()]);
+        for bad in [
+            &["lock", "a", "--ttl", "10x"][..],
+            &["sem", "a", "--limit", "2", "--wait", "soon"],
+            &["elect", "a", "v", "--ttl=-1s"],
+        ] {
+            let error = parse(bad).unwrap_err();
+            assert_eq!(error.kind(), clap::error::ErrorKind::ValueValidation, "{bad:?}");
+            assert_eq!(exit::code_of_parse(&error), exit::EXIT_USAGE, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn lock_and_sem_wait_30s_by_default_and_elect_until_elected() {
+        let lock = hold_of(parse(&["lock", "a"]).unwrap());
+        assert_eq!(lock.wait_or_default(), Duration::from_millis(WAIT_MS_DEFAULT));
+        let sem = hold_of(parse(&["sem", "a", "--limit", "2", "--try"]).unwrap());
+        assert_eq!(sem.wait_or_default(), Duration::ZERO);
+        let elect = hold_of(parse(&["elect", "a", "value"]).unwrap());
+        assert_eq!(elect.wait_max(), None);
+        let elect = hold_of(parse(&["elect", "a", "value", "--wait", "5s"]).unwrap());
+        assert_eq!(elect.wait_max(), Some(Duration::from_secs(5)));
+        assert!(parse(&["lock", "a", "--try", "--wait", "1s"]).is_err(), "--try and --wait conflict");
+    }
+
+    #[test]
+    fn every_hold_flag_is_documented() {
+        let mut command = Arguments::command();
+        for name in ["lock", "sem", "elect"] {
+            let subcommand = command.find_subcommand_mut(name).unwrap();
+            for argument in subcommand.get_arguments() {
+                let id = argument.get_id().as_str();
+                if id == "help" {
+                    continue;
+                }
+                let documented = argument.get_help().is_some();
+                assert!(documented, "`{name}`'s {id} has no help text");
+            }
+        }
+    }
+
+    #[test]
+    fn help_and_version_exit_0_and_help_shows_the_exit_codes() {
+        for line in [&["--help"][..], &["-h"], &["--version"]] {
+            let error = parse(line).unwrap_err();
+            assert_eq!(exit::code_of_parse(&error), exit::EXIT_SUCCESS, "{line:?}");
+        }
+        let help = parse(&["--help"]).unwrap_err().to_string();
+        assert!(help.contains("Exit codes:"), "{help}");
+        assert!(help.contains(exit::help_table().trim_end()), "{help}");
+        for line in [&["--bogus"][..], &[], &["lock"], &["fence", "check", "a", "not-a-number"]] {
+            let error = parse(line).unwrap_err();
+            assert_eq!(exit::code_of_parse(&error), exit::EXIT_USAGE, "{line:?}");
+        }
+    }
+}

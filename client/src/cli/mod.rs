@@ -1,0 +1,25 @@
+//! The `leasehold` command line, split the way it runs: parse the arguments, run one
+//! command family, map the outcome to an exit code. Only the binary uses these
+//! modules; the library crate (`src/lib.rs`) does not include them.
+//!
+//! # Layout
+//!
+//! * `arguments` — the clap types: global flags, commands, the shared hold flags.
+//! * `exit` — the exit codes, the `Error` → code mapping and the table in `--help`.
+//! * `hold` — `lock`, `sem` and `elect`: acquire, then supervise, then give back.
+//! * `supervise` — running the command; jeopardy stops it (SIGTERM, then SIGKILL).
+//! * `render` — what the read commands print: text tables and JSON.
+//! * `status`, `member`, `describe`, `fence`, `session`, `leader` — one file per
+//!   remaining command family.
+
+pub mod arguments;
+pub mod describe;
+pub mod exit;
+pub mod fence;
+pub mod hold;
+pub mod leader;
+pub mod member;
+pub mod render;
+pub mod session;
+pub mod status;
+pub mod supervise;

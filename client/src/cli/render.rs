@@ -1,0 +1,340 @@
+//! What the read commands print on stdout: text tables and JSON. Each function
+//! returns the whole text, newlines included, so the formats can be tested without a
+//! cluster. JSON objects print their keys sorted (serde_json's map is ordered).
+
+use std::fmt::Write;
+
+use leasehold::proto as pb;
+use leasehold::{Error, Leader};
+use serde_json::{json, Value};
+
+/// What is printed in a table cell that lists nothing.
+const CELL_EMPTY: &str = "-";
+
+fn member_json(member: &pb::Member) -> Value {
+    json!({"node_id": member.node_id, "client_addr": member.client_addr, "peer_addr": member.peer_addr, "role": member.role})
+}
+
+/// `member list`, and the members under `status`.
+pub fn members(members: &[pb::Member], as_json: bool) -> String {
+    if as_json {
+        return format!("{}\n", Value::Array(members.iter().map(member_json).collect()));
+    }
+    let mut text = format!("{:<6} {:<8} {:<22} {:<22}\n", "NODE", "ROLE", "CLIENT ADDRESS", "PEER ADDRESS");
+    for member in members {
+        let _ = writeln!(
+            text,
+            "{:<6} {:<8} {:<22} {:<22}",
+            member.node_id, member.role, member.client_addr, member.peer_addr
+        );
+    }
+    text
+}
+
+/// `status`: one row per endpoint, as that node sees the cluster (or why it did not
+/// answer), then the members as the first node that answered knows them.
+pub fn status(rows: &[(String, Result<pb::StatusResponse, Error>)], as_json: bool) -> String {
+    let known_members = rows.iter().find_map(|(_, row)| row.as_ref().ok().map(|status| status.members.clone()));
+    if as_json {
+        let nodes: Vec<Value> = rows
+            .iter()
+            .map(|(endpoint, row)| match row {
+                Ok(status) => json!({
+                    "endpoint": endpoint, "reachable": true, "node_id": status.node_id, "state": status.state,
+                    "term": status.term, "leader_id": status.leader_id, "leader_client_addr": status.leader_client_addr,
+                    "last_log_index": status.last_log_index, "commit_index": status.commit_index,
+                    "applied_index": status.applied_index, "snapshot_index": status.snapshot_index,
+                    "cluster_name": status.cluster_name, "sessions": status.sessions, "locks": status.locks,
+                }),
+                Err(error) => json!({"endpoint": endpoint, "reachable": false, "error": error.to_string()}),
+            })
+            .collect();
+        let members: Vec<Value> = known_members.iter().flatten().map(member_json).collect();
+        return format!("{}\n", json!({"nodes": nodes, "members": members}));
+    }
+    let mut text = format!(
+        "{:<22} {:>4} {:<10} {:>5} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8}\n",
+        "ENDPOINT", "NODE", "STATE", "TERM", "LEADER", "LAST LOG", "COMMIT", "APPLIED", "SNAPSHOT", "SESSIONS"
+    );
+    for (endpoint, row) in rows {
+        let _ = match row {
+            Ok(status) => writeln!(
+                text,
+                "{:<22} {:>4} {:<10} {:>5} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8}",
+                endpoint,
+                status.node_id,
+                status.state,
+                status.term,
+                status.leader_id,
+                status.last_log_index,
+                status.commit_index,
+                status.applied_index,
+                status.snapshot_index,
+                status.sessions
+            ),
+            Err(error) => writeln!(text, "{endpoint:<22} unreachable: {error}"),
+        };
+    }
+    if let Some(known_members) = &known_members {
+        text.push('\n');
+        text.push_str(&members(known_members, false));
+    }
+    text
+}
+
+/// `describe lock`: the holder with its token, then the waiters in order.
+pub fn lock(name: &str, lock: &pb::DescribeLockResponse, as_json: bool) -> String {
+    if as_json {
+        let holder = lock.holder.as_ref().map(|holder| {
+            json!({"session_id": holder.session_id, "client_name": holder.client_name, "token": holder.token, "since_unix_ms": holder.since_unix_ms})
+        });
+        let waiters: Vec<Value> = lock
+            .waiters
+            .iter()
+            .map(|waiter| json!({"session_id": waiter.session_id, "client_name": waiter.client_name}))
+            .collect();
+        return format!("{}\n", json!({"name": name, "holder": holder, "waiters": waiters}));
+    }
+    let mut text = match &lock.holder {
+        None => format!("{name}: free\n"),
+        Some(holder) => format!(
+            "{name}: held by session {} ({}) with fencing token {}\n",
+            holder.session_id, holder.client_name, holder.token
+        ),
+    };
+    for (position, waiter) in lock.waiters.iter().enumerate() {
+        let _ = writeln!(text, "  waiter {}: session {} ({})", position + 1, waiter.session_id, waiter.client_name);
+    }
+    text
+}
+
+/// `describe sem`: the limit, the holders with their tokens, the waiters in order.
+pub fn semaphore(name: &str, semaphore: &pb::DescribeSemaphoreResponse, as_json: bool) -> String {
+    if as_json {
+        let holders: Vec<Value> = semaphore
+            .holders
+            .iter()
+            .map(|holder| json!({"session_id": holder.session_id, "client_name": holder.client_name, "token": holder.token, "since_unix_ms": holder.since_unix_ms}))
+            .collect();
+        let waiters: Vec<Value> = semaphore
+            .waiters
+            .iter()
+            .map(|waiter| json!({"session_id": waiter.session_id, "client_name": waiter.client_name}))
+            .collect();
+        return format!(
+            "{}\n",
+            json!({"name": name, "limit": semaphore.limit, "holders": holders, "waiters": waiters})
+        );
+    }
+    if semaphore.limit == 0 {
+        return format!("{name}: no holders, no waiters\n");
+    }
+    let mut text = format!("{name}: {} of {} permits held\n", semaphore.holders.len(), semaphore.limit);
+    for holder in &semaphore.holders {
+        let _ =
+            writeln!(text, "  holder: session {} ({}) token {}", holder.session_id, holder.client_name, holder.token);
+    }
+    for (position, waiter) in semaphore.waiters.iter().enumerate() {
+        let _ = writeln!(text, "  waiter {}: session {} ({})", position + 1, waiter.session_id, waiter.client_name);
+    }
+    text
+}
+
+/// `leader`, and each line of `observe`.
+pub fn leader(name: &str, leader: Option<&Leader>, as_json: bool) -> String {
+    match (leader, as_json) {
+        (Some(leader), true) => format!(
+            "{}\n",
+            json!({"name": name, "leader": {"session_id": leader.session_id, "client_name": leader.client_name, "token": leader.token, "value": leader.value}})
+        ),
+        (None, true) => format!("{}\n", json!({"name": name, "leader": null})),
+        (Some(leader), false) => format!(
+            "{name}: leader {:?} (session {}, {}), token {}\n",
+            leader.value, leader.session_id, leader.client_name, leader.token
+        ),
+        (None, false) => format!("{name}: vacant\n"),
+    }
+}
+
+/// `fence check`'s answer; the exit code says the same.
+pub fn fence_check(name: &str, token: u64, answer: &pb::CheckFenceResponse) -> String {
+    if answer.current {
+        format!("current: token {token} is the current grant of {name:?}\n")
+    } else if answer.current_token == 0 {
+        format!("superseded: {name:?} is free now; token {token} is no longer valid\n")
+    } else {
+        format!("superseded: the current grant of {name:?} is token {}\n", answer.current_token)
+    }
+}
+
+fn held_json(held: &[pb::HeldLock]) -> Vec<Value> {
+    held.iter().map(|held| json!({"name": held.name, "token": held.token})).collect()
+}
+
+/// `session list` and `describe session`: per session, what it holds with the tokens
+/// (locks, semaphore permits, leaderships) and what it waits for.
+pub fn sessions(sessions: &[pb::SessionInfo], as_json: bool) -> String {
+    if as_json {
+        let rows: Vec<Value> = sessions
+            .iter()
+            .map(|session| {
+                json!({"session_id": session.session_id, "ttl_ms": session.ttl_ms, "client_name": session.client_name, "held": held_json(&session.held), "waiting": session.waiting,
+                       "permits": held_json(&session.permits), "waiting_semaphores": session.waiting_semaphores, "leading": held_json(&session.leading), "campaigning": session.campaigning})
+            })
+            .collect();
+        return format!("{}\n", Value::Array(rows));
+    }
+    let header = ["SESSION", "TTL", "CLIENT", "LOCKS (token)", "PERMITS (token)", "LEADS (token)", "WAITS FOR"];
+    let rows: Vec<Vec<String>> = sessions
+        .iter()
+        .map(|session| {
+            let waits: Vec<String> = (session.waiting.iter().map(|name| format!("lock {name}")))
+                .chain(session.waiting_semaphores.iter().map(|name| format!("sem {name}")))
+                .chain(session.campaigning.iter().map(|name| format!("election {name}")))
+                .collect();
+            vec![
+                session.session_id.to_string(),
+                ttl_text(session.ttl_ms),
+                session.client_name.clone(),
+                held_text(&session.held),
+                held_text(&session.permits),
+                held_text(&session.leading),
+                list_text(&waits),
+            ]
+        })
+        .collect();
+    table(&header, &[1], &rows)
+}
+
+/// "10s", or "1500ms" when not whole seconds.
+fn ttl_text(ttl_ms: u64) -> String {
+    match (ttl_ms / 1_000, ttl_ms % 1_000) {
+        (seconds, 0) => format!("{seconds}s"),
+        _ => format!("{ttl_ms}ms"),
+    }
+}
+
+/// "orders/42 (7), orders/43 (9)", or "-".
+fn held_text(held: &[pb::HeldLock]) -> String {
+    let held: Vec<String> = held.iter().map(|held| format!("{} ({})", held.name, held.token)).collect();
+    list_text(&held)
+}
+
+fn list_text(items: &[String]) -> String {
+    if items.is_empty() {
+        CELL_EMPTY.to_string()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// A text table whose columns are as wide as their widest cell, two spaces apart;
+/// the columns in `right_aligned` (by index) are aligned right, and the last column
+/// is not padded.
+fn table(header: &[&str], right_aligned: &[usize], rows: &[Vec<String>]) -> String {
+    let header: Vec<String> = header.iter().map(|cell| cell.to_string()).collect();
+    let mut widths: Vec<usize> = header.iter().map(|cell| cell.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut text = String::new();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (column, (cell, width)) in row.iter().zip(&widths).enumerate() {
+            if column > 0 {
+                line.push_str("  ");
+            }
+            let last = column + 1 == row.len();
+            let _ = match (right_aligned.contains(&column), last) {
+                (true, _) => write!(line, "{cell:>width$}"),
+                (false, true) => write!(line, "{cell}"),
+                (false, false) => write!(line, "{cell:<width$}"),
+            };
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(name: &str, token: u64) -> pb::HeldLock {
+        pb::HeldLock { name: name.to_string(), token }
+    }
+
+    fn busy_session() -> pb::SessionInfo {
+        pb::SessionInfo {
+            session_id: 7,
+            ttl_ms: 10_000,
+            client_name: "host:1".to_string(),
+            held: vec![held("orders/42", 5), held("orders/43", 6)],
+            waiting: vec!["orders/44".to_string()],
+            permits: vec![held("tenant-42", 9)],
+            waiting_semaphores: vec!["tenant-43".to_string()],
+            leading: vec![held("scheduler", 3)],
+            campaigning: vec!["reporter".to_string()],
+        }
+    }
+
+    fn idle_session() -> pb::SessionInfo {
+        pb::SessionInfo { session_id: 12, ttl_ms: 1_500, client_name: "h:2".to_string(), ..Default::default() }
+    }
+
+    #[test]
+    fn the_session_table_shows_permits_leaderships_and_campaigns() {
+        let text = sessions(&[busy_session(), idle_session()], false);
+        let expected = "\
+SESSION     TTL  CLIENT  LOCKS (token)                 PERMITS (token)  LEADS (token)  WAITS FOR
+7           10s  host:1  orders/42 (5), orders/43 (6)  tenant-42 (9)    scheduler (3)  lock orders/44, sem tenant-43, election reporter
+12       1500ms  h:2     -                             -                -              -
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn the_session_json_is_unchanged() {
+        let text = sessions(&[busy_session()], true);
+        let expected = concat!(
+            r#"[{"campaigning":["reporter"],"client_name":"host:1","held":[{"name":"orders/42","token":5},{"name":"orders/43","token":6}],"#,
+            r#""leading":[{"name":"scheduler","token":3}],"permits":[{"name":"tenant-42","token":9}],"session_id":7,"ttl_ms":10000,"#,
+            r#""waiting":["orders/44"],"waiting_semaphores":["tenant-43"]}]"#,
+            "\n"
+        );
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn an_unreachable_node_is_a_row_and_members_come_from_one_that_answered() {
+        let answered = pb::StatusResponse {
+            node_id: 1,
+            state: "Leader".to_string(),
+            term: 2,
+            leader_id: 1,
+            members: vec![pb::Member {
+                node_id: 1,
+                client_addr: "127.0.0.1:7101".to_string(),
+                peer_addr: "127.0.0.1:7201".to_string(),
+                role: "voter".to_string(),
+            }],
+            ..Default::default()
+        };
+        let rows = vec![
+            ("127.0.0.1:7101".to_string(), Ok(answered)),
+            ("127.0.0.1:7102".to_string(), Err(Error::Unavailable("127.0.0.1:7102: no answer".to_string()))),
+        ];
+        let text = status(&rows, false);
+        assert!(
+            text.contains("127.0.0.1:7102         unreachable: unavailable: 127.0.0.1:7102: no answer\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("1      voter    127.0.0.1:7101         127.0.0.1:7201        \n"), "{text}");
+        let json: Value = serde_json::from_str(&status(&rows, true)).unwrap();
+        assert_eq!(json["nodes"][1]["reachable"], false);
+        assert_eq!(json["members"][0]["client_addr"], "127.0.0.1:7101");
+    }
+}
