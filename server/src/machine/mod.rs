@@ -39,6 +39,8 @@
 //! - `limits.rs`: every bound on the replicated state.
 //! - `tests.rs`: table tests of every rule; `model_tests.rs`: random command sequences
 //!   against a naive model.
+//! - `scenarios.rs`: runs the scenario scripts in `testdata/*.txt` (commands, then the
+//!   responses and events they must print).
 
 mod command;
 mod election;
@@ -54,6 +56,8 @@ mod view;
 
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod scenarios;
 #[cfg(test)]
 mod tests;
 
