@@ -8,7 +8,6 @@ use anyhow::{bail, Context};
 use leasehold::proto as pb;
 use leasehold::{Acquired, Client, LockGuard, PermitGuard, Session};
 use tokio::sync::mpsc;
-use tonic::transport::Endpoint;
 
 /// How long one keepalive may wait for its answer.
 pub const KEEPALIVE_ANSWER_TIMEOUT_MS: u64 = 2_000;
@@ -32,9 +31,17 @@ pub enum LeaseholdHeld {
     Permit(PermitGuard),
 }
 
+/// A client of the cluster at `endpoints`, with the TLS and credential of the
+/// LEASEHOLD_* variables (see `leasehold::settings`); it connects on first use.
+pub fn client(endpoints: &[String]) -> anyhow::Result<Client> {
+    let settings = leasehold::Settings { endpoints: endpoints.to_vec(), ..leasehold::Settings::from_env() };
+    settings.client().context("Leasehold client settings (LEASEHOLD_CA_FILE, LEASEHOLD_TOKEN_FILE)")
+}
+
 impl LeaseholdWorker {
     pub async fn open(endpoints: &[String], ttl: Duration) -> anyhow::Result<LeaseholdWorker> {
-        let client = Client::connect(endpoints.to_vec()).await.context("connect to Leasehold")?;
+        let client = client(endpoints)?;
+        client.status_any().await.context("connect to Leasehold")?;
         let session = client.session(ttl).await.context("create a session")?;
         Ok(LeaseholdWorker { endpoints: endpoints.to_vec(), session, keepalive: None })
     }
@@ -97,11 +104,8 @@ impl LeaseholdWorker {
 
     async fn open_keepalive_stream(&self) -> anyhow::Result<KeepAliveStream> {
         let leader = leader_index(&self.endpoints).await?.context("no node says it leads")?;
-        let channel = Endpoint::from_shared(format!("http://{}", self.endpoints[leader]))?
-            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
-            .tcp_nodelay(true)
-            .connect()
-            .await?;
+        // A connection of its own, like the keepalive task of a client process.
+        let channel = client(&self.endpoints)?.raw_channel(&self.endpoints[leader])?;
         let (requests, outgoing) = mpsc::channel(1);
         let answers = pb::leasehold_client::LeaseholdClient::new(channel)
             .keep_alive(tokio_stream::wrappers::ReceiverStream::new(outgoing))
@@ -117,7 +121,7 @@ impl LeaseholdWorker {
 
 /// The index in `endpoints` of the node that says it leads.
 pub async fn leader_index(endpoints: &[String]) -> anyhow::Result<Option<usize>> {
-    let client = Client::lazy(endpoints.to_vec())?;
+    let client = client(endpoints)?;
     let mut best: Option<(u64, usize)> = None;
     for (index, endpoint) in endpoints.iter().enumerate() {
         let status = tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), client.status_of(endpoint)).await;

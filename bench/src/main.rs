@@ -139,7 +139,8 @@ fn main() -> anyhow::Result<()> {
         Command::ScaleSessions { endpoints, pids, sessions } => {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(async {
-                let client = leasehold::Client::connect(&endpoints).await?;
+                let client = leasehold_bench::leasehold_target::client(&endpoints)?;
+                client.status_any().await?;
                 let (figure, sessions) = leasehold_bench::scale::sessions_with_a_lock(&client, &pids, sessions).await?;
                 println!(
                     "{} sessions with one lock each, created in {:.1} s; resident bytes per session by node: {}",
@@ -159,7 +160,8 @@ fn main() -> anyhow::Result<()> {
         Command::ScaleRestart { endpoints, locks, locks_per_session, restart_endpoint, restart_command } => {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(async {
-                let client = leasehold::Client::connect(&endpoints).await?;
+                let client = leasehold_bench::leasehold_target::client(&endpoints)?;
+                client.status_any().await?;
                 let started = std::time::Instant::now();
                 let sessions = leasehold_bench::scale::fill_locks(&client, locks, locks_per_session).await?;
                 let fill_seconds = started.elapsed().as_secs_f64();

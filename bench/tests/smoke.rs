@@ -18,6 +18,7 @@ fn run_bench(cluster: &TestCluster, workload: &str, extra: &[&str]) -> Report {
         .args(["--warmup", "200ms", "--ttl", "5s"])
         .args(["--endpoints", &cluster.endpoints().join(","), "--pids", &pids.join(",")])
         .args(extra)
+        .envs(cluster.client_env())
         .output()
         .expect("run leasehold-bench");
     let stdout = String::from_utf8_lossy(&output.stdout);

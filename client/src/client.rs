@@ -14,7 +14,10 @@ use leasehold_proto::errors::{error_metadata, error_reason, METADATA_LEADER, MET
 use leasehold_proto::leasehold_client::LeaseholdClient;
 use leasehold_proto::semaphores_client::SemaphoresClient;
 use leasehold_proto::ErrorReason;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
 use crate::error::{Error, Result};
@@ -32,6 +35,29 @@ pub const ATTEMPT_TIMEOUT_MS: u64 = 2_000;
 pub const RETRY_PAUSE_MS: u64 = 50;
 pub const CONNECT_TIMEOUT_MS: u64 = 500;
 
+/// A connection to one node that presents the client's credential on every request.
+pub type Transport = InterceptedService<Channel, Credentials>;
+
+/// How the client connects and what it presents: the CA it trusts (TLS), its client
+/// certificate, and its bearer token.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    /// None: plaintext.
+    ca_pem: Option<Vec<u8>>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// `Bearer <token>`, sent as `authorization` on every request.
+    authorization: Option<MetadataValue<Ascii>>,
+}
+
+impl Interceptor for Credentials {
+    fn call(&mut self, mut request: tonic::Request<()>) -> std::result::Result<tonic::Request<()>, Status> {
+        if let Some(authorization) = &self.authorization {
+            request.metadata_mut().insert("authorization", authorization.clone());
+        }
+        Ok(request)
+    }
+}
+
 /// A client of one Leasehold cluster. Cheap to clone; clones share connections and
 /// the request id sequence.
 #[derive(Clone)]
@@ -41,7 +67,9 @@ pub struct Client {
 
 pub(crate) struct ClientInner {
     endpoints: Vec<String>,
-    channels: Mutex<BTreeMap<String, Channel>>,
+    channels: Mutex<BTreeMap<String, Transport>>,
+    /// How connections are made and what every request presents.
+    credentials: Credentials,
     /// The endpoint that answered last, or that a follower named as leader.
     preferred: Mutex<usize>,
     /// Random per client, so request ids of two processes never collide.
@@ -121,6 +149,7 @@ impl Client {
             inner: Arc::new(ClientInner {
                 endpoints,
                 channels: Mutex::new(BTreeMap::new()),
+                credentials: Credentials::default(),
                 preferred: Mutex::new(0),
                 client_id,
                 sequence: AtomicU64::new(1),
@@ -137,6 +166,36 @@ impl Client {
         self
     }
 
+    /// Connects over TLS, trusting only `ca_pem` (the CA that signed the nodes'
+    /// client-port certificates); without it the client speaks plaintext, which only a
+    /// node started with --insecure-plaintext accepts.
+    pub fn with_ca_certificate(mut self, ca_pem: impl Into<Vec<u8>>) -> Self {
+        self.credentials_mut().ca_pem = Some(ca_pem.into());
+        self
+    }
+
+    /// Presents a client certificate (with TLS): a node with --client-ca maps a
+    /// certificate naming `<tenant>.tenant.leasehold` to that tenant.
+    pub fn with_client_certificate(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.credentials_mut().identity = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Sends `token` (a tenant's or the admin's) as the bearer credential of every
+    /// request.
+    pub fn with_token(mut self, token: &str) -> Result<Self> {
+        let value = MetadataValue::try_from(format!("Bearer {token}"))
+            .map_err(|_| Error::InvalidArgument("a token is printable ASCII".into()))?;
+        self.credentials_mut().authorization = Some(value);
+        Ok(self)
+    }
+
+    fn credentials_mut(&mut self) -> &mut Credentials {
+        let inner = Arc::get_mut(&mut self.inner).expect("set before cloning");
+        assert!(inner.channels.lock().unwrap().is_empty(), "credentials are set before the first request");
+        &mut inner.credentials
+    }
+
     /// Sets the name shown for this client's sessions in describe output.
     pub fn with_client_name(mut self, name: impl Into<String>) -> Self {
         Arc::get_mut(&mut self.inner).expect("set before cloning").client_name = name.into();
@@ -151,21 +210,39 @@ impl Client {
         pb::RequestId { client_id: self.inner.client_id, sequence: self.inner.sequence.fetch_add(1, Ordering::Relaxed) }
     }
 
-    pub(crate) fn channel(&self, endpoint: &str) -> Result<Channel> {
+    /// The connection to `endpoint`, made on first use and shared afterwards.
+    pub(crate) fn channel(&self, endpoint: &str) -> Result<Transport> {
         let mut channels = self.inner.channels.lock().unwrap();
         if let Some(channel) = channels.get(endpoint) {
             return Ok(channel.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{endpoint}"))
-            .map_err(|error| Error::InvalidArgument(format!("endpoint {endpoint:?}: {error}")))?
+        let credentials = &self.inner.credentials;
+        let invalid = |error: &dyn std::fmt::Display| Error::InvalidArgument(format!("endpoint {endpoint:?}: {error}"));
+        let scheme = if credentials.ca_pem.is_some() { "https" } else { "http" };
+        let mut builder = Endpoint::from_shared(format!("{scheme}://{endpoint}"))
+            .map_err(|error| invalid(&error))?
             .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(1))
             .keep_alive_timeout(Duration::from_secs(2))
-            .keep_alive_while_idle(true)
-            .connect_lazy();
+            .keep_alive_while_idle(true);
+        if let Some(ca_pem) = &credentials.ca_pem {
+            let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem));
+            if let Some((cert_pem, key_pem)) = &credentials.identity {
+                tls = tls.identity(Identity::from_pem(cert_pem, key_pem));
+            }
+            builder = builder.tls_config(tls).map_err(|error| invalid(&error))?;
+        }
+        let channel = InterceptedService::new(builder.connect_lazy(), credentials.clone());
         channels.insert(endpoint.to_string(), channel.clone());
         Ok(channel)
+    }
+
+    /// The connection to one node, with this client's TLS and credential, for calling
+    /// the generated gRPC clients directly (`leasehold::proto::*_client`): no leader
+    /// following, no retries.
+    pub fn raw_channel(&self, endpoint: &str) -> Result<Transport> {
+        self.channel(endpoint)
     }
 
     pub(crate) fn preferred_endpoint(&self) -> String {
@@ -210,7 +287,7 @@ impl Client {
     /// calls carry the same request id on every attempt.
     pub(crate) async fn with_leader<T, F, Fut>(&self, what: &str, deadline: Duration, call: F) -> Result<T>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(Transport) -> Fut,
         Fut: Future<Output = std::result::Result<T, Status>>,
     {
         self.with_leader_patient(what, deadline, Duration::from_millis(ATTEMPT_TIMEOUT_MS), None, call).await
@@ -229,7 +306,7 @@ impl Client {
         mut call: F,
     ) -> Result<T>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(Transport) -> Fut,
         Fut: Future<Output = std::result::Result<T, Status>>,
     {
         let give_up = Instant::now() + deadline;
@@ -323,19 +400,19 @@ impl Client {
         Session::create(self.clone(), ttl).await
     }
 
-    pub(crate) fn leasehold(channel: Channel) -> LeaseholdClient<Channel> {
+    pub(crate) fn leasehold(channel: Transport) -> LeaseholdClient<Transport> {
         LeaseholdClient::new(channel)
     }
 
-    pub(crate) fn semaphores(channel: Channel) -> SemaphoresClient<Channel> {
+    pub(crate) fn semaphores(channel: Transport) -> SemaphoresClient<Transport> {
         SemaphoresClient::new(channel)
     }
 
-    pub(crate) fn elections(channel: Channel) -> ElectionsClient<Channel> {
+    pub(crate) fn elections(channel: Transport) -> ElectionsClient<Transport> {
         ElectionsClient::new(channel)
     }
 
-    pub(crate) fn admin(channel: Channel) -> AdminClient<Channel> {
+    pub(crate) fn admin(channel: Transport) -> AdminClient<Transport> {
         AdminClient::new(channel)
     }
 

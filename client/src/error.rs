@@ -17,9 +17,19 @@ pub enum Error {
     /// current grant, a session that ended while waiting, …); nothing changed.
     #[error("refused: {0}")]
     Refused(String),
-    /// A server limit was reached (sessions, locks per session, waiters per lock).
+    /// A server limit was reached (sessions, locks per session, waiters per lock), or
+    /// a quota of the tenant, or the cluster's budget for its state.
     #[error("limit reached: {0}")]
     LimitReached(String),
+    /// The request carried no credential, or one the cluster does not know (never
+    /// issued, rotated, revoked); nothing changed.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The credential is known but may not do this (an admin request without the
+    /// admin credential, another tenant's session, a wrong session secret); nothing
+    /// changed.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// The request was sent, but no answer came before the deadline: it may or may
     /// not have taken effect. Retrying with the same request id is safe; the client
     /// already did so until its deadline.
@@ -47,6 +57,8 @@ impl Error {
             Some(reason) => Error::from_reason(reason, message),
             None => match status.code() {
                 Code::InvalidArgument => Error::InvalidArgument(message),
+                Code::Unauthenticated => Error::Unauthenticated(message),
+                Code::PermissionDenied => Error::PermissionDenied(message),
                 Code::NotFound => Error::NotFound(message),
                 Code::FailedPrecondition | Code::AlreadyExists => Error::Refused(message),
                 Code::ResourceExhausted => Error::LimitReached(message),
@@ -59,8 +71,17 @@ impl Error {
     fn from_reason(reason: ErrorReason, message: String) -> Error {
         match reason {
             ErrorReason::InvalidArgument => Error::InvalidArgument(message),
-            ErrorReason::UnknownSession | ErrorReason::UnknownMember => Error::NotFound(message),
-            ErrorReason::LimitExceeded => Error::LimitReached(message),
+            ErrorReason::UnknownSession | ErrorReason::UnknownMember | ErrorReason::UnknownTenant => {
+                Error::NotFound(message)
+            }
+            ErrorReason::LimitExceeded | ErrorReason::QuotaExceeded | ErrorReason::BudgetExceeded => {
+                Error::LimitReached(message)
+            }
+            ErrorReason::Unauthenticated => Error::Unauthenticated(message),
+            ErrorReason::PermissionDenied | ErrorReason::WrongSessionSecret | ErrorReason::WrongPeer => {
+                Error::PermissionDenied(message)
+            }
+            ErrorReason::TenantExists => Error::Refused(message),
             ErrorReason::RequestIdReused
             | ErrorReason::NotHolder
             | ErrorReason::LimitMismatch

@@ -25,7 +25,10 @@
 //!
 //! # Layout
 //!
-//! * `client` — endpoints, leader following, retries with the same request id.
+//! * `client` — endpoints, TLS and credentials, leader following, retries with the
+//!   same request id.
+//! * `certs` — a CA, node and tenant certificates and tokens for local clusters and
+//!   tests (`leasehold cert`).
 //! * `session` — the lease and its keepalive task, conservative deadline, jeopardy.
 //! * `keepalive` — one keepalive stream per client for all of its sessions.
 //! * `lock` — lock guards and the fencing token.
@@ -33,8 +36,11 @@
 //! * `semaphore` — at most K holders per name; permit guards.
 //! * `election` — campaigns, leadership handles, observing changes.
 //! * `error` — errors; `Indeterminate` for requests that may have taken effect.
+//! * `settings` — the `LEASEHOLD_*` variables (endpoints, CA, token, client
+//!   certificate) turned into a `Client`.
 //! * `duration` — human durations for the CLI ("10s", "500ms").
 
+pub mod certs;
 pub mod client;
 pub mod duration;
 pub mod election;
@@ -44,6 +50,7 @@ pub mod keepalive;
 pub mod lock;
 pub mod semaphore;
 pub mod session;
+pub mod settings;
 
 pub use client::{parse_endpoints, Client, DEFAULT_ENDPOINTS};
 pub use election::{Leader, Leadership, Observation};
@@ -53,3 +60,4 @@ pub use leasehold_proto as proto;
 pub use lock::{Acquired, LockGuard, NotAcquired};
 pub use semaphore::{PermitGuard, Semaphore, SemaphoreFull};
 pub use session::{Session, SessionState};
+pub use settings::Settings;

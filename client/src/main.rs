@@ -7,9 +7,10 @@ mod cli;
 use std::process::ExitCode;
 
 use clap::Parser;
-use leasehold::{Client, Error};
+use leasehold::Error;
 
 use cli::arguments::{Arguments, Command, FenceAction, SessionAction};
+use cli::connect::Role;
 use cli::exit;
 
 fn main() -> ExitCode {
@@ -40,18 +41,24 @@ fn main() -> ExitCode {
 
 /// Runs one command; its exit code, or the error that stopped it.
 async fn run(arguments: Arguments) -> Result<u8, Error> {
-    let endpoints = leasehold::parse_endpoints(&arguments.endpoints);
-    let client = Client::lazy(&endpoints)?.with_request_deadline(arguments.request_timeout);
+    let client =
+        |role| cli::connect::client(&arguments.endpoints, arguments.request_timeout, &arguments.credentials, role);
     match arguments.command {
-        Command::Status { json } => cli::status::run(&client, json).await,
-        Command::Member { action } => cli::member::run(&client, action).await,
-        Command::Lock { name, hold } => cli::hold::lock(&client, &name, hold).await,
-        Command::Sem { name, limit, hold } => cli::hold::semaphore(&client, &name, limit, hold).await,
-        Command::Elect { name, value, hold } => cli::hold::elect(&client, &name, &value, hold).await,
-        Command::Leader { name, json } => cli::leader::leader(&client, &name, json).await,
-        Command::Observe { name, json } => cli::leader::observe(&client, &name, json).await,
-        Command::Describe { what } => cli::describe::run(&client, what).await,
-        Command::Fence { action: FenceAction::Check { name, token } } => cli::fence::check(&client, &name, token).await,
-        Command::Session { action: SessionAction::List { json } } => cli::session::list(&client, json).await,
+        Command::Cert { action } => cli::cert::run(action),
+        Command::NewToken { prefix } => cli::cert::new_token(&prefix),
+        Command::Status { json } => cli::status::run(&client(Role::AdminIfGiven)?, json).await,
+        Command::Member { action } => cli::member::run(&client(Role::Admin)?, action).await,
+        Command::Lock { name, hold } => cli::hold::lock(&client(Role::Tenant)?, &name, hold).await,
+        Command::Sem { name, limit, hold } => cli::hold::semaphore(&client(Role::Tenant)?, &name, limit, hold).await,
+        Command::Elect { name, value, hold } => cli::hold::elect(&client(Role::Tenant)?, &name, &value, hold).await,
+        Command::Leader { name, json } => cli::leader::leader(&client(Role::Tenant)?, &name, json).await,
+        Command::Observe { name, json } => cli::leader::observe(&client(Role::Tenant)?, &name, json).await,
+        Command::Describe { what } => cli::describe::run(&client(Role::Tenant)?, what).await,
+        Command::Fence { action: FenceAction::Check { name, token } } => {
+            cli::fence::check(&client(Role::Tenant)?, &name, token).await
+        }
+        Command::Session { action: SessionAction::List { json } } => {
+            cli::session::list(&client(Role::AdminIfGiven)?, json).await
+        }
     }
 }

@@ -213,7 +213,7 @@ impl Session {
         mut attempt: F,
     ) -> Result<std::result::Result<u64, Detail>>
     where
-        F: FnMut(tonic::transport::Channel, pb::RequestId, u64) -> Fut,
+        F: FnMut(crate::client::Transport, pb::RequestId, u64) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<WaitAnswer<Detail>, tonic::Status>>,
     {
         let client = &self.inner.client;

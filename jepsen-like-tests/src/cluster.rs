@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use leasehold::proto::StatusResponse;
-use leasehold::Client;
+use leasehold::{certs, Client, Settings};
 
 use crate::wait;
 
@@ -173,8 +173,70 @@ pub struct NodeProcess {
     child: Option<Child>,
 }
 
+/// The files a test cluster's nodes and clients authenticate with, under the
+/// cluster's directory: a CA, a certificate per node, the admin token and the test
+/// tenant's token.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    pub directory: PathBuf,
+    pub ca_file: PathBuf,
+    pub admin_token_file: PathBuf,
+    /// The token of the tenant tests act as (`TEST_TENANT`).
+    pub token_file: PathBuf,
+}
+
+/// The tenant test clients act as, created when the cluster first has a leader.
+pub const TEST_TENANT: &str = "test";
+
+impl Credentials {
+    /// A new CA and tokens in `directory`.
+    fn create(directory: PathBuf) -> Credentials {
+        std::fs::create_dir_all(&directory).expect("create the certificate directory");
+        let ca = certs::new_ca().expect("a CA");
+        let (ca_file, _) = certs::write_pair(&directory, "ca", &ca).expect("write the CA");
+        let admin_token_file = directory.join("admin.token");
+        let admin_token = certs::new_token("admin");
+        certs::write_file(&admin_token_file, &admin_token, true).expect("write the admin token");
+        let token_file = directory.join(format!("{TEST_TENANT}.token"));
+        certs::write_file(&token_file, &admin_token, true).expect("write the tenant token");
+        Credentials { directory, ca_file, admin_token_file, token_file }
+    }
+
+    /// Node `id`'s certificate and key, made on first use, for the addresses `hosts`.
+    fn node_files(&self, id: u64, hosts: &[String]) -> (PathBuf, PathBuf) {
+        let (cert, key) =
+            (self.directory.join(format!("node-{id}.pem")), self.directory.join(format!("node-{id}.key")));
+        if !cert.exists() {
+            let ca_key = std::fs::read_to_string(self.directory.join("ca.key")).expect("read the CA key");
+            let pem = certs::node_certificate(&ca_key, id, hosts).expect("a node certificate");
+            certs::write_pair(&self.directory, &format!("node-{id}"), &pem).expect("write a node certificate");
+        }
+        (cert, key)
+    }
+
+    /// What a client process needs, as LEASEHOLD_* variables (see `leasehold::settings`).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("LEASEHOLD_CA_FILE", self.ca_file.display().to_string()),
+            ("LEASEHOLD_TOKEN_FILE", self.token_file.display().to_string()),
+            ("LEASEHOLD_ADMIN_TOKEN_FILE", self.admin_token_file.display().to_string()),
+        ]
+    }
+
+    /// Client settings for `endpoints`, as the test tenant or as the admin.
+    pub fn settings(&self, endpoints: Vec<String>, admin: bool) -> Settings {
+        Settings {
+            endpoints,
+            ca_file: Some(self.ca_file.clone()),
+            token_file: Some(if admin { self.admin_token_file.clone() } else { self.token_file.clone() }),
+            ..Settings::default()
+        }
+    }
+}
+
 pub struct TestCluster {
     pub options: ClusterOptions,
+    pub credentials: Credentials,
     pub nodes: BTreeMap<u64, NodeProcess>,
     pub cluster_name: String,
     /// Nodes removed from the cluster (their logs stay readable).
@@ -206,8 +268,10 @@ impl TestCluster {
                 (Some(temporary), root)
             }
         };
+        let credentials = Credentials::create(root.join("certs"));
         let mut cluster = TestCluster {
             options,
+            credentials,
             nodes: BTreeMap::new(),
             // Unique, so that a node reaching another test's cluster is refused.
             cluster_name: format!("test-{:08x}", rand::random::<u32>()),
@@ -324,6 +388,22 @@ impl TestCluster {
         if let Some(metrics_addr) = &node.metrics_addr {
             arguments.push("--metrics-addr".into());
             arguments.push(metrics_addr.clone());
+        }
+        let host = |address: &str| address.rsplit_once(':').map(|(host, _)| host.to_string()).unwrap_or_default();
+        let hosts = vec![host(&node.client_addr), host(&node.peer_addr), "localhost".to_string()];
+        let (cert, key) = self.credentials.node_files(id, &hosts);
+        let credentials = &self.credentials;
+        for (flag, path) in [
+            ("--tls-cert", &cert),
+            ("--tls-key", &key),
+            ("--client-ca", &credentials.ca_file),
+            ("--peer-cert", &cert),
+            ("--peer-key", &key),
+            ("--peer-ca", &credentials.ca_file),
+            ("--admin-token-file", &credentials.admin_token_file),
+        ] {
+            arguments.push(flag.into());
+            arguments.push(path.display().to_string());
         }
         if node.initial {
             for member in self.nodes.values().filter(|member| member.initial) {
@@ -474,16 +554,33 @@ impl TestCluster {
         self.nodes.values().map(|node| node.client_addr.clone()).collect()
     }
 
+    /// A client of every node, as the test tenant.
     pub fn client(&self) -> Client {
-        Client::lazy(self.endpoints()).expect("endpoints are valid")
+        self.credentials.settings(self.endpoints(), false).client().expect("valid client settings")
     }
 
+    /// A client of node `id` only, as the test tenant.
     pub fn client_of(&self, id: u64) -> Client {
-        Client::lazy([self.nodes[&id].client_addr.clone()]).expect("endpoint is valid")
+        let endpoints = vec![self.nodes[&id].client_addr.clone()];
+        self.credentials.settings(endpoints, false).client().expect("valid client settings")
+    }
+
+    /// A client of every node with the admin credential.
+    pub fn admin_client(&self) -> Client {
+        self.credentials.settings(self.endpoints(), true).client().expect("valid client settings")
+    }
+
+    /// What a client process of this cluster needs in its environment: the endpoints
+    /// and the credentials (see `Credentials::env`).
+    pub fn client_env(&self) -> Vec<(&'static str, String)> {
+        let mut env = self.credentials.env();
+        env.push(("LEASEHOLD_ENDPOINTS", self.endpoints().join(",")));
+        env
     }
 
     pub async fn status(&self, id: u64) -> Option<StatusResponse> {
-        let client = self.client_of(id);
+        let endpoints = vec![self.nodes[&id].client_addr.clone()];
+        let client = self.credentials.settings(endpoints, true).client().expect("valid client settings");
         client.status_of(&self.nodes[&id].client_addr).await.ok()
     }
 

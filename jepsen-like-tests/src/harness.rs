@@ -278,6 +278,7 @@ impl Harness {
                     .arg(&history)
                     .args(["--liveness-bound-ms", &self.arguments.liveness_bound_ms.to_string()])
                     .args((workload == Workload::Election && index == 0).then_some("--observer"))
+                    .envs(self.cluster.client_env())
                     .env("RUST_LOG", "warn")
                     .stdin(Stdio::piped())
                     .stdout(log.try_clone()?)
@@ -656,12 +657,8 @@ impl Harness {
             if !self.cluster.is_running(id) {
                 continue;
             }
-            let url = format!("http://{}", self.cluster.nodes[&id].client_addr);
             let deadline = Duration::from_millis(REPLICA_READ_MS_MAX);
-            let Ok(Ok(channel)) =
-                tokio::time::timeout(deadline, tonic::transport::Endpoint::from_shared(url.clone()).unwrap().connect())
-                    .await
-            else {
+            let Ok(channel) = self.cluster.client_of(id).raw_channel(&self.cluster.nodes[&id].client_addr) else {
                 continue;
             };
             for name in &semaphores {

@@ -39,10 +39,13 @@ pub struct WorkerArguments {
 }
 
 pub async fn run(arguments: WorkerArguments) -> anyhow::Result<()> {
-    let client = leasehold::Client::connect(leasehold::parse_endpoints(&arguments.endpoints))
-        .await
-        .context("connect to the cluster")?
-        .with_client_name(format!("worker-{}", std::process::id()));
+    let settings = leasehold::Settings {
+        endpoints: leasehold::parse_endpoints(&arguments.endpoints),
+        ..leasehold::Settings::from_env()
+    };
+    let client =
+        settings.client().context("client settings")?.with_client_name(format!("worker-{}", std::process::id()));
+    client.status_any().await.context("connect to the cluster")?;
     let session = client.session(Duration::from_millis(arguments.ttl_ms)).await.context("create a session")?;
     let guard = session.lock(&arguments.lock).await.context("acquire the lock")?;
     println!("acquired {}", guard.token());

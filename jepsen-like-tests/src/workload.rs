@@ -673,8 +673,13 @@ fn last_answered_keepalive_ns(session: &leasehold::Session) -> u64 {
 /// Runs one worker until the harness says `final` (or closes stdin), then the
 /// liveness phase.
 pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
-    let client = leasehold::Client::lazy(leasehold::parse_endpoints(&arguments.endpoints))
-        .context("endpoints")?
+    let settings = leasehold::Settings {
+        endpoints: leasehold::parse_endpoints(&arguments.endpoints),
+        ..leasehold::Settings::from_env()
+    };
+    let client = settings
+        .client()
+        .context("client settings")?
         .with_request_deadline(Duration::from_millis(REQUEST_DEADLINE_MS))
         .with_client_name(format!("worker-{}", arguments.process));
     let history = HistoryWriter::create(&arguments.history).context("open the history")?;

@@ -2,9 +2,10 @@
 //! non-zero with a message that names the problem, and changes nothing on disk.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use leasehold::certs;
 use leasehold_jepsen::cluster::{binary, free_ports};
 
 /// Every file under `path` with its size and contents' length, to compare before/after.
@@ -40,11 +41,26 @@ fn run_server(arguments: &[String]) -> Outcome {
     Outcome { code: output.status.code(), stderr: String::from_utf8_lossy(&output.stderr).into_owned() }
 }
 
+/// An admin token file that would do, shared by the tests of this process.
+fn admin_token_file() -> PathBuf {
+    static FILE: std::sync::OnceLock<tempfile::TempPath> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), certs::new_token("admin")).unwrap();
+        file.into_temp_path()
+    })
+    .to_path_buf()
+}
+
+/// Two initial members, with plaintext and an admin token, so that the rule a test
+/// breaks is the only one broken.
 fn members() -> (Vec<String>, String, String) {
     let [client_port, peer_port, other_client_port, other_peer_port] = free_ports();
     let client = format!("127.0.0.1:{client_port}");
     let peer = format!("127.0.0.1:{peer_port}");
-    let mut arguments = vec!["--initial-member".to_string(), format!("1={client},{peer}")];
+    let mut arguments = vec!["--insecure-plaintext".to_string(), "--admin-token-file".to_string()];
+    arguments.push(admin_token_file().display().to_string());
+    arguments.extend(["--initial-member".to_string(), format!("1={client},{peer}")]);
     arguments.push("--initial-member".into());
     arguments.push(format!("2=127.0.0.1:{other_client_port},127.0.0.1:{other_peer_port}"));
     (arguments, client, peer)
@@ -147,4 +163,75 @@ fn an_unreadable_data_directory_is_refused() {
     std::fs::write(&file, b"x").unwrap();
     let data_dir = file.join("data");
     assert_refused(base(&data_dir, 1), &file, "cannot be read");
+}
+
+/// `base` without --insecure-plaintext, with the TLS flags `tls` adds.
+fn with_tls(data_dir: &Path, tls: &[(&str, PathBuf)]) -> Vec<String> {
+    let mut arguments: Vec<String> =
+        base(data_dir, 1).into_iter().filter(|flag| flag != "--insecure-plaintext").collect();
+    for (flag, path) in tls {
+        arguments.push(flag.to_string());
+        arguments.push(path.display().to_string());
+    }
+    arguments
+}
+
+#[test]
+fn tls_is_required_unless_plaintext_is_asked_for_and_its_files_must_load() {
+    let root = tempfile::tempdir().unwrap();
+    let data_dir = root.path().join("data");
+    let exit_2 = |arguments: Vec<String>, expected: &str| {
+        let outcome = run_server(&arguments);
+        assert_eq!(outcome.code, Some(2), "a bad TLS configuration exits with 2; stderr: {}", outcome.stderr);
+        assert!(outcome.stderr.contains(expected), "stderr should mention {expected:?}: {}", outcome.stderr);
+    };
+    exit_2(with_tls(&data_dir, &[]), "TLS needs --tls-cert, --tls-key, --peer-cert, --peer-key, --peer-ca");
+
+    let directory = root.path().join("certs");
+    std::fs::create_dir(&directory).unwrap();
+    let ca_pem = certs::new_ca().unwrap();
+    let (ca, _) = certs::write_pair(&directory, "ca", &ca_pem).unwrap();
+    let (cert, key) =
+        certs::write_pair(&directory, "node-1", &certs::node_certificate(&ca_pem.key, 1, &[]).unwrap()).unwrap();
+    let (_, other_key) =
+        certs::write_pair(&directory, "node-2", &certs::node_certificate(&ca_pem.key, 2, &[]).unwrap()).unwrap();
+    let missing = directory.join("missing.pem");
+    let complete = |cert: &PathBuf, key: &PathBuf, ca: &PathBuf| {
+        vec![
+            ("--tls-cert", cert.clone()),
+            ("--tls-key", key.clone()),
+            ("--peer-cert", cert.clone()),
+            ("--peer-key", key.clone()),
+            ("--peer-ca", ca.clone()),
+        ]
+    };
+    exit_2(with_tls(&data_dir, &complete(&missing, &key, &ca)), &format!("client port TLS: {}", missing.display()));
+    exit_2(with_tls(&data_dir, &complete(&cert, &other_key, &ca)), "the key does not fit the certificate");
+    exit_2(with_tls(&data_dir, &complete(&cert, &key, &key)), "no PEM certificate");
+    let mut plaintext_too = with_tls(&data_dir, &complete(&cert, &key, &ca));
+    plaintext_too.push("--insecure-plaintext".into());
+    exit_2(plaintext_too, "was given with --insecure-plaintext");
+    assert!(!data_dir.exists(), "nothing may be created");
+}
+
+#[test]
+fn the_admin_token_file_is_required_and_must_hold_a_real_secret() {
+    let root = tempfile::tempdir().unwrap();
+    let data_dir = root.path().join("data");
+    let without: Vec<String> = {
+        let arguments = base(&data_dir, 1);
+        let at = arguments.iter().position(|flag| flag == "--admin-token-file").unwrap();
+        arguments[..at].iter().chain(&arguments[at + 2..]).cloned().collect()
+    };
+    let outcome = run_server(&without);
+    assert_eq!(outcome.code, Some(2), "stderr: {}", outcome.stderr);
+    assert!(outcome.stderr.contains("--admin-token-file is required"), "stderr: {}", outcome.stderr);
+    let short = root.path().join("short.token");
+    std::fs::write(&short, "hunter2\n").unwrap();
+    let mut weak = without.clone();
+    weak.extend(["--admin-token-file".into(), short.display().to_string()]);
+    let outcome = run_server(&weak);
+    assert_eq!(outcome.code, Some(2), "stderr: {}", outcome.stderr);
+    assert!(outcome.stderr.contains("is 7 bytes on its first line"), "stderr: {}", outcome.stderr);
+    assert!(!data_dir.exists(), "nothing may be created");
 }

@@ -11,13 +11,28 @@ use leasehold_jepsen::cluster::{binary, free_ports, ClusterOptions, TestCluster}
 const COMMAND_DEADLINE_MS: u64 = 30_000;
 
 fn leasehold(cluster: &TestCluster) -> Command {
-    leasehold_at(&cluster.endpoints().join(","))
+    let mut command = Command::new(binary("leasehold"));
+    command.envs(cluster.client_env());
+    command.env_remove("LEASEHOLD_REQUEST_TIMEOUT");
+    command
 }
 
+/// The CLI pointed at `endpoints` where no cluster runs, with credentials that would
+/// do: whatever fails is the connection.
 fn leasehold_at(endpoints: &str) -> Command {
+    static TOKEN_FILE: std::sync::OnceLock<tempfile::TempPath> = std::sync::OnceLock::new();
+    let token_file = TOKEN_FILE.get_or_init(|| {
+        let file = tempfile::NamedTempFile::new().expect("a temporary file");
+        std::fs::write(file.path(), "a-token-nobody-checks\n").expect("write the token");
+        file.into_temp_path()
+    });
     let mut command = Command::new(binary("leasehold"));
-    command.env("LEASEHOLD_ENDPOINTS", endpoints);
-    command.env_remove("LEASEHOLD_REQUEST_TIMEOUT");
+    command
+        .env("LEASEHOLD_ENDPOINTS", endpoints)
+        .env("LEASEHOLD_INSECURE_PLAINTEXT", "1")
+        .env("LEASEHOLD_TOKEN_FILE", token_file.to_path_buf())
+        .env("LEASEHOLD_ADMIN_TOKEN_FILE", token_file.to_path_buf());
+    command.env_remove("LEASEHOLD_REQUEST_TIMEOUT").env_remove("LEASEHOLD_CA_FILE");
     command
 }
 

@@ -43,6 +43,7 @@ impl Worker {
         if wait_for_go {
             command.arg("--wait-for-go");
         }
+        command.envs(cluster.client_env());
         let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start a worker");
         let stdout: ChildStdout = child.stdout.take().unwrap();
         let (sender, lines) = mpsc::channel();

@@ -14,7 +14,7 @@ const LEADER_DEADLINE: Duration = Duration::from_secs(20);
 
 fn leasehold(cluster: &TestCluster) -> Command {
     let mut command = Command::new(binary("leasehold"));
-    command.env("LEASEHOLD_ENDPOINTS", cluster.endpoints().join(","));
+    command.envs(cluster.client_env());
     command
 }
 
@@ -137,12 +137,10 @@ async fn stale_resign_and_foreign_proclaim_are_refused() {
 
     // Another session pretending to lead, with the leader's token.
     let b = client.session(Duration::from_secs(30)).await.unwrap();
-    let mut elections = leasehold::proto::elections_client::ElectionsClient::connect(format!(
-        "http://{}",
-        cluster.nodes[&cluster.wait_for_leader(LEADER_DEADLINE).await].client_addr
-    ))
-    .await
-    .unwrap();
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let mut elections = leasehold::proto::elections_client::ElectionsClient::new(
+        client.raw_channel(&cluster.nodes[&leader].client_addr).unwrap(),
+    );
     let proclaim = elections
         .proclaim(leasehold::proto::ProclaimRequest {
             request_id: Some(leasehold::proto::RequestId { client_id: 77, sequence: 1 }),

@@ -2,24 +2,23 @@
 
 use std::time::{Duration, Instant};
 
+use leasehold::client::Transport;
 use leasehold::proto::leasehold_client::LeaseholdClient;
 use leasehold::proto::{self as pb, acquire_response::Outcome};
 use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
-use tonic::transport::Channel;
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(20);
 
-async fn raw_leader(cluster: &TestCluster) -> LeaseholdClient<Channel> {
+async fn raw_leader(cluster: &TestCluster) -> LeaseholdClient<Transport> {
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
-    let address = format!("http://{}", cluster.nodes[&leader].client_addr);
-    LeaseholdClient::new(Channel::from_shared(address).unwrap().connect().await.expect("connect to the leader"))
+    LeaseholdClient::new(cluster.client().raw_channel(&cluster.nodes[&leader].client_addr).expect("a channel"))
 }
 
 fn request_id(sequence: u64) -> Option<pb::RequestId> {
     Some(pb::RequestId { client_id: 4242, sequence })
 }
 
-async fn raw_session(raw: &mut LeaseholdClient<Channel>, sequence: u64, ttl_ms: u64) -> u64 {
+async fn raw_session(raw: &mut LeaseholdClient<Transport>, sequence: u64, ttl_ms: u64) -> u64 {
     raw.create_session(pb::CreateSessionRequest { request_id: request_id(sequence), ttl_ms, client_name: "raw".into() })
         .await
         .expect("create session")
@@ -182,7 +181,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         .into_inner(),
     )
     .unwrap();
-    let describe = |raw: &mut LeaseholdClient<Channel>| {
+    let describe = |raw: &mut LeaseholdClient<Transport>| {
         let mut raw = raw.clone();
         async move {
             let lock = raw
@@ -290,8 +289,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
 
     // Garbage bytes on the wire: a malformed gRPC body is refused too.
     let address = cluster.nodes[&cluster.wait_for_leader(LEADER_DEADLINE).await].client_addr.clone();
-    let mut grpc =
-        tonic::client::Grpc::new(Channel::from_shared(format!("http://{address}")).unwrap().connect().await.unwrap());
+    let mut grpc = tonic::client::Grpc::new(cluster.client().raw_channel(&address).unwrap());
     grpc.ready().await.unwrap();
     let path = tonic::codegen::http::uri::PathAndQuery::from_static("/leasehold.v1.Leasehold/Acquire");
     // A RequestId's bytes, sent where an AcquireRequest is expected: field 1 arrives

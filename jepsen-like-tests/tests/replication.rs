@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use leasehold::{Client, Session};
+use leasehold::{certs, Client, Session};
 use leasehold_jepsen::cluster::{binary, free_ports, ClusterOptions, TestCluster};
 use leasehold_jepsen::wait;
 
@@ -154,12 +154,26 @@ async fn a_new_cluster_bootstraps_without_its_lowest_member_and_takes_it_in_late
     assert_held(&client, session.id(), &grants).await;
 }
 
-/// Two nodes of another cluster whose member list names a node of this one as their
-/// third member (a copied config, a reused address) elect a leader of their own, and
-/// it campaigns at and replicates to that node: every Raft message is refused, naming
-/// both clusters, and this cluster keeps its leader, term and log.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nodes_of_another_cluster_are_refused_and_change_nothing() {
+/// Who the stray nodes of `strays_refused` are.
+struct Strays {
+    /// Their cluster name; None: this cluster's own.
+    cluster_name: Option<&'static str>,
+    /// Whether their certificates come from this cluster's CA (else from a CA of
+    /// their own, as another cluster's would).
+    same_ca: bool,
+    /// The node id their certificates name, whatever id they run as (None: their own).
+    certificate_id: Option<u64>,
+    /// Whose log shows the refusal: the follower's (it refused the handshake or the
+    /// message) or the strays' (the refusal came back to them as the answer).
+    refusal_logged_by_follower: bool,
+}
+
+/// Two stray nodes whose member list names a follower of this cluster as their third
+/// member (a copied config, a reused address, a forged certificate) elect a leader of
+/// their own, and it campaigns at and replicates to that follower. Every Raft message
+/// must be refused — the text `refusal` shows up in the strays' or the follower's log —
+/// and the cluster keeps its leader, term and grants.
+async fn strays_refused(strays: Strays, refusal: &str) {
     let cluster = TestCluster::start(ClusterOptions::default());
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
     let client = cluster.client();
@@ -168,26 +182,51 @@ async fn nodes_of_another_cluster_are_refused_and_change_nothing() {
     let before = cluster.status(leader).await.expect("the leader answers");
     let follower = cluster.nodes.values().find(|node| node.id != leader).expect("a follower");
 
-    let strays: Vec<(String, String)> = (0..2)
+    let certificates = if strays.same_ca {
+        cluster.credentials.directory.clone()
+    } else {
+        let directory = cluster.root().join("stray-ca");
+        std::fs::create_dir_all(&directory).unwrap();
+        certs::write_pair(&directory, "ca", &certs::new_ca().unwrap()).unwrap();
+        directory
+    };
+    let ca_key = std::fs::read_to_string(certificates.join("ca.key")).unwrap();
+    let addresses: Vec<(String, String)> = (0..2)
         .map(|_| {
             let [client_port, peer_port] = free_ports();
             (format!("127.0.0.1:{client_port}"), format!("127.0.0.1:{peer_port}"))
         })
         .collect();
+    // The strays take the two ids the follower does not have, and list the follower
+    // under its own id (its certificate names it: a peer dialled under another id is
+    // refused by the dialler's TLS check before anything is sent).
+    let stray_ids: Vec<u64> = (1..=3).filter(|id| *id != follower.id).collect();
     let mut members: Vec<String> =
-        strays.iter().enumerate().map(|(index, (client, peer))| format!("{}={client},{peer}", index + 1)).collect();
-    members.push(format!("3={},{}", follower.client_addr, follower.peer_addr));
-    let logs: Vec<PathBuf> = (1..=2).map(|id| cluster.root().join(format!("stray{id}.log"))).collect();
-    let _strays: Vec<KillOnDrop> = (1..=2)
-        .map(|id| {
-            let (client_addr, peer_addr) = &strays[id - 1];
-            let log = &logs[id - 1];
+        addresses.iter().zip(&stray_ids).map(|((client, peer), id)| format!("{id}={client},{peer}")).collect();
+    members.push(format!("{}={},{}", follower.id, follower.client_addr, follower.peer_addr));
+    let logs: Vec<PathBuf> = (0..2).map(|index| cluster.root().join(format!("stray{index}.log"))).collect();
+    let _strays: Vec<KillOnDrop> = (0..2)
+        .map(|index| {
+            let id = stray_ids[index];
+            let (client_addr, peer_addr) = &addresses[index];
+            let log = &logs[index];
+            let named = strays.certificate_id.unwrap_or(id);
+            let pem = certs::node_certificate(&ca_key, named, &["127.0.0.1".to_string()]).unwrap();
+            let (cert, key) = certs::write_pair(&cluster.root(), &format!("stray-{id}"), &pem).unwrap();
             let mut command = Command::new(binary("leasehold-server"));
             command
-                .args(["--node-id", &id.to_string(), "--cluster-name", "stray"])
+                .args(["--node-id", &id.to_string()])
+                .args(["--cluster-name", strays.cluster_name.unwrap_or(&cluster.cluster_name)])
                 .args(["--client-addr", client_addr, "--peer-addr", peer_addr])
                 .arg("--data-dir")
-                .arg(cluster.root().join(format!("stray{id}")));
+                .arg(cluster.root().join(format!("stray{index}")));
+            for (flag, path) in
+                [("--tls-cert", &cert), ("--tls-key", &key), ("--peer-cert", &cert), ("--peer-key", &key)]
+            {
+                command.arg(flag).arg(path);
+            }
+            command.arg("--peer-ca").arg(certificates.join("ca.pem"));
+            command.arg("--admin-token-file").arg(&cluster.credentials.admin_token_file);
             for member in &members {
                 command.args(["--initial-member", member]);
             }
@@ -201,11 +240,30 @@ async fn nodes_of_another_cluster_are_refused_and_change_nothing() {
         })
         .collect();
 
-    wait::until(LEADER_DEADLINE, "the stray leader's messages to this cluster's node to be refused", || async {
-        let text: String = logs.iter().map(|log| std::fs::read_to_string(log).unwrap_or_default()).collect();
-        let stray_leads = text.contains("leading:");
-        (stray_leads && text.matches("belongs to cluster").count() >= 3).then_some(())
-    })
+    let follower_log = follower.log.clone();
+    // Only what the follower logs from now on counts.
+    let follower_log_start = std::fs::read_to_string(&follower_log).unwrap_or_default().len();
+    let logged_by = if strays.refusal_logged_by_follower { "the follower's" } else { "the strays'" };
+    wait::until(
+        LEADER_DEADLINE,
+        &format!("the strays' messages to be refused ({refusal:?} in {logged_by} log)"),
+        || {
+            let (logs, follower_log) = (&logs, &follower_log);
+            async move {
+                let strays_text: String =
+                    logs.iter().map(|log| std::fs::read_to_string(log).unwrap_or_default()).collect();
+                let text = if strays.refusal_logged_by_follower {
+                    let text = std::fs::read_to_string(follower_log).unwrap_or_default();
+                    text.get(follower_log_start..).unwrap_or_default().to_string()
+                } else {
+                    strays_text.clone()
+                };
+                // The strays bootstrap and campaign whether or not they win (their third
+                // member refuses them): wait until one has, and its messages were refused.
+                (strays_text.contains("bootstrapping") && text.matches(refusal).count() >= 2).then_some(())
+            }
+        },
+    )
     .await;
     let after = cluster.status(leader).await.expect("the leader answers");
     assert_eq!((after.state.as_str(), after.term), ("leader", before.term), "the stray nodes disturbed the cluster");
@@ -213,6 +271,33 @@ async fn nodes_of_another_cluster_are_refused_and_change_nothing() {
     assert_eq!(follower_status.term, before.term, "the follower moved to the stray nodes' term");
     assert!(follower_status.applied_index >= before.applied_index, "the follower lost entries");
     assert_held(&client, session.id(), &grants).await;
+}
+
+/// Another cluster's nodes, with their own CA: refused at the TLS handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_with_another_ca_are_refused_and_change_nothing() {
+    let strays =
+        Strays { cluster_name: Some("stray"), same_ca: false, certificate_id: None, refusal_logged_by_follower: true };
+    strays_refused(strays, "refused a TLS handshake").await;
+}
+
+/// Another cluster's nodes with certificates from the same CA (one CA shared by two
+/// clusters): refused by the cluster name every Raft message carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_of_another_cluster_are_refused_and_change_nothing() {
+    let strays =
+        Strays { cluster_name: Some("stray"), same_ca: true, certificate_id: None, refusal_logged_by_follower: false };
+    strays_refused(strays, "belongs to cluster").await;
+}
+
+/// Nodes with a certificate from the right CA that names another node id than the
+/// one they claim in their messages (node 9's certificate, running as nodes 1 and 2
+/// of this very cluster): refused, naming the id the certificate presents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_whose_certificate_names_another_node_is_refused() {
+    let strays =
+        Strays { cluster_name: None, same_ca: true, certificate_id: Some(9), refusal_logged_by_follower: true };
+    strays_refused(strays, "names node 9").await;
 }
 
 /// Kills a process this test started when the test ends, however it ends.

@@ -12,7 +12,7 @@ const LEADER_DEADLINE: Duration = Duration::from_secs(20);
 
 fn leasehold(cluster: &TestCluster) -> Command {
     let mut command = Command::new(binary("leasehold"));
-    command.env("LEASEHOLD_ENDPOINTS", cluster.endpoints().join(","));
+    command.envs(cluster.client_env());
     command
 }
 

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use futures::channel::mpsc;
 use futures::SinkExt;
+use leasehold::client::Transport;
 use leasehold::proto::leasehold_client::LeaseholdClient;
 use leasehold::proto::{self as pb};
 use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
-use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(20);
@@ -16,12 +16,14 @@ const ANSWER_DEADLINE: Duration = Duration::from_secs(5);
 /// Long enough that a loaded CI machine answering slowly does not fail the test.
 const TTL_MS: u64 = 2_000;
 
-async fn raw_client(address: &str) -> LeaseholdClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{address}")).unwrap().connect().await.expect("connect");
-    LeaseholdClient::new(channel)
+type Raw = LeaseholdClient<Transport>;
+
+/// The generated client on one node's connection, with the test tenant's TLS and token.
+async fn raw_client(cluster: &TestCluster, address: &str) -> Raw {
+    LeaseholdClient::new(cluster.client().raw_channel(address).expect("a channel"))
 }
 
-async fn raw_session(raw: &mut LeaseholdClient<Channel>, sequence: u64) -> u64 {
+async fn raw_session(raw: &mut Raw, sequence: u64) -> u64 {
     let request_id = Some(pb::RequestId { client_id: 5151, sequence });
     raw.create_session(pb::CreateSessionRequest { request_id, ttl_ms: TTL_MS, client_name: "raw".into() })
         .await
@@ -30,7 +32,7 @@ async fn raw_session(raw: &mut LeaseholdClient<Channel>, sequence: u64) -> u64 {
         .session_id
 }
 
-async fn exists(raw: &mut LeaseholdClient<Channel>, session_id: u64) -> bool {
+async fn exists(raw: &mut Raw, session_id: u64) -> bool {
     match raw.describe_session(pb::DescribeSessionRequest { session_id, stale: false }).await {
         Ok(_) => true,
         Err(status) if status.code() == Code::NotFound => false,
@@ -45,7 +47,7 @@ struct Stream {
 }
 
 impl Stream {
-    async fn open(raw: &mut LeaseholdClient<Channel>) -> Result<Stream, tonic::Status> {
+    async fn open(raw: &mut Raw) -> Result<Stream, tonic::Status> {
         let (requests, outgoing) = mpsc::unbounded();
         let answers = raw.keep_alive(outgoing).await?.into_inner();
         Ok(Stream { requests, answers })
@@ -68,7 +70,7 @@ impl Stream {
 async fn keepalives_are_answered_in_order_and_keep_only_their_session_alive() {
     let cluster = TestCluster::start(ClusterOptions::default());
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
-    let mut raw = raw_client(&cluster.nodes[&leader].client_addr).await;
+    let mut raw = raw_client(&cluster, &cluster.nodes[&leader].client_addr).await;
     let kept = raw_session(&mut raw, 1).await;
     let idle = raw_session(&mut raw, 2).await;
     let closed = raw_session(&mut raw, 3).await;
@@ -129,7 +131,7 @@ async fn a_keepalive_stream_on_a_follower_is_refused_naming_the_leader() {
     let follower = *cluster.nodes.keys().find(|id| **id != leader).expect("3 nodes");
     // The follower must know the leader before it can name it.
     cluster.wait_applied(follower, 1, LEADER_DEADLINE).await;
-    let raw = raw_client(&cluster.nodes[&follower].client_addr).await;
+    let raw = raw_client(&cluster, &cluster.nodes[&follower].client_addr).await;
     let refused = leasehold_jepsen::wait::until(Duration::from_secs(10), "the follower to name the leader", || {
         let mut raw = raw.clone();
         let leader_addr = leader_addr.clone();

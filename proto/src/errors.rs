@@ -19,6 +19,8 @@ pub const METADATA_SESSION_ID: &str = "session_id";
 pub const METADATA_LEADER: &str = "leader";
 /// ErrorInfo metadata of `NOT_LEADER`: the leader's node id, "0" when unknown.
 pub const METADATA_LEADER_ID: &str = "leader_id";
+/// ErrorInfo metadata: the tenant a refusal is about.
+pub const METADATA_TENANT: &str = "tenant";
 
 impl ErrorReason {
     /// The gRPC code that always comes with this reason.
@@ -26,9 +28,17 @@ impl ErrorReason {
         match self {
             ErrorReason::Unspecified | ErrorReason::Internal => Code::Internal,
             ErrorReason::InvalidArgument => Code::InvalidArgument,
-            ErrorReason::UnknownSession | ErrorReason::UnknownMember => Code::NotFound,
-            ErrorReason::LimitExceeded => Code::ResourceExhausted,
-            ErrorReason::RequestIdReused | ErrorReason::AlreadyMember => Code::AlreadyExists,
+            ErrorReason::UnknownSession | ErrorReason::UnknownMember | ErrorReason::UnknownTenant => Code::NotFound,
+            ErrorReason::LimitExceeded | ErrorReason::QuotaExceeded | ErrorReason::BudgetExceeded => {
+                Code::ResourceExhausted
+            }
+            ErrorReason::RequestIdReused | ErrorReason::AlreadyMember | ErrorReason::TenantExists => {
+                Code::AlreadyExists
+            }
+            ErrorReason::Unauthenticated => Code::Unauthenticated,
+            ErrorReason::PermissionDenied | ErrorReason::WrongSessionSecret | ErrorReason::WrongPeer => {
+                Code::PermissionDenied
+            }
             ErrorReason::NotHolder
             | ErrorReason::LimitMismatch
             | ErrorReason::NotElectionLeader

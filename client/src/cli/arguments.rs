@@ -2,6 +2,7 @@
 //! flags that `lock`, `sem` and `elect` share. Durations are parsed here, so a bad
 //! one is a usage error (exit 64) before anything is sent.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -30,8 +31,41 @@ pub struct Arguments {
         global = true
     )]
     pub request_timeout: Duration,
+    #[command(flatten)]
+    pub credentials: CredentialArguments,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How the CLI connects and who it is; each flag has its LEASEHOLD_* variable (see
+/// `leasehold::settings`), which is how `./cluster.sh env` sets them.
+#[derive(Args, Debug, Clone, Default)]
+pub struct CredentialArguments {
+    /// The CA (PEM) that signed the nodes' certificates; the CLI trusts no other.
+    #[arg(long, env = "LEASEHOLD_CA_FILE", value_name = "FILE", global = true)]
+    pub ca_file: Option<PathBuf>,
+    /// A file whose first line is this tenant's bearer token.
+    #[arg(long, env = "LEASEHOLD_TOKEN_FILE", value_name = "FILE", global = true)]
+    pub token_file: Option<PathBuf>,
+    /// A client certificate (PEM) naming `<tenant>.tenant.leasehold`, instead of a token.
+    #[arg(long, env = "LEASEHOLD_CERT_FILE", value_name = "FILE", global = true, requires = "key_file")]
+    pub cert_file: Option<PathBuf>,
+    /// The private key of --cert-file.
+    #[arg(long, env = "LEASEHOLD_KEY_FILE", value_name = "FILE", global = true, requires = "cert_file")]
+    pub key_file: Option<PathBuf>,
+    /// The admin credential's file: `member`, `tenant` and `status --all` use it
+    /// instead of the tenant's credential.
+    #[arg(long, env = "LEASEHOLD_ADMIN_TOKEN_FILE", value_name = "FILE", global = true)]
+    pub admin_token_file: Option<PathBuf>,
+    /// Speak plaintext, to a cluster started with --insecure-plaintext.
+    #[arg(
+        long,
+        env = "LEASEHOLD_INSECURE_PLAINTEXT",
+        global = true,
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub insecure_plaintext: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -115,6 +149,35 @@ pub enum Command {
         #[command(subcommand)]
         action: SessionAction,
     },
+    /// Make certificates for a local or test cluster (a CA, nodes, tenants).
+    Cert {
+        #[command(subcommand)]
+        action: CertAction,
+    },
+    /// Print a new random token (for the admin token file, say).
+    NewToken {
+        /// What the token is for, written before it ("admin" gives admin_…).
+        #[arg(long, default_value = "token")]
+        prefix: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CertAction {
+    /// A new CA in DIR: ca.pem and ca.key (refuses to overwrite an existing one).
+    Ca { directory: PathBuf },
+    /// A node certificate signed by DIR's CA: node-ID.pem and node-ID.key, naming
+    /// node-ID.leasehold and every --host (DNS names or IP addresses clients dial).
+    Node {
+        directory: PathBuf,
+        #[arg(long)]
+        id: u64,
+        #[arg(long = "host", value_name = "HOST")]
+        hosts: Vec<String>,
+    },
+    /// A tenant's client certificate signed by DIR's CA: tenant-NAME.pem and .key,
+    /// naming NAME.tenant.leasehold.
+    Tenant { directory: PathBuf, name: String },
 }
 
 /// The flags of the commands that hold something (a lock, a permit, leadership)

@@ -26,6 +26,9 @@ pub const EXIT_NOT_ACQUIRED: u8 = 75;
 /// EX_PROTOCOL: the server refused the request (`NotFound`, `Refused`,
 /// `LimitReached`, `SessionLost`).
 pub const EXIT_REFUSED: u8 = 76;
+/// EX_NOPERM: no credential or an unknown one (`Error::Unauthenticated`), or a known
+/// one acting outside its rights (`Error::PermissionDenied`).
+pub const EXIT_NOT_PERMITTED: u8 = 77;
 /// The command after `--` exists but could not be run (as env(1) and timeout(1)).
 pub const EXIT_COMMAND_NOT_RUNNABLE: u8 = 126;
 /// The command after `--` was not found (as env(1) and timeout(1)).
@@ -35,7 +38,7 @@ pub const EXIT_SIGNAL_BASE: u8 = 128;
 
 /// Every code leasehold itself exits with, and what it means: the one table that
 /// `leasehold --help` prints. Each entry is one or more lines.
-pub const EXIT_CODES: [(u8, &[&str]); 11] = [
+pub const EXIT_CODES: [(u8, &[&str]); 12] = [
     (EXIT_SUCCESS, &["success; `fence check`: the token is current"]),
     (EXIT_SUPERSEDED, &["`fence check`: the token was superseded (no other command exits 1)"]),
     (EXIT_USAGE, &["usage: a wrong command line, or a request the server found malformed"]),
@@ -59,6 +62,13 @@ pub const EXIT_CODES: [(u8, &[&str]); 11] = [
             "refused by the server: not found, refused, a limit reached, or the",
             "session lost (e.g. a semaphore acquired with another limit than its",
             "current one, an unknown session in `describe session`)",
+        ],
+    ),
+    (
+        EXIT_NOT_PERMITTED,
+        &[
+            "not permitted: no credential or an unknown one, or one that may not do",
+            "this (an admin command without the admin token, a wrong session secret)",
         ],
     ),
     (EXIT_COMMAND_NOT_RUNNABLE, &["the command after `--` exists but could not be run"]),
@@ -99,6 +109,7 @@ pub fn code_of(error: &Error) -> u8 {
         Error::Unavailable(_) => EXIT_UNAVAILABLE,
         Error::Indeterminate(_) => EXIT_INDETERMINATE,
         Error::NotFound(_) | Error::Refused(_) | Error::LimitReached(_) | Error::SessionLost(_) => EXIT_REFUSED,
+        Error::Unauthenticated(_) | Error::PermissionDenied(_) => EXIT_NOT_PERMITTED,
         Error::Other(_) => EXIT_INTERNAL,
     }
 }
@@ -128,6 +139,8 @@ mod tests {
             (Error::LimitReached("sessions".into()), EXIT_REFUSED),
             (Error::SessionLost(7), EXIT_REFUSED),
             (Error::Other("signal handler".into()), EXIT_INTERNAL),
+            (Error::Unauthenticated("no credential".into()), EXIT_NOT_PERMITTED),
+            (Error::PermissionDenied("tenant b".into()), EXIT_NOT_PERMITTED),
         ];
         for (error, code) in cases {
             assert_eq!(code_of(&error), code, "{error:?}");
@@ -145,6 +158,8 @@ mod tests {
             Error::LimitReached(String::new()),
             Error::SessionLost(0),
             Error::Other(String::new()),
+            Error::Unauthenticated(String::new()),
+            Error::PermissionDenied(String::new()),
         ];
         for error in errors {
             let code = code_of(&error);

@@ -5,6 +5,8 @@
 //! # Layout
 //!
 //! * `arguments` — the clap types: global flags, commands, the shared hold flags.
+//! * `connect` — the client a command runs with, as the tenant or the admin.
+//! * `cert` — certificates and tokens for a local or test cluster.
 //! * `exit` — the exit codes, the `Error` → code mapping and the table in `--help`.
 //! * `hold` — `lock`, `sem` and `elect`: acquire, then supervise, then give back.
 //! * `supervise` — running the command; jeopardy stops it (SIGTERM, then SIGKILL).
@@ -13,6 +15,8 @@
 //!   remaining command family.
 
 pub mod arguments;
+pub mod cert;
+pub mod connect;
 pub mod describe;
 pub mod exit;
 pub mod fence;

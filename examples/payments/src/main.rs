@@ -259,10 +259,11 @@ async fn worker(
     // charge only.
     let mut payments_database = database::connect(url).await?;
     let mut provider_database = database::connect(url).await?;
-    let client = leasehold::Client::connect(leasehold::parse_endpoints(endpoints))
-        .await
-        .context("connect to the Leasehold cluster")?
-        .with_client_name(name.clone());
+    // TLS and the tenant's credential come from the LEASEHOLD_* variables.
+    let settings =
+        leasehold::Settings { endpoints: leasehold::parse_endpoints(endpoints), ..leasehold::Settings::from_env() };
+    let client = settings.client().context("Leasehold client settings")?.with_client_name(name.clone());
+    client.status_any().await.context("connect to the Leasehold cluster")?;
     let session = client.session(ttl).await.context("create a session")?;
     let lock = payments::lock_name(order_id);
     let Some(guard) = session.lock_with_timeout(&lock, wait).await.with_context(|| format!("acquire {lock}"))? else {

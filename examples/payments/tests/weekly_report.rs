@@ -49,7 +49,7 @@ async fn three_pods_started_together_send_one_email_per_user_five_times_over() {
                 let wrapped = sender(&database, &campaign, &pod);
                 let mut command = Command::new(leasehold_binary());
                 command
-                    .env("LEASEHOLD_ENDPOINTS", cluster.endpoints().join(","))
+                    .envs(cluster.client_env())
                     .env(database::DATABASE_URL_ENV, &database.url)
                     .args(["lock", weekly_report::LOCK_NAME, "--try", "--ttl", "10s", "--"])
                     .arg(wrapped.get_program())
@@ -141,14 +141,14 @@ async fn with_elect_only_the_leader_runs_the_schedule_and_its_successor_sends_no
     let database = TestDatabase::create("report_elect").await;
     schema::add_users(&database.connect().await, USERS).await.unwrap();
     let campaign = "2025-W10";
-    let client = leasehold::Client::lazy(cluster.endpoints()).unwrap();
+    let client = cluster.client();
     let mut pods: Vec<Process> = (1..=PODS)
         .map(|pod| {
             let pod = format!("pod-{pod}");
             let wrapped = sender(&database, campaign, &pod);
             let mut command = Command::new(leasehold_binary());
             command
-                .env("LEASEHOLD_ENDPOINTS", cluster.endpoints().join(","))
+                .envs(cluster.client_env())
                 .env(database::DATABASE_URL_ENV, &database.url)
                 .args(["elect", SCHEDULER, &pod, "--ttl", "2s", "--"])
                 .arg(wrapped.get_program())

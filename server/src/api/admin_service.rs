@@ -6,19 +6,22 @@ use std::sync::Arc;
 use leasehold_proto as pb;
 use leasehold_proto::admin_server::Admin;
 use leasehold_proto::errors::error_status;
-use leasehold_proto::peer_client::PeerClient;
 use leasehold_proto::ErrorReason;
 use openraft::{ChangeMembers, ServerState};
 use tonic::{Request, Response, Status};
 
 use crate::api::convert;
-use crate::raft::network;
+use crate::raft::network::Network;
 use crate::raft::replica::Replica;
 use crate::raft::types::{Node, RaftMetrics, MEMBERS_MAX};
 use crate::shell::clock::RATE_PER_MILLE_MAX;
 
 pub struct AdminService {
     pub replica: Arc<Replica>,
+    /// The peer connections, for the retire notice to a removed node.
+    pub network: Network,
+    /// Whether the node serves without TLS (--insecure-plaintext), shown in Status.
+    pub insecure_plaintext: bool,
     /// Whether the clock fault knob is enabled (--test-clock-knob).
     pub clock_knob: bool,
 }
@@ -100,6 +103,7 @@ impl Admin for AdminService {
             snapshot_index: metrics.snapshot.map(|log_id| log_id.index).unwrap_or(0),
             members: members(&metrics),
             cluster_name: self.replica.cluster_name.clone(),
+            insecure_plaintext: self.insecure_plaintext,
             sessions,
             locks,
             semaphores,
@@ -210,14 +214,8 @@ impl Admin for AdminService {
                 self.replica.raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node_id])), false).await;
         }
         // Tell the removed node to stop serving; it may be down, which is fine.
-        if let Ok(endpoint) = network::peer_endpoint(&removed.peer_addr, None) {
-            if let Ok(channel) = endpoint.connect().await {
-                let mut peer = PeerClient::new(channel);
-                let notice = pb::RetireRequest { cluster_name: self.replica.cluster_name.clone() };
-                if let Err(status) = peer.retire(notice).await {
-                    tracing::warn!(node_id, %status, "the removed node did not take the retire notice");
-                }
-            }
+        if let Err(status) = self.network.retire(node_id, &removed.peer_addr).await {
+            tracing::warn!(node_id, %status, "the removed node did not take the retire notice");
         }
         Ok(Response::new(pb::RemoveMemberResponse { members: self.members_now() }))
     }

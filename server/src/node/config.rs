@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::raft::types::MEMBERS_MAX;
-use crate::raft::types::{Node, NodeId};
+use crate::raft::types::{Node, NodeId, MEMBERS_MAX};
+use crate::shell::tls::{ClientCertificates, PeerClientTls, ServerTls, TlsFiles};
 
 /// Default timings. openraft 0.9 makes a follower wait its leader lease (the
 /// maximum election timeout) plus its election timeout after the last heartbeat,
@@ -27,6 +27,9 @@ pub const SNAPSHOT_EVERY_ENTRIES_MIN: u64 = 10;
 pub const CLUSTER_NAME_BYTES_MAX: usize = 64;
 pub const WORKER_THREADS_MAX: usize = 1_024;
 pub const CLUSTER_NAME_DEFAULT: &str = "leasehold";
+/// The admin credential is a secret like any other: at least 128 bits' worth of text.
+pub const ADMIN_TOKEN_BYTES_MIN: usize = 16;
+pub const ADMIN_TOKEN_BYTES_MAX: usize = 4_096;
 
 const _: () = assert!(HEARTBEAT_MS_DEFAULT < ELECTION_TIMEOUT_MIN_MS_DEFAULT);
 const _: () = assert!(ELECTION_TIMEOUT_MIN_MS_DEFAULT < ELECTION_TIMEOUT_MAX_MS_DEFAULT);
@@ -85,6 +88,40 @@ pub struct RawConfig {
     #[arg(long)]
     #[serde(default)]
     pub test_clock_knob: bool,
+    /// The client port's certificate (PEM, the chain from the leaf). Clients check it
+    /// against the CA they trust and the host they dial. Re-read on SIGHUP.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM). Re-read on SIGHUP.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// A CA whose client certificates the client port accepts as credentials: a
+    /// verified certificate naming `<tenant>.tenant.leasehold` acts as that tenant.
+    /// Without it, clients authenticate with bearer tokens only.
+    #[arg(long)]
+    pub client_ca: Option<PathBuf>,
+    /// This node's certificate on the peer port, presented to peers both as server and
+    /// as client; it must name `node-<ID>.leasehold`. Re-read on SIGHUP.
+    #[arg(long)]
+    pub peer_cert: Option<PathBuf>,
+    /// The private key of --peer-cert (PEM).
+    #[arg(long)]
+    pub peer_key: Option<PathBuf>,
+    /// The cluster CA: peers must present a certificate it signed, naming their node id.
+    #[arg(long)]
+    pub peer_ca: Option<PathBuf>,
+    /// Serve both ports without TLS. Anyone who can reach a port can then read and
+    /// forge its traffic; for a machine-local test only. Logged as a warning at start
+    /// and shown in `leasehold status`.
+    #[arg(long)]
+    #[serde(default)]
+    pub insecure_plaintext: bool,
+    /// A file holding the admin credential (a bearer token of at least 16 bytes; the
+    /// file's first line). Membership, tenants and the clock knob need it. Provision
+    /// it like any other secret: the same file on every node, readable by the node's
+    /// user only.
+    #[arg(long)]
+    pub admin_token_file: Option<PathBuf>,
 }
 
 impl RawConfig {
@@ -104,6 +141,14 @@ impl RawConfig {
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
             worker_threads: self.worker_threads.or(file.worker_threads),
             test_clock_knob: self.test_clock_knob || file.test_clock_knob,
+            tls_cert: self.tls_cert.or(file.tls_cert),
+            tls_key: self.tls_key.or(file.tls_key),
+            client_ca: self.client_ca.or(file.client_ca),
+            peer_cert: self.peer_cert.or(file.peer_cert),
+            peer_key: self.peer_key.or(file.peer_key),
+            peer_ca: self.peer_ca.or(file.peer_ca),
+            insecure_plaintext: self.insecure_plaintext || file.insecure_plaintext,
+            admin_token_file: self.admin_token_file.or(file.admin_token_file),
         }
     }
 
@@ -133,6 +178,89 @@ pub struct Config {
     pub metrics_bind: Option<SocketAddr>,
     pub worker_threads: usize,
     pub test_clock_knob: bool,
+    /// TLS on both ports, or plaintext when the operator asked for it.
+    pub transport: Transport,
+    /// Where the admin credential is read from (at start and on SIGHUP).
+    pub admin_token_file: PathBuf,
+}
+
+/// How the node's ports are served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// --insecure-plaintext.
+    Plaintext,
+    Tls {
+        /// The client port: its certificate, and the CA of client certificates if any.
+        client_port: TlsFiles,
+        /// The peer port and outgoing peer connections: mutual, under the cluster CA.
+        peer_port: TlsFiles,
+    },
+}
+
+impl Transport {
+    pub fn is_plaintext(&self) -> bool {
+        *self == Transport::Plaintext
+    }
+}
+
+/// Reads the admin credential from its file: the first line, trimmed.
+pub fn read_admin_token(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("cannot read the admin token file {}: {error}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim().to_string();
+    if token.len() < ADMIN_TOKEN_BYTES_MIN || token.len() > ADMIN_TOKEN_BYTES_MAX {
+        return Err(format!(
+            "the admin token in {} is {} bytes on its first line; it must be {ADMIN_TOKEN_BYTES_MIN} to \
+             {ADMIN_TOKEN_BYTES_MAX} (ADMIN_TOKEN_BYTES_MIN, ADMIN_TOKEN_BYTES_MAX)",
+            path.display(),
+            token.len()
+        ));
+    }
+    Ok(token)
+}
+
+/// The transport the TLS flags describe; their files are read once here, so that a
+/// missing or broken certificate is a configuration error that names the file.
+fn transport(raw: &RawConfig) -> Result<Transport, ConfigError> {
+    let tls_flags = [
+        ("--tls-cert", raw.tls_cert.is_some()),
+        ("--tls-key", raw.tls_key.is_some()),
+        ("--client-ca", raw.client_ca.is_some()),
+        ("--peer-cert", raw.peer_cert.is_some()),
+        ("--peer-key", raw.peer_key.is_some()),
+        ("--peer-ca", raw.peer_ca.is_some()),
+    ];
+    if raw.insecure_plaintext {
+        if let Some((flag, _)) = tls_flags.iter().find(|(_, given)| *given) {
+            return fail(format!("{flag} was given with --insecure-plaintext; choose TLS or plaintext"));
+        }
+        return Ok(Transport::Plaintext);
+    }
+    let missing: Vec<&str> =
+        tls_flags.iter().filter(|(flag, given)| !given && *flag != "--client-ca").map(|(flag, _)| *flag).collect();
+    if !missing.is_empty() {
+        return fail(format!(
+            "TLS needs {} (or run with --insecure-plaintext, which lets anyone who reaches a port read and \
+             forge its traffic)",
+            missing.join(", ")
+        ));
+    }
+    let client_port = TlsFiles {
+        cert: raw.tls_cert.clone().expect("checked"),
+        key: raw.tls_key.clone().expect("checked"),
+        ca: raw.client_ca.clone(),
+    };
+    let peer_port = TlsFiles {
+        cert: raw.peer_cert.clone().expect("checked"),
+        key: raw.peer_key.clone().expect("checked"),
+        ca: raw.peer_ca.clone(),
+    };
+    ServerTls::load("client", client_port.clone(), ClientCertificates::Optional)
+        .map_err(|error| ConfigError(format!("client port TLS: {error}")))?;
+    ServerTls::load("peer", peer_port.clone(), ClientCertificates::Required)
+        .map_err(|error| ConfigError(format!("peer port TLS: {error}")))?;
+    PeerClientTls::load(peer_port.clone()).map_err(|error| ConfigError(format!("peer TLS: {error}")))?;
+    Ok(Transport::Tls { client_port, peer_port })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -178,6 +306,11 @@ impl Config {
             Some(0) => return fail("--node-id must be a positive integer (0 is reserved)"),
             Some(id) => id,
         };
+        let transport = transport(&raw)?;
+        let Some(admin_token_file) = raw.admin_token_file.clone() else {
+            return fail("--admin-token-file is required: the admin credential for membership and tenants");
+        };
+        read_admin_token(&admin_token_file).map_err(ConfigError)?;
 
         let mut initial_members = BTreeMap::new();
         for text in &raw.initial_members {
@@ -305,6 +438,8 @@ impl Config {
             metrics_bind,
             worker_threads,
             test_clock_knob: raw.test_clock_knob,
+            transport,
+            admin_token_file,
         })
     }
 
@@ -334,11 +469,20 @@ mod tests {
         (1..=3).map(|id| format!("{id}=127.0.0.1:71{id:02},127.0.0.1:72{id:02}")).collect()
     }
 
+    /// A file holding `text`, kept for the rest of the test process.
+    fn file_with(text: &str) -> PathBuf {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), text).unwrap();
+        file.into_temp_path().keep().unwrap()
+    }
+
     fn raw(node_id: u64) -> RawConfig {
         RawConfig {
             node_id: Some(node_id),
             data_dir: Some("/tmp/unused".into()),
             initial_members: three_members(),
+            insecure_plaintext: true,
+            admin_token_file: Some(file_with("an-admin-token-of-enough-bytes\n")),
             ..Default::default()
         }
     }
@@ -381,6 +525,26 @@ mod tests {
             (RawConfig { snapshot_every_entries: Some(1), ..raw(1) }, "below the minimum"),
             (RawConfig { worker_threads: Some(0), ..raw(1) }, "--worker-threads 0 is not between 1"),
             (RawConfig { worker_threads: Some(WORKER_THREADS_MAX + 1), ..raw(1) }, "--worker-threads"),
+            (RawConfig { insecure_plaintext: false, ..raw(1) }, "TLS needs --tls-cert, --tls-key, --peer-cert"),
+            (
+                RawConfig { tls_cert: Some("/etc/hostname".into()), ..raw(1) },
+                "--tls-cert was given with --insecure-plaintext",
+            ),
+            (
+                RawConfig {
+                    insecure_plaintext: false,
+                    tls_cert: Some("/nonexistent/node.pem".into()),
+                    tls_key: Some("/nonexistent/node.key".into()),
+                    peer_cert: Some("/nonexistent/node.pem".into()),
+                    peer_key: Some("/nonexistent/node.key".into()),
+                    peer_ca: Some("/nonexistent/ca.pem".into()),
+                    ..raw(1)
+                },
+                "client port TLS: /nonexistent/node.pem",
+            ),
+            (RawConfig { admin_token_file: None, ..raw(1) }, "--admin-token-file is required"),
+            (RawConfig { admin_token_file: Some(file_with("short\n")), ..raw(1) }, "must be 16 to"),
+            (RawConfig { admin_token_file: Some("/nonexistent/admin".into()), ..raw(1) }, "cannot read the admin"),
         ];
         for (config, expected) in cases {
             let error = Config::validate(config).unwrap_err();

@@ -17,6 +17,7 @@ use leasehold_proto::peer_server::PeerServer;
 use leasehold_proto::semaphores_server::SemaphoresServer;
 use openraft::metrics::WaitError;
 use openraft::{ServerState, Vote};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -25,7 +26,7 @@ use crate::api::elections_service::ElectionsService;
 use crate::api::leasehold_service::LeaseholdService;
 use crate::api::semaphores_service::SemaphoresService;
 use crate::machine::Command;
-use crate::node::config::Config;
+use crate::node::config::{Config, Transport};
 use crate::node::data_dir::{self, Claim};
 use crate::node::metrics;
 use crate::raft::log_store::LogStore;
@@ -37,6 +38,7 @@ use crate::raft::storage;
 use crate::raft::types::{Node, NodeId, Raft};
 use crate::shell::clock::Clock;
 use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
+use crate::shell::tls::{tls_incoming, ClientCertificates, LogLimiter, NodeTls, PeerClientTls, ServerTls};
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -86,8 +88,12 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     let log_store = LogStore::new(db);
     let raft_config =
         config.raft_config().validate().map_err(|error| StartError(format!("raft configuration: {error}")))?;
-    let network = Network::new(Some(config.peer_bind.ip()), &config.cluster_name);
-    let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, state_machine)
+    let peer_client = match &config.transport {
+        Transport::Plaintext => None,
+        Transport::Tls { peer_port, .. } => Some(PeerClientTls::load(peer_port.clone()).map_err(StartError)?),
+    };
+    let network = Network::new(Some(config.peer_bind.ip()), &config.cluster_name, peer_client.clone());
+    let raft = Raft::new(config.node_id, Arc::new(raft_config), network.clone(), log_store, state_machine)
         .await
         .map_err(|error| StartError(format!("cannot start raft: {error}")))?;
 
@@ -103,19 +109,61 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     let (retired_sender, retired) = watch::channel(false);
     let mut tasks = Vec::new();
 
+    let node_tls = match &config.transport {
+        Transport::Plaintext => {
+            tracing::warn!(
+                "--insecure-plaintext: both ports serve without TLS; anyone who can reach them can read and \
+                 forge their traffic"
+            );
+            None
+        }
+        Transport::Tls { client_port, peer_port } => Some(Arc::new(NodeTls {
+            client_port: ServerTls::load("client", client_port.clone(), ClientCertificates::Optional)
+                .map_err(StartError)?,
+            peer_port: ServerTls::load("peer", peer_port.clone(), ClientCertificates::Required).map_err(StartError)?,
+            peer_client: peer_client.clone().expect("loaded with the transport"),
+        })),
+    };
+    // Registered before anything could send it: SIGHUP's default action ends the process.
+    let hangups = signal(SignalKind::hangup()).map_err(|error| StartError(format!("SIGHUP handler: {error}")))?;
+    tasks.push(tokio::spawn(reload_on_hangup(hangups, node_tls.clone(), stopped.clone())));
+
     let client_server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(5)))
-        .add_service(LeaseholdServer::new(LeaseholdService { replica: replica.clone() }))
-        .add_service(SemaphoresServer::new(SemaphoresService { replica: replica.clone() }))
-        .add_service(ElectionsServer::new(ElectionsService { replica: replica.clone() }))
-        .add_service(AdminServer::new(AdminService { replica: replica.clone(), clock_knob: config.test_clock_knob }));
+        .max_concurrent_streams(Some(CLIENT_STREAMS_PER_CONNECTION_MAX))
+        .add_service(
+            LeaseholdServer::new(LeaseholdService { replica: replica.clone() })
+                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+        )
+        .add_service(
+            SemaphoresServer::new(SemaphoresService { replica: replica.clone() })
+                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+        )
+        .add_service(
+            ElectionsServer::new(ElectionsService { replica: replica.clone() })
+                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+        )
+        .add_service(
+            AdminServer::new(AdminService {
+                replica: replica.clone(),
+                network: network.clone(),
+                clock_knob: config.test_clock_knob,
+                insecure_plaintext: config.transport.is_plaintext(),
+            })
+            .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+        );
     let mut stop_client = stopped.clone();
+    let client_tls = node_tls.as_ref().map(|tls| tls.client_port.clone());
     tasks.push(tokio::spawn(async move {
         let shutdown = async move {
             let _ = stop_client.wait_for(|stop| *stop).await;
         };
-        if let Err(error) = client_server.serve_with_incoming_shutdown(accepting(client_listener), shutdown).await {
+        let served = match client_tls {
+            Some(tls) => client_server.serve_with_incoming_shutdown(tls_incoming(client_listener, tls), shutdown).await,
+            None => client_server.serve_with_incoming_shutdown(accepting(client_listener), shutdown).await,
+        };
+        if let Err(error) = served {
             tracing::error!(%error, "client server stopped");
         }
     }));
@@ -125,18 +173,28 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         cluster_name: config.cluster_name.clone(),
         retired: retired_sender.clone(),
         takeover: Takeover::new(config.election_timeout_min_ms, config.election_timeout_max_ms),
+        identities_checked: node_tls.is_some(),
+        refusals: LogLimiter::new(Duration::from_secs(1)),
     };
-    let peer_server = tonic::transport::Server::builder().tcp_nodelay(true).add_service(
-        PeerServer::new(peer_service)
-            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
-    );
+    let peer_server = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .max_concurrent_streams(Some(PEER_STREAMS_PER_CONNECTION_MAX))
+        .add_service(
+            PeerServer::new(peer_service)
+                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
+        );
     let mut stop_peer = stopped.clone();
+    let peer_tls = node_tls.as_ref().map(|tls| tls.peer_port.clone());
     tasks.push(tokio::spawn(async move {
         let shutdown = async move {
             let _ = stop_peer.wait_for(|stop| *stop).await;
         };
-        if let Err(error) = peer_server.serve_with_incoming_shutdown(accepting(peer_listener), shutdown).await {
+        let served = match peer_tls {
+            Some(tls) => peer_server.serve_with_incoming_shutdown(tls_incoming(peer_listener, tls), shutdown).await,
+            None => peer_server.serve_with_incoming_shutdown(accepting(peer_listener), shutdown).await,
+        };
+        if let Err(error) = served {
             tracing::error!(%error, "peer server stopped");
         }
     }));
@@ -160,6 +218,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         node_id = config.node_id,
         %client_addr,
         %peer_addr,
+        tls = !config.transport.is_plaintext(),
         data_dir = %config.data_dir.display(),
         cluster = %config.cluster_name,
         worker_threads = config.worker_threads,
@@ -181,6 +240,37 @@ impl RunningNode {
         }
         for task in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        }
+    }
+}
+
+/// HTTP/2 streams (concurrent RPCs) one client connection may have open.
+pub const CLIENT_STREAMS_PER_CONNECTION_MAX: u32 = 1_024;
+/// A client request decoded at most: the largest is far below (names of 256 bytes,
+/// election values of 1 KiB), so a bigger one is refused before it is read whole.
+pub const CLIENT_MESSAGE_BYTES_MAX: usize = 64 * 1024;
+/// HTTP/2 streams one peer connection may have open (replication, votes, snapshots).
+pub const PEER_STREAMS_PER_CONNECTION_MAX: u32 = 64;
+
+/// Re-reads the certificates, keys and CAs on SIGHUP. New handshakes use them; open
+/// connections keep theirs, so no session is dropped. A set of files that does not
+/// load changes nothing.
+async fn reload_on_hangup(mut hangups: Signal, tls: Option<Arc<NodeTls>>, mut stopped: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            hangup = hangups.recv() => if hangup.is_none() { return },
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+        match &tls {
+            None => tracing::info!("SIGHUP: plaintext, no certificates to reload"),
+            Some(tls) => match tls.reload() {
+                Ok(()) => tracing::info!(target: "audit", "SIGHUP: certificates, keys and CAs reloaded"),
+                Err(error) => tracing::error!(
+                    target: "audit",
+                    %error,
+                    "SIGHUP: the TLS files did not load; the node keeps the ones it had"
+                ),
+            },
         }
     }
 }

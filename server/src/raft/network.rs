@@ -1,11 +1,19 @@
 //! Raft RPCs to peers over tonic: one lazily connected channel per target, reused
 //! for every RPC; outgoing connections bound to this node's own peer IP so that a
-//! partition between two node addresses really separates them.
+//! partition between two node addresses really separates them. With TLS, every
+//! connection presents this node's peer certificate and accepts the target only if
+//! the cluster CA signed its certificate for that node's id (`node-<id>.leasehold`);
+//! each (re)connection uses the certificates read last (see `shell::tls`).
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
-use std::sync::Mutex;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use leasehold_proto::identity::node_identity;
+use rustls_pki_types::ServerName;
+use tokio::net::TcpSocket;
 
 use leasehold_proto::peer_client::PeerClient;
 use leasehold_proto::RaftMessage;
@@ -22,6 +30,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::raft::codec;
 use crate::raft::types::{Node, NodeId, TypeConfig};
+use crate::shell::tls::PeerClientTls;
 
 /// How long a connection attempt to a peer may take before the RPC fails.
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 500;
@@ -35,37 +44,110 @@ pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// once per connection).
 pub const CLUSTER_HEADER: &str = "leasehold-cluster";
 
+/// Cheap to clone: clones share the connections.
+#[derive(Clone)]
 pub struct Network {
+    inner: Arc<NetworkInner>,
+}
+
+struct NetworkInner {
     /// This node's peer IP, used as the source address of outgoing connections.
     local_ip: Option<IpAddr>,
     /// This node's cluster name, sent as `CLUSTER_HEADER`.
     cluster: MetadataValue<Ascii>,
-    /// One HTTP/2 connection per peer address, shared by every client openraft asks
-    /// for: replication streams, votes, and the heartbeats of each leadership check
-    /// (which asks for a fresh client every time and must not open a connection).
-    channels: Mutex<BTreeMap<String, Channel>>,
+    /// One HTTP/2 connection per peer, shared by every client openraft asks for:
+    /// replication streams, votes, and the heartbeats of each leadership check (which
+    /// asks for a fresh client every time and must not open a connection).
+    channels: Mutex<BTreeMap<(NodeId, String), Channel>>,
+    /// None with --insecure-plaintext.
+    tls: Option<Arc<PeerClientTls>>,
 }
 
 impl Network {
     /// `cluster_name` was validated with the configuration (letters, digits, '-',
     /// '_' and '.'), so it is a valid header value.
-    pub fn new(local_ip: Option<IpAddr>, cluster_name: &str) -> Self {
+    pub fn new(local_ip: Option<IpAddr>, cluster_name: &str, tls: Option<Arc<PeerClientTls>>) -> Self {
         let cluster = MetadataValue::try_from(cluster_name).expect("a validated cluster name is a header value");
-        Self { local_ip, cluster, channels: Mutex::new(BTreeMap::new()) }
+        Self { inner: Arc::new(NetworkInner { local_ip, cluster, channels: Mutex::new(BTreeMap::new()), tls }) }
     }
 
-    fn channel(&self, address: &str) -> Option<Channel> {
-        let mut channels = self.channels.lock().unwrap();
-        if let Some(channel) = channels.get(address) {
+    fn client(&self, target: NodeId, address: &str) -> Option<PeerClient<Channel>> {
+        self.channel(target, address).map(|channel| {
+            PeerClient::new(channel)
+                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
+        })
+    }
+
+    /// Tells a node the leader removed from the membership to stop serving.
+    pub async fn retire(&self, target: NodeId, address: &str) -> Result<(), tonic::Status> {
+        let Some(mut client) = self.client(target, address) else {
+            return Err(tonic::Status::invalid_argument(format!("peer address {address:?} is not valid")));
+        };
+        let mut notice =
+            tonic::Request::new(leasehold_proto::RetireRequest { cluster_name: self.cluster_name().to_string() });
+        notice.set_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS * 4));
+        client.retire(notice).await.map(|_| ())
+    }
+
+    fn cluster_name(&self) -> &str {
+        self.inner.cluster.to_str().expect("the cluster name is ASCII")
+    }
+
+    fn channel(&self, target: NodeId, address: &str) -> Option<Channel> {
+        let inner = &self.inner;
+        let mut channels = inner.channels.lock().unwrap();
+        let key = (target, address.to_string());
+        if let Some(channel) = channels.get(&key) {
             return Some(channel.clone());
         }
-        let channel = peer_endpoint(address, self.local_ip).ok()?.connect_lazy();
-        channels.insert(address.to_string(), channel.clone());
+        let endpoint = peer_endpoint(address, inner.local_ip).ok()?;
+        let channel = match &inner.tls {
+            None => endpoint.connect_lazy(),
+            Some(tls) => endpoint.connect_with_connector_lazy(tls_connector(tls.clone(), target, inner.local_ip)),
+        };
+        channels.insert(key, channel.clone());
         Some(channel)
     }
 }
 
-pub fn peer_endpoint(address: &str, local_ip: Option<IpAddr>) -> Result<Endpoint, tonic::transport::Error> {
+/// Dials a peer over TLS: TCP from this node's peer IP, then a handshake that presents
+/// this node's certificate and requires the target's to name `node-<target>.leasehold`.
+/// Each connection reads the TLS configuration anew, so a reload reaches the next one.
+fn tls_connector(
+    tls: Arc<PeerClientTls>,
+    target: NodeId,
+    local_ip: Option<IpAddr>,
+) -> impl tower::Service<
+    tonic::codegen::http::Uri,
+    Response = TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    Error = std::io::Error,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |uri: tonic::codegen::http::Uri| {
+        let config = tls.config();
+        async move {
+            let authority = uri.authority().map(|authority| authority.as_str().to_string()).unwrap_or_default();
+            let address: SocketAddr = tokio::net::lookup_host(&authority)
+                .await?
+                .next()
+                .ok_or_else(|| std::io::Error::other(format!("{authority} resolves to no address")))?;
+            let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+            if let Some(ip) = local_ip.filter(|ip| ip.is_ipv4() == address.is_ipv4()) {
+                socket.bind(SocketAddr::new(ip, 0))?;
+            }
+            let stream = socket.connect(address).await?;
+            stream.set_nodelay(true)?;
+            let name = ServerName::try_from(node_identity(target)).map_err(std::io::Error::other)?;
+            let stream = tokio_rustls::TlsConnector::from(config).connect(name, stream).await?;
+            Ok(TokioIo::new(stream))
+        }
+    })
+}
+
+fn peer_endpoint(address: &str, local_ip: Option<IpAddr>) -> Result<Endpoint, tonic::transport::Error> {
     Ok(Endpoint::from_shared(format!("http://{address}"))?
         .connect_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS))
         .http2_keep_alive_interval(Duration::from_millis(PEER_KEEPALIVE_INTERVAL_MS))
@@ -79,12 +161,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerConnection;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerConnection {
-        let client = self.channel(&node.peer_addr).map(|channel| {
-            PeerClient::new(channel)
-                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
-        });
-        PeerConnection { target, address: node.peer_addr.clone(), cluster: self.cluster.clone(), client }
+        let client = self.client(target, &node.peer_addr);
+        PeerConnection { target, address: node.peer_addr.clone(), cluster: self.inner.cluster.clone(), client }
     }
 }
 

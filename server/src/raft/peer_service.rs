@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 use crate::raft::codec;
 use crate::raft::network::CLUSTER_HEADER;
 use crate::raft::types::{NodeId, Raft, TypeConfig};
+use crate::shell::tls::{node_id_presented, LogLimiter};
 
 pub struct PeerService {
     pub raft: Raft,
@@ -22,6 +23,12 @@ pub struct PeerService {
     /// Set to true when the leader says this node was removed from the cluster.
     pub retired: watch::Sender<bool>,
     pub takeover: Takeover,
+    /// With TLS: a message is taken only from a peer whose certificate names the node
+    /// the message says it comes from (the cluster CA signed it, or the handshake
+    /// failed). Off with --insecure-plaintext, where nothing on the port can be believed.
+    pub identities_checked: bool,
+    /// Refused peers are logged at most once a second.
+    pub refusals: LogLimiter,
 }
 
 /// The most campaigns started at once to outbid one candidate's term; a candidate
@@ -153,6 +160,36 @@ impl PeerService {
     }
 }
 
+impl PeerService {
+    /// Refuses a Raft message unless the peer's certificate names `claimed`, the node
+    /// the message says it comes from; with `claimed` None (a retire notice), the peer
+    /// must be a member this node knows.
+    fn check_sender<T>(&self, request: &Request<T>, rpc: &str, claimed: Option<NodeId>) -> Result<(), Status> {
+        if !self.identities_checked {
+            return Ok(());
+        }
+        let certificates = request.peer_certs();
+        let problem = match node_id_presented(certificates.as_deref().map(Vec::as_slice)) {
+            Ok(presented) => match claimed {
+                Some(claimed) if claimed == presented => return Ok(()),
+                Some(claimed) => {
+                    format!("it claims to come from node {claimed}, but the peer's certificate names node {presented}")
+                }
+                None if self.raft.metrics().borrow().membership_config.membership().get_node(&presented).is_some() => {
+                    return Ok(())
+                }
+                None => format!("the peer's certificate names node {presented}, which is not a member"),
+            },
+            Err(presented) => format!("the peer presented {presented}"),
+        };
+        let remote = request.remote_addr().map(|address| address.to_string()).unwrap_or_default();
+        if self.refusals.allow() {
+            tracing::warn!(target: "audit", rpc, %remote, %problem, "refused a peer's Raft message");
+        }
+        Err(error_status(ErrorReason::WrongPeer, format!("{rpc} refused: {problem}"), &[]))
+    }
+}
+
 fn wrong_cluster(message: String) -> Status {
     error_status(ErrorReason::WrongCluster, message, &[])
 }
@@ -171,6 +208,7 @@ impl Peer for PeerService {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         self.check_cluster(&request)?;
         let vote: VoteRequest<NodeId> = decode(request.get_ref())?;
+        self.check_sender(&request, "Vote", Some(vote.vote.leader_id().voted_for().unwrap_or(0)))?;
         let answer = self.raft.vote(vote.clone()).await;
         if let Ok(response) = &answer {
             self.takeover.consider(&self.raft, &vote, response);
@@ -181,6 +219,7 @@ impl Peer for PeerService {
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         self.check_cluster(&request)?;
         let append: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
+        self.check_sender(&request, "AppendEntries", Some(append.vote.leader_id().voted_for().unwrap_or(0)))?;
         self.takeover.heard_leader();
         reply(&self.raft.append_entries(append).await)
     }
@@ -188,10 +227,12 @@ impl Peer for PeerService {
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         self.check_cluster(&request)?;
         let install: InstallSnapshotRequest<TypeConfig> = decode(request.get_ref())?;
+        self.check_sender(&request, "InstallSnapshot", Some(install.vote.leader_id().voted_for().unwrap_or(0)))?;
         reply(&self.raft.install_snapshot(install).await)
     }
 
     async fn retire(&self, request: Request<RetireRequest>) -> Result<Response<RetireResponse>, Status> {
+        self.check_sender(&request, "Retire", None)?;
         if request.get_ref().cluster_name != self.cluster_name {
             return Err(wrong_cluster(format!(
                 "this node belongs to cluster {:?}, not {:?}",

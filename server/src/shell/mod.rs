@@ -1,6 +1,6 @@
 //! The node-local state that applied entries drive, below the Raft glue: session
-//! deadlines, RPCs waiting for a grant, election observers, semaphore wait times, and
-//! the clock and heap they run on. Nothing here proposes or reads through Raft; the
+//! deadlines, RPCs waiting for a grant, election observers, semaphore wait times; and
+//! what the node runs on: the clock, the heap, the TLS material. Nothing here proposes or reads through Raft; the
 //! state-machine store feeds these from the machine's effects, and the gRPC services
 //! read them.
 //!
@@ -14,10 +14,13 @@
 //! * `observers` — election changes pushed to `Observe` streams in apply order.
 //! * `wait_histograms` — how long semaphore acquires waited, per semaphore.
 //! * `memory` — how the node uses the C allocator, and the heap trimmer.
+//! * `tls` — TLS on both ports: certificates re-read on SIGHUP, peers' and clients'
+//!   identities read from their certificates.
 
 pub mod clock;
 pub mod memory;
 pub mod observers;
 pub mod session_deadlines;
+pub mod tls;
 pub mod wait_histograms;
 pub mod wait_registry;

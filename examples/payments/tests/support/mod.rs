@@ -275,7 +275,7 @@ pub fn worker(cluster: &TestCluster, database: &TestDatabase, name: &str, order_
     let mut command = Command::new(payments_binary());
     command
         .env(database::DATABASE_URL_ENV, &database.url)
-        .env("LEASEHOLD_ENDPOINTS", cluster.endpoints().join(","))
+        .envs(cluster.client_env())
         .args(["worker", "--order-id", &order_id.to_string(), "--name", name])
         .args(extra);
     Process::spawn(&format!("worker {name}"), command)

@@ -1,0 +1,335 @@
+//! TLS on both ports, with rustls (ring). The node's certificates, keys and CAs are
+//! read at start and again on SIGHUP; a new handshake uses what was read last, and
+//! connections already open keep theirs, so rotating a certificate drops no session.
+//!
+//! * The client port presents `tls_cert`; with `client_ca` it also asks clients for
+//!   a certificate (optional: a client may use a bearer token instead) and maps a
+//!   verified one to its tenant (`leasehold_proto::identity`).
+//! * The peer port is mutual: a node presents `peer_cert` both as a server and as a
+//!   client, and accepts only peers whose certificate the cluster CA (`peer_ca`)
+//!   signed. Which node a peer is, is read from its certificate (`node_id_presented`)
+//!   and checked against the sender a Raft message claims.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use leasehold_proto::identity;
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// How long a client or peer may take to complete its TLS handshake.
+pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// Handshakes in progress on one port at most; more connections wait to be accepted.
+pub const HANDSHAKES_IN_PROGRESS_MAX: usize = 256;
+/// Accepted connections waiting for the gRPC server to take them at most.
+pub const HANDSHAKEN_QUEUED_MAX: usize = 128;
+/// A refused handshake is logged at most once per this interval and port (a client
+/// with a wrong certificate retries without end).
+pub const REFUSAL_LOG_INTERVAL_MS: u64 = 1_000;
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certificates = CertificateDer::pem_file_iter(path)
+        .map_err(|error| format!("{}: {error}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| format!("{}: {error}", path.display()))?;
+    if certificates.is_empty() {
+        return Err(format!("{}: no PEM certificate in the file", path.display()));
+    }
+    Ok(certificates)
+}
+
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path)
+        .map_err(|error| format!("{}: no usable PEM private key: {error}", path.display()))
+}
+
+fn read_roots(path: &Path) -> Result<Arc<RootCertStore>, String> {
+    let mut roots = RootCertStore::empty();
+    for certificate in read_certificates(path)? {
+        roots.add(certificate).map_err(|error| format!("{}: not a CA certificate: {error}", path.display()))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+/// A certificate and its key, and whether (and from which CA) the other side must
+/// present one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The CA of the other side's certificates; none: the other side presents none.
+    pub ca: Option<PathBuf>,
+}
+
+/// Whether a port requires the other side's certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCertificates {
+    Required,
+    Optional,
+}
+
+/// One port's TLS server configuration, swapped whole on reload.
+pub struct ServerTls {
+    /// "client" or "peer", for messages.
+    port: &'static str,
+    files: TlsFiles,
+    client_certificates: ClientCertificates,
+    config: RwLock<Arc<ServerConfig>>,
+    refusals: LogLimiter,
+}
+
+impl ServerTls {
+    /// Reads the files; an error names the file and what is wrong with it.
+    pub fn load(
+        port: &'static str,
+        files: TlsFiles,
+        client_certificates: ClientCertificates,
+    ) -> Result<Arc<ServerTls>, String> {
+        let config = build_server_config(&files, client_certificates)?;
+        Ok(Arc::new(ServerTls {
+            port,
+            files,
+            client_certificates,
+            config: RwLock::new(config),
+            refusals: LogLimiter::new(Duration::from_millis(REFUSAL_LOG_INTERVAL_MS)),
+        }))
+    }
+
+    /// Reads the files again into a new configuration, without installing it.
+    fn rebuild(&self) -> Result<Arc<ServerConfig>, String> {
+        build_server_config(&self.files, self.client_certificates)
+            .map_err(|error| format!("{} port: {error}", self.port))
+    }
+
+    fn install(&self, config: Arc<ServerConfig>) {
+        *self.config.write().unwrap() = config;
+    }
+
+    fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.config.read().unwrap().clone())
+    }
+
+    fn log_refusal(&self, peer: std::net::SocketAddr, error: &dyn std::fmt::Display) {
+        if self.refusals.allow() {
+            tracing::warn!(
+                target: "audit",
+                port = self.port,
+                %peer,
+                %error,
+                "refused a TLS handshake (logged at most once a second per port)"
+            );
+        }
+    }
+}
+
+/// Lets one log line through per interval: refusals are logged, but a client that
+/// retries a refused request without end cannot flood the log.
+pub struct LogLimiter {
+    interval_ms: u64,
+    /// When a line was let through last, in ms since `started` plus `interval_ms`
+    /// (so that 0 means never).
+    last_ms: AtomicU64,
+    started: Instant,
+}
+
+impl LogLimiter {
+    pub fn new(interval: Duration) -> LogLimiter {
+        LogLimiter { interval_ms: interval.as_millis() as u64, last_ms: AtomicU64::new(0), started: Instant::now() }
+    }
+
+    /// Whether a line may be logged now.
+    pub fn allow(&self) -> bool {
+        let now_ms = self.started.elapsed().as_millis() as u64 + self.interval_ms;
+        let last = self.last_ms.load(Ordering::Relaxed);
+        now_ms >= last + self.interval_ms
+            && self.last_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+}
+
+fn build_server_config(files: &TlsFiles, client_certificates: ClientCertificates) -> Result<Arc<ServerConfig>, String> {
+    let provider = provider();
+    let chain = read_certificates(&files.cert)?;
+    let key = read_key(&files.key)?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|error| error.to_string())?;
+    let builder = match &files.ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let verifier = WebPkiClientVerifier::builder_with_provider(read_roots(ca)?, provider);
+            let verifier = match client_certificates {
+                ClientCertificates::Required => verifier.build(),
+                ClientCertificates::Optional => verifier.allow_unauthenticated().build(),
+            }
+            .map_err(|error| format!("{}: {error}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key).map_err(|error| {
+        format!("{} and {}: the key does not fit the certificate: {error}", files.cert.display(), files.key.display())
+    })?;
+    // gRPC is HTTP/2: a client that negotiates nothing else is refused by tonic.
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The TLS client configuration a node dials its peers with: its peer certificate as
+/// its identity, the cluster CA as the only root.
+pub struct PeerClientTls {
+    files: TlsFiles,
+    config: RwLock<Arc<ClientConfig>>,
+}
+
+impl PeerClientTls {
+    pub fn load(files: TlsFiles) -> Result<Arc<PeerClientTls>, String> {
+        let config = build_client_config(&files)?;
+        Ok(Arc::new(PeerClientTls { files, config: RwLock::new(config) }))
+    }
+
+    /// The configuration of the next handshake.
+    pub fn config(&self) -> Arc<ClientConfig> {
+        self.config.read().unwrap().clone()
+    }
+}
+
+fn build_client_config(files: &TlsFiles) -> Result<Arc<ClientConfig>, String> {
+    let ca = files.ca.as_ref().expect("peers always verify each other");
+    let roots = read_roots(ca)?;
+    let chain = read_certificates(&files.cert)?;
+    let key = read_key(&files.key)?;
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|error| error.to_string())?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|error| {
+            format!(
+                "{} and {}: the key does not fit the certificate: {error}",
+                files.cert.display(),
+                files.key.display()
+            )
+        })?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Every TLS configuration of a node, reloaded together.
+pub struct NodeTls {
+    pub client_port: Arc<ServerTls>,
+    pub peer_port: Arc<ServerTls>,
+    pub peer_client: Arc<PeerClientTls>,
+}
+
+impl NodeTls {
+    /// Reads every file again; installs the new configurations only if all of them
+    /// load, so a half-written certificate changes nothing (send SIGHUP again once
+    /// the files are complete).
+    pub fn reload(&self) -> Result<(), String> {
+        let client_port = self.client_port.rebuild()?;
+        let peer_port = self.peer_port.rebuild()?;
+        let peer_client = build_client_config(&self.peer_client.files).map_err(|error| format!("peers: {error}"))?;
+        self.client_port.install(client_port);
+        self.peer_port.install(peer_port);
+        *self.peer_client.config.write().unwrap() = peer_client;
+        Ok(())
+    }
+}
+
+/// The connections `listener` accepts, each after a completed TLS handshake with the
+/// configuration current at that moment. Handshakes run concurrently (at most
+/// `HANDSHAKES_IN_PROGRESS_MAX`), each within `HANDSHAKE_TIMEOUT_MS`; a refused one is
+/// logged (rate-limited) and dropped. The stream ends when its reader goes away.
+pub fn tls_incoming(
+    listener: TcpListener,
+    tls: Arc<ServerTls>,
+) -> ReceiverStream<Result<TlsStream<TcpStream>, io::Error>> {
+    let (handshaken, incoming) = mpsc::channel(HANDSHAKEN_QUEUED_MAX);
+    let handshakes = Arc::new(Semaphore::new(HANDSHAKES_IN_PROGRESS_MAX));
+    tokio::spawn(async move {
+        loop {
+            let Ok(permit) = handshakes.clone().acquire_owned().await else { return };
+            let accepted = tokio::select! {
+                _ = handshaken.closed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, say: pause rather than spin.
+                    tracing::warn!(port = tls.port, %error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            // Small answers must not wait for the peer's delayed ACK (about 40 ms).
+            let _ = stream.set_nodelay(true);
+            let acceptor = tls.acceptor();
+            let handshaken = handshaken.clone();
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                let handshake =
+                    tokio::time::timeout(Duration::from_millis(HANDSHAKE_TIMEOUT_MS), acceptor.accept(stream));
+                match handshake.await {
+                    Ok(Ok(stream)) => {
+                        drop(permit);
+                        let _ = handshaken.send(Ok(stream)).await;
+                    }
+                    // A connection closed before it sent anything is a port probe (a
+                    // health check, a test waiting for the port), not a refusal.
+                    Ok(Err(error)) if error.kind() == io::ErrorKind::UnexpectedEof => {}
+                    Ok(Err(error)) => tls.log_refusal(peer, &error),
+                    Err(_) => tls.log_refusal(peer, &"the handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(incoming)
+}
+
+/// The DNS names a certificate presents, for messages.
+pub fn presented_names(certificate: &CertificateDer<'_>) -> Vec<String> {
+    match webpki::EndEntityCert::try_from(certificate) {
+        Ok(certificate) => certificate.valid_dns_names().map(str::to_owned).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The node a peer's verified certificate chain names (`node-<id>.leasehold`); the
+/// error says what it presented instead.
+pub fn node_id_presented(chain: Option<&[CertificateDer<'static>]>) -> Result<u64, String> {
+    let Some(leaf) = chain.and_then(|chain| chain.first()) else {
+        return Err("no certificate".to_string());
+    };
+    let names = presented_names(leaf);
+    let mut ids = names.iter().filter_map(|name| identity::node_id_of(name));
+    match (ids.next(), ids.next()) {
+        (Some(id), None) => Ok(id),
+        (Some(_), Some(_)) => Err(format!("a certificate naming several nodes: {names:?}")),
+        (None, _) => Err(format!("a certificate naming no node: {names:?}")),
+    }
+}
+
+/// The tenant a client's verified certificate chain names (`<tenant>.tenant.leasehold`).
+pub fn tenant_presented(chain: &[CertificateDer<'static>]) -> Option<String> {
+    let names = presented_names(chain.first()?);
+    let mut tenants = names.iter().filter_map(|name| identity::tenant_of(name));
+    match (tenants.next(), tenants.next()) {
+        (Some(tenant), None) => Some(tenant.to_string()),
+        _ => None,
+    }
+}
