@@ -79,7 +79,7 @@ impl LeaseholdWorker {
         let answer = async {
             stream
                 .requests
-                .send(pb::KeepAliveRequest { session_id: self.session.id() })
+                .send(pb::KeepAliveRequest { session_id: self.session.id(), session_secret: self.session.secret() })
                 .await
                 .context("keepalive stream closed")?;
             stream.answers.message().await?.context("keepalive stream ended")

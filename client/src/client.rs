@@ -418,7 +418,7 @@ impl Client {
 
     /// Whether `token` is still the current grant of lock `name` (linearizable).
     pub async fn check_fence(&self, name: &str, token: u64) -> Result<pb::CheckFenceResponse> {
-        let request = pb::CheckFenceRequest { name: name.to_string(), token };
+        let request = pb::CheckFenceRequest { name: name.to_string(), token, ..Default::default() };
         self.with_leader("check fence", self.inner.request_deadline, |channel| {
             let request = request.clone();
             async move { Client::leasehold(channel).check_fence(request).await.map(|response| response.into_inner()) }
@@ -427,7 +427,7 @@ impl Client {
     }
 
     pub async fn describe_lock(&self, name: &str, stale: bool) -> Result<pb::DescribeLockResponse> {
-        let request = pb::DescribeLockRequest { name: name.to_string(), stale };
+        let request = pb::DescribeLockRequest { name: name.to_string(), stale, ..Default::default() };
         self.with_leader("describe lock", self.inner.request_deadline, |channel| {
             let request = request.clone();
             async move { Client::leasehold(channel).describe_lock(request).await.map(|response| response.into_inner()) }
@@ -445,16 +445,96 @@ impl Client {
         response.session.ok_or_else(|| Error::NotFound(format!("session {session_id}")))
     }
 
+    /// Every session this client's credential may see (its tenant's; the admin's sees
+    /// every tenant's), in order of id, read a page at a time.
     pub async fn list_sessions(&self) -> Result<Vec<pb::SessionInfo>> {
+        let mut sessions = Vec::new();
+        let mut page_token = 0;
+        loop {
+            let request = pb::ListSessionsRequest { stale: false, page_size: 0, page_token, tenant: String::new() };
+            let page = self
+                .with_leader("list sessions", self.inner.request_deadline, |channel| {
+                    let request = request.clone();
+                    async move {
+                        Client::leasehold(channel).list_sessions(request).await.map(|response| response.into_inner())
+                    }
+                })
+                .await?;
+            sessions.extend(page.sessions);
+            if page.next_page_token == 0 {
+                return Ok(sessions);
+            }
+            page_token = page.next_page_token;
+        }
+    }
+
+    /// Adds a tenant (admin credential); the answer carries its token, shown only here.
+    pub async fn add_tenant(&self, name: &str, quotas: pb::Quotas) -> Result<pb::AddTenantResponse> {
+        let request = pb::AddTenantRequest {
+            request_id: Some(self.next_request_id()),
+            name: name.to_string(),
+            quotas: Some(quotas),
+        };
+        self.with_leader("add tenant", self.inner.request_deadline, |channel| {
+            let request = request.clone();
+            async move { Client::admin(channel).add_tenant(request).await.map(|response| response.into_inner()) }
+        })
+        .await
+    }
+
+    /// Every tenant with its quotas and usage (admin credential).
+    pub async fn list_tenants(&self) -> Result<Vec<pb::TenantInfo>> {
         let response = self
-            .with_leader("list sessions", self.inner.request_deadline, |channel| async move {
-                Client::leasehold(channel)
-                    .list_sessions(pb::ListSessionsRequest { stale: false })
+            .with_leader("list tenants", self.inner.request_deadline, |channel| async move {
+                Client::admin(channel)
+                    .list_tenants(pb::ListTenantsRequest {})
                     .await
                     .map(|response| response.into_inner())
             })
             .await?;
-        Ok(response.sessions)
+        Ok(response.tenants)
+    }
+
+    /// Replaces a tenant's token (admin credential); returns the new one.
+    pub async fn rotate_tenant_token(&self, name: &str) -> Result<String> {
+        let request = pb::RotateTenantTokenRequest { request_id: Some(self.next_request_id()), name: name.to_string() };
+        let response = self
+            .with_leader("rotate tenant token", self.inner.request_deadline, |channel| {
+                let request = request.clone();
+                async move {
+                    Client::admin(channel).rotate_tenant_token(request).await.map(|response| response.into_inner())
+                }
+            })
+            .await?;
+        Ok(response.token)
+    }
+
+    /// Changes a tenant's quotas (admin credential).
+    pub async fn set_tenant_quotas(&self, name: &str, quotas: pb::Quotas) -> Result<pb::TenantInfo> {
+        let request = pb::SetTenantQuotasRequest {
+            request_id: Some(self.next_request_id()),
+            name: name.to_string(),
+            quotas: Some(quotas),
+        };
+        let response = self
+            .with_leader("set tenant quotas", self.inner.request_deadline, |channel| {
+                let request = request.clone();
+                async move { Client::admin(channel).set_tenant_quotas(request).await.map(|response| response.into_inner()) }
+            })
+            .await?;
+        response.tenant.ok_or_else(|| Error::Other("the answer names no tenant".into()))
+    }
+
+    /// Removes a tenant (admin credential): its sessions end; returns how many.
+    pub async fn remove_tenant(&self, name: &str) -> Result<u64> {
+        let request = pb::RemoveTenantRequest { request_id: Some(self.next_request_id()), name: name.to_string() };
+        let response = self
+            .with_leader("remove tenant", self.inner.request_deadline, |channel| {
+                let request = request.clone();
+                async move { Client::admin(channel).remove_tenant(request).await.map(|response| response.into_inner()) }
+            })
+            .await?;
+        Ok(response.sessions_ended)
     }
 
     pub async fn add_member(

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::client::{Client, RETRY_PAUSE_MS};
 use crate::error::{Error, Result};
-use crate::session::{Session, SessionState, WaitAnswer};
+use crate::session::{Session, SessionKey, SessionState, WaitAnswer};
 
 /// The leader of an election as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +56,7 @@ impl Session {
                     name: name.to_string(),
                     value: value.to_string(),
                     wait_ms,
+                    session_secret: self.secret(),
                 };
                 async move {
                     let response = Client::elections(channel).campaign(request).await?.into_inner();
@@ -146,6 +147,7 @@ impl Leadership {
             name: self.name.clone(),
             token: self.token,
             value: value.to_string(),
+            session_secret: self.session.secret(),
         };
         client
             .with_leader("proclaim", client.inner.request_deadline, |channel| {
@@ -158,13 +160,18 @@ impl Leadership {
     /// Gives up the leadership; the next campaigner (FIFO) leads.
     pub async fn resign(mut self) -> Result<()> {
         self.resigned = true;
-        resign(self.session.client(), self.session.id(), &self.name, self.token).await
+        resign(self.session.client(), &self.session.key(), &self.name, self.token).await
     }
 }
 
-async fn resign(client: &Client, session_id: u64, name: &str, token: u64) -> Result<()> {
-    let request =
-        pb::ResignRequest { request_id: Some(client.next_request_id()), session_id, name: name.to_string(), token };
+async fn resign(client: &Client, key: &SessionKey, name: &str, token: u64) -> Result<()> {
+    let request = pb::ResignRequest {
+        request_id: Some(client.next_request_id()),
+        session_id: key.id,
+        name: name.to_string(),
+        token,
+        session_secret: key.secret.clone(),
+    };
     client
         .with_leader("resign", client.inner.request_deadline, |channel| {
             let request = request.clone();
@@ -180,12 +187,9 @@ impl Drop for Leadership {
             return;
         }
         let name = std::mem::take(&mut self.name);
-        crate::session::give_back_later(
-            &self.session,
-            name,
-            self.token,
-            |client, session_id, name, token| async move { resign(&client, session_id, &name, token).await },
-        );
+        crate::session::give_back_later(&self.session, name, self.token, |client, key, name, token| async move {
+            resign(&client, &key, &name, token).await
+        });
     }
 }
 
@@ -198,7 +202,7 @@ pub const OBSERVATIONS_QUEUED_MAX: usize = 256;
 impl Client {
     /// The current leader of `name`, or None when vacant (linearizable).
     pub async fn leader(&self, name: &str) -> Result<Option<Leader>> {
-        let request = pb::LeaderRequest { name: name.to_string(), stale: false };
+        let request = pb::LeaderRequest { name: name.to_string(), stale: false, ..Default::default() };
         let response = self
             .with_leader("leader", self.inner.request_deadline, |channel| {
                 let request = request.clone();
@@ -221,7 +225,10 @@ impl Client {
             loop {
                 let endpoint = client.preferred_endpoint();
                 let Ok(channel) = client.channel(&endpoint) else { return };
-                match Client::elections(channel).observe(pb::ObserveRequest { name: name.clone() }).await {
+                match Client::elections(channel)
+                    .observe(pb::ObserveRequest { name: name.clone(), ..Default::default() })
+                    .await
+                {
                     Ok(response) => {
                         let mut stream = response.into_inner();
                         loop {

@@ -27,11 +27,13 @@ pub const KEEPALIVE_REQUESTS_QUEUED_MAX: usize = 4_096;
 pub(crate) type StateSender = watch::Sender<(SessionState, Instant)>;
 
 pub(crate) enum Command {
-    Register { session_id: u64, ttl: Duration, deadline: Instant, state: StateSender },
+    Register { session_id: u64, secret: Vec<u8>, ttl: Duration, deadline: Instant, state: StateSender },
     Deregister { session_id: u64 },
 }
 
 struct Tracked {
+    /// The session's secret, which every keepalive carries.
+    secret: Vec<u8>,
     ttl: Duration,
     deadline: Instant,
     next_send: Instant,
@@ -83,9 +85,16 @@ impl Tracked {
 }
 
 /// Hands a new session to the client's keepalive task, starting the task if needed.
-pub(crate) fn register(client: &Client, session_id: u64, ttl: Duration, deadline: Instant, state: StateSender) {
+pub(crate) fn register(
+    client: &Client,
+    session_id: u64,
+    secret: Vec<u8>,
+    ttl: Duration,
+    deadline: Instant,
+    state: StateSender,
+) {
     let mut slot = client.inner.keepalives.lock().unwrap();
-    let mut command = Command::Register { session_id, ttl, deadline, state };
+    let mut command = Command::Register { session_id, secret, ttl, deadline, state };
     if let Some(sender) = slot.as_ref() {
         match sender.send(command) {
             Ok(()) => return,
@@ -145,9 +154,9 @@ impl Schedule {
     fn handle(&mut self, command: Command) {
         let now = Instant::now();
         match command {
-            Command::Register { session_id, ttl, deadline, state } => {
+            Command::Register { session_id, secret, ttl, deadline, state } => {
                 let next_send = now + ttl / KEEPALIVES_PER_TTL;
-                let tracked = Tracked { ttl, deadline, next_send, sent_at: None, wake: now, state };
+                let tracked = Tracked { secret, ttl, deadline, next_send, sent_at: None, wake: now, state };
                 self.sessions.insert(session_id, tracked);
                 self.reschedule(session_id, now);
             }
@@ -290,7 +299,8 @@ fn process_due(schedule: &mut Schedule, stream: &Stream) -> bool {
             Some(sent) if now - sent >= tracked.interval() => healthy = false,
             Some(_) => {}
             None if now >= tracked.next_send => {
-                match stream.requests.try_send(pb::KeepAliveRequest { session_id: id }) {
+                let keepalive = pb::KeepAliveRequest { session_id: id, session_secret: tracked.secret.clone() };
+                match stream.requests.try_send(keepalive) {
                     Ok(()) => {
                         tracked.sent_at = Some(now);
                         tracked.next_send = now + tracked.interval();

@@ -6,7 +6,7 @@ use leasehold_proto as pb;
 
 use crate::client::Client;
 use crate::error::Result;
-use crate::session::Session;
+use crate::session::{Session, SessionKey};
 
 /// The answer to an acquire.
 pub enum Acquired {
@@ -99,13 +99,18 @@ impl LockGuard {
     /// was no longer this grant's (the session expired and it passed on).
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
-        release(self.session.client(), self.session.id(), &self.name, self.token).await
+        release(self.session.client(), &self.session.key(), &self.name, self.token).await
     }
 }
 
-pub(crate) async fn release(client: &Client, session_id: u64, name: &str, token: u64) -> Result<()> {
-    let request =
-        pb::ReleaseRequest { request_id: Some(client.next_request_id()), session_id, name: name.to_string(), token };
+pub(crate) async fn release(client: &Client, key: &SessionKey, name: &str, token: u64) -> Result<()> {
+    let request = pb::ReleaseRequest {
+        request_id: Some(client.next_request_id()),
+        session_id: key.id,
+        name: name.to_string(),
+        token,
+        session_secret: key.secret.clone(),
+    };
     client
         .with_leader("release", client.inner.request_deadline, |channel| {
             let request = request.clone();
@@ -120,11 +125,8 @@ impl Drop for LockGuard {
             return;
         }
         let name = std::mem::take(&mut self.name);
-        crate::session::give_back_later(
-            &self.session,
-            name,
-            self.token,
-            |client, session_id, name, token| async move { release(&client, session_id, &name, token).await },
-        );
+        crate::session::give_back_later(&self.session, name, self.token, |client, key, name, token| async move {
+            release(&client, &key, &name, token).await
+        });
     }
 }

@@ -8,7 +8,7 @@ use leasehold_proto as pb;
 
 use crate::client::Client;
 use crate::error::Result;
-use crate::session::{Session, WaitAnswer};
+use crate::session::{Session, SessionKey, WaitAnswer};
 
 /// A semaphore as seen from one session.
 #[derive(Clone, Debug)]
@@ -57,6 +57,7 @@ impl Semaphore {
                     name: name.clone(),
                     limit,
                     wait_ms,
+                    session_secret: self.session.secret(),
                 };
                 async move {
                     let response = Client::semaphores(channel).acquire(request).await?.into_inner();
@@ -105,6 +106,7 @@ impl Semaphore {
             session_id: self.session.id(),
             name: self.name.clone(),
             limit,
+            session_secret: self.session.secret(),
         };
         let response = client
             .with_leader("semaphore set limit", client.inner.request_deadline, |channel| {
@@ -128,13 +130,18 @@ impl PermitGuard {
 
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
-        release(self.session.client(), self.session.id(), &self.name, self.token).await
+        release(self.session.client(), &self.session.key(), &self.name, self.token).await
     }
 }
 
-async fn release(client: &Client, session_id: u64, name: &str, token: u64) -> Result<()> {
-    let request =
-        pb::SemReleaseRequest { request_id: Some(client.next_request_id()), session_id, name: name.to_string(), token };
+async fn release(client: &Client, key: &SessionKey, name: &str, token: u64) -> Result<()> {
+    let request = pb::SemReleaseRequest {
+        request_id: Some(client.next_request_id()),
+        session_id: key.id,
+        name: name.to_string(),
+        token,
+        session_secret: key.secret.clone(),
+    };
     client
         .with_leader("semaphore release", client.inner.request_deadline, |channel| {
             let request = request.clone();
@@ -149,18 +156,15 @@ impl Drop for PermitGuard {
             return;
         }
         let name = std::mem::take(&mut self.name);
-        crate::session::give_back_later(
-            &self.session,
-            name,
-            self.token,
-            |client, session_id, name, token| async move { release(&client, session_id, &name, token).await },
-        );
+        crate::session::give_back_later(&self.session, name, self.token, |client, key, name, token| async move {
+            release(&client, &key, &name, token).await
+        });
     }
 }
 
 impl Client {
     pub async fn describe_semaphore(&self, name: &str) -> Result<pb::DescribeSemaphoreResponse> {
-        let request = pb::DescribeSemaphoreRequest { name: name.to_string(), stale: false };
+        let request = pb::DescribeSemaphoreRequest { name: name.to_string(), stale: false, ..Default::default() };
         self.with_leader("describe semaphore", self.inner.request_deadline, |channel| {
             let request = request.clone();
             async move { Client::semaphores(channel).describe(request).await.map(|response| response.into_inner()) }

@@ -21,15 +21,22 @@ use crate::lock::{Acquired, LockGuard, NotAcquired};
 /// explicit release. Best effort: if this is lost, the grant ends with the session.
 pub(crate) fn give_back_later<F, Fut>(session: &Session, name: String, token: u64, give_back: F)
 where
-    F: FnOnce(Client, u64, String, u64) -> Fut + Send + 'static,
+    F: FnOnce(Client, SessionKey, String, u64) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<()>> + Send + 'static,
 {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        let (client, session_id) = (session.client().clone(), session.id());
+        let (client, key) = (session.client().clone(), session.key());
         runtime.spawn(async move {
-            let _ = give_back(client, session_id, name, token).await;
+            let _ = give_back(client, key, name, token).await;
         });
     }
+}
+
+/// What a request on a session presents: the session's id and its secret.
+#[derive(Clone)]
+pub(crate) struct SessionKey {
+    pub(crate) id: u64,
+    pub(crate) secret: Vec<u8>,
 }
 
 /// One answer of a request that may wait: granted with a token, or not (yet).
@@ -69,6 +76,8 @@ impl std::fmt::Debug for Session {
 pub(crate) struct SessionInner {
     pub(crate) client: Client,
     pub(crate) id: u64,
+    /// The secret CreateSession returned: every request on the session carries it.
+    pub(crate) secret: Vec<u8>,
     ttl: Duration,
     /// Published by the client's keepalive task.
     state: watch::Receiver<(SessionState, Instant)>,
@@ -81,21 +90,26 @@ impl Drop for SessionInner {
         // after the TTL.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let client = self.client.clone();
-            let id = self.id;
+            let key = SessionKey { id: self.id, secret: self.secret.clone() };
             if self.state.borrow().0 != SessionState::Lost {
                 runtime.spawn(async move {
-                    let _ = close_session(&client, id).await;
+                    let _ = close_session(&client, &key).await;
                 });
             }
         }
     }
 }
 
-async fn close_session(client: &Client, session_id: u64) -> Result<()> {
-    let request = pb::CloseSessionRequest { request_id: Some(client.next_request_id()), session_id };
+async fn close_session(client: &Client, key: &SessionKey) -> Result<()> {
+    let request = pb::CloseSessionRequest {
+        request_id: Some(client.next_request_id()),
+        session_id: key.id,
+        session_secret: key.secret.clone(),
+    };
     let closed = client
-        .with_leader("close session", client.inner.request_deadline, |channel| async move {
-            Client::leasehold(channel).close_session(request).await.map(|_| ())
+        .with_leader("close session", client.inner.request_deadline, |channel| {
+            let request = request.clone();
+            async move { Client::leasehold(channel).close_session(request).await.map(|_| ()) }
         })
         .await;
     match closed {
@@ -124,12 +138,24 @@ impl Session {
                 .await?;
         let ttl = Duration::from_millis(created.ttl_ms);
         let (state_sender, state) = watch::channel((SessionState::Alive, sent_at + ttl));
-        keepalive::register(&client, created.session_id, ttl, sent_at + ttl, state_sender);
-        Ok(Session { inner: Arc::new(SessionInner { client, id: created.session_id, ttl, state }) })
+        let secret = created.session_secret;
+        keepalive::register(&client, created.session_id, secret.clone(), ttl, sent_at + ttl, state_sender);
+        Ok(Session { inner: Arc::new(SessionInner { client, id: created.session_id, secret, ttl, state }) })
     }
 
     pub fn id(&self) -> u64 {
         self.inner.id
+    }
+
+    /// The session's secret, which every request on it presents (the library does so
+    /// itself; this is for calling the generated gRPC clients directly). Keep it to
+    /// this process: with the id, it acts for the session.
+    pub fn secret(&self) -> Vec<u8> {
+        self.inner.secret.clone()
+    }
+
+    pub(crate) fn key(&self) -> SessionKey {
+        SessionKey { id: self.inner.id, secret: self.inner.secret.clone() }
     }
 
     pub fn ttl(&self) -> Duration {
@@ -166,7 +192,7 @@ impl Session {
     /// Closes the session: every lock it holds is released in one committed entry.
     pub async fn close(self) -> Result<()> {
         keepalive::deregister(&self.inner.client, self.inner.id);
-        close_session(&self.inner.client, self.inner.id).await
+        close_session(&self.inner.client, &self.key()).await
     }
 
     /// Acquires `name`, waiting in the FIFO queue for at most `wait` (zero: answer
@@ -175,8 +201,13 @@ impl Session {
         let session_id = self.inner.id;
         let answer = self
             .wait_request("acquire", wait, |channel, request_id, wait_ms| {
-                let request =
-                    pb::AcquireRequest { request_id: Some(request_id), session_id, name: name.to_string(), wait_ms };
+                let request = pb::AcquireRequest {
+                    request_id: Some(request_id),
+                    session_id,
+                    name: name.to_string(),
+                    wait_ms,
+                    session_secret: self.secret(),
+                };
                 async move {
                     let response = Client::leasehold(channel).acquire(request).await?.into_inner();
                     Ok(match response.outcome {

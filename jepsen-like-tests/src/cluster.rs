@@ -195,10 +195,9 @@ impl Credentials {
         let ca = certs::new_ca().expect("a CA");
         let (ca_file, _) = certs::write_pair(&directory, "ca", &ca).expect("write the CA");
         let admin_token_file = directory.join("admin.token");
-        let admin_token = certs::new_token("admin");
-        certs::write_file(&admin_token_file, &admin_token, true).expect("write the admin token");
+        certs::write_file(&admin_token_file, &certs::new_token("admin"), true).expect("write the admin token");
+        // Written when the tenant is made (`TestCluster::wait_for_leader`).
         let token_file = directory.join(format!("{TEST_TENANT}.token"));
-        certs::write_file(&token_file, &admin_token, true).expect("write the tenant token");
         Credentials { directory, ca_file, admin_token_file, token_file }
     }
 
@@ -565,6 +564,12 @@ impl TestCluster {
         self.credentials.settings(endpoints, false).client().expect("valid client settings")
     }
 
+    /// A client of node `id` only, with the admin credential.
+    pub fn admin_client_of(&self, id: u64) -> Client {
+        let endpoints = vec![self.nodes[&id].client_addr.clone()];
+        self.credentials.settings(endpoints, true).client().expect("valid client settings")
+    }
+
     /// A client of every node with the admin credential.
     pub fn admin_client(&self) -> Client {
         self.credentials.settings(self.endpoints(), true).client().expect("valid client settings")
@@ -601,8 +606,34 @@ impl TestCluster {
         best.map(|(_, id)| id)
     }
 
+    /// Waits until a leader is elected; the first time, also makes the test tenant (as
+    /// an operator would before handing out its token) and writes its token file.
     pub async fn wait_for_leader(&self, deadline: Duration) -> u64 {
-        wait::until(deadline, "a leader to be elected", || self.leader()).await
+        let leader = wait::until(deadline, "a leader to be elected", || self.leader()).await;
+        if !self.credentials.token_file.exists() {
+            self.make_test_tenant(deadline).await;
+        }
+        leader
+    }
+
+    /// Adds `TEST_TENANT` with quotas no test reaches, and writes its token.
+    async fn make_test_tenant(&self, deadline: Duration) {
+        let admin = self.admin_client();
+        let quotas =
+            leasehold::proto::Quotas { max_sessions: 1_000_000, max_holds: 10_000_000, max_waiters: 10_000_000 };
+        let token = wait::until(deadline, "the test tenant to be added", || {
+            let (admin, quotas) = (&admin, quotas);
+            async move {
+                match admin.add_tenant(TEST_TENANT, quotas).await {
+                    Ok(added) => Some(added.token),
+                    // An earlier attempt made it, and its answer was lost.
+                    Err(leasehold::Error::Refused(_)) => admin.rotate_tenant_token(TEST_TENANT).await.ok(),
+                    Err(_) => None,
+                }
+            }
+        })
+        .await;
+        certs::write_file(&self.credentials.token_file, &token, true).expect("write the tenant token");
     }
 
     /// Waits until node `id` applied at least `index`.

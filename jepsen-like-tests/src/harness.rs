@@ -236,6 +236,8 @@ impl Harness {
         if harness.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await.is_none() {
             bail!("the cluster elected no leader within {RECOVERY_MS_MAX} ms of starting");
         }
+        // The tenant the workers act as, and its token file.
+        harness.cluster.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await;
         Ok(harness)
     }
 
@@ -459,7 +461,7 @@ impl Harness {
                     _ => (1_000, self.random.random_range(self.arguments.ttl_ms..=2 * self.arguments.ttl_ms)),
                 };
                 let endpoint = self.cluster.nodes[&target].client_addr.clone();
-                let client = self.cluster.client_of(target);
+                let client = self.cluster.admin_client_of(target);
                 let skewed =
                     tokio::time::timeout(Duration::from_secs(5), client.skew_clock(&endpoint, rate, jump)).await;
                 let (outcome, detail) = match skewed {
@@ -596,7 +598,7 @@ impl Harness {
         let Some(target) = followers.choose(&mut self.random).copied() else {
             return (Outcome::Skipped, vec![], "no follower".into());
         };
-        let client = self.cluster.client();
+        let client = self.cluster.admin_client();
         if let Err(error) = client.remove_member(target).await {
             let outcome = if error.is_definite() { Outcome::Skipped } else { Outcome::Indeterminate };
             return (outcome, vec![target], format!("remove: {error}"));
@@ -662,7 +664,7 @@ impl Harness {
                 continue;
             };
             for name in &semaphores {
-                let request = pb::DescribeSemaphoreRequest { name: name.clone(), stale: true };
+                let request = pb::DescribeSemaphoreRequest { name: name.clone(), stale: true, ..Default::default() };
                 let mut client = pb::semaphores_client::SemaphoresClient::new(channel.clone());
                 let at_ns = monotonic_ns();
                 if let Ok(Ok(response)) = tokio::time::timeout(deadline, client.describe(request)).await {
@@ -678,7 +680,7 @@ impl Harness {
                 }
             }
             for name in &elections {
-                let request = pb::LeaderRequest { name: name.clone(), stale: true };
+                let request = pb::LeaderRequest { name: name.clone(), stale: true, ..Default::default() };
                 let mut client = pb::elections_client::ElectionsClient::new(channel.clone());
                 let at_ns = monotonic_ns();
                 if let Ok(Ok(response)) = tokio::time::timeout(deadline, client.leader(request)).await {
@@ -716,7 +718,7 @@ impl Harness {
                 let endpoint = node.client_addr.clone();
                 let _ = tokio::time::timeout(
                     Duration::from_secs(5),
-                    self.cluster.client_of(id).skew_clock(&endpoint, 1_000, 0),
+                    self.cluster.admin_client_of(id).skew_clock(&endpoint, 1_000, 0),
                 )
                 .await;
             }

@@ -138,12 +138,21 @@ fn a_data_directory_of_another_node_or_cluster_is_refused() {
     let data_dir = root.path().join("node");
     std::fs::create_dir(&data_dir).unwrap();
     std::fs::create_dir(data_dir.join("db")).unwrap();
-    std::fs::write(data_dir.join("LEASEHOLD"), "format = 1\ncluster_name = \"leasehold\"\nnode_id = 2\n").unwrap();
+    std::fs::write(data_dir.join("LEASEHOLD"), "format = 2\ncluster_name = \"leasehold\"\nnode_id = 2\n").unwrap();
     assert_refused(base(&data_dir, 1), &data_dir, "belongs to node 2, not to node 1");
 
     let mut other_cluster = base(&data_dir, 2);
     other_cluster.extend(["--cluster-name".into(), "payments".into()]);
     assert_refused(other_cluster, &data_dir, "belongs to cluster \"leasehold\"");
+}
+
+#[test]
+fn a_data_directory_of_an_older_format_is_refused_with_what_to_do() {
+    let root = tempfile::tempdir().unwrap();
+    let data_dir = root.path().join("node");
+    std::fs::create_dir_all(data_dir.join("db")).unwrap();
+    std::fs::write(data_dir.join("LEASEHOLD"), "format = 1\ncluster_name = \"leasehold\"\nnode_id = 1\n").unwrap();
+    assert_refused(base(&data_dir, 1), &data_dir, "was written in format 1 but this build reads format 2");
 }
 
 #[test]

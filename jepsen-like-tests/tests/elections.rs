@@ -148,6 +148,8 @@ async fn stale_resign_and_foreign_proclaim_are_refused() {
             name: "db-primary".into(),
             token: leadership.token(),
             value: "evil".into(),
+            // b's own secret: b may act for itself, not lead.
+            session_secret: b.secret(),
         })
         .await
         .unwrap_err();
@@ -158,6 +160,7 @@ async fn stale_resign_and_foreign_proclaim_are_refused() {
             session_id: a.id(),
             name: "db-primary".into(),
             token: leadership.token() + 1,
+            session_secret: a.secret(),
         })
         .await
         .unwrap_err();

@@ -18,12 +18,18 @@ fn request_id(sequence: u64) -> Option<pb::RequestId> {
     Some(pb::RequestId { client_id: 4242, sequence })
 }
 
-async fn raw_session(raw: &mut LeaseholdClient<Transport>, sequence: u64, ttl_ms: u64) -> u64 {
-    raw.create_session(pb::CreateSessionRequest { request_id: request_id(sequence), ttl_ms, client_name: "raw".into() })
+/// A session made through the raw API: its id and its secret.
+async fn raw_session(raw: &mut LeaseholdClient<Transport>, sequence: u64, ttl_ms: u64) -> (u64, Vec<u8>) {
+    let created = raw
+        .create_session(pb::CreateSessionRequest {
+            request_id: request_id(sequence),
+            ttl_ms,
+            client_name: "raw".into(),
+        })
         .await
         .expect("create session")
-        .into_inner()
-        .session_id
+        .into_inner();
+    (created.session_id, created.session_secret)
 }
 
 fn token_of(response: pb::AcquireResponse) -> Option<u64> {
@@ -83,13 +89,14 @@ async fn an_expired_holder_hands_the_lock_to_the_waiter() {
     let cluster = TestCluster::start(ClusterOptions::default());
     let mut raw = raw_leader(&cluster).await;
     // A session that is never kept alive: it expires after its TTL.
-    let doomed = raw_session(&mut raw, 1, 1_000).await;
+    let (doomed, secret) = raw_session(&mut raw, 1, 1_000).await;
     let doomed_token = token_of(
         raw.acquire(pb::AcquireRequest {
             request_id: request_id(2),
             session_id: doomed,
             name: "expiry".into(),
             wait_ms: 0,
+            session_secret: secret,
         })
         .await
         .unwrap()
@@ -145,12 +152,20 @@ async fn a_wait_survives_the_leader_being_killed_without_a_double_grant() {
 async fn a_retried_acquire_returns_the_same_grant_and_a_reused_id_is_refused() {
     let cluster = TestCluster::start(ClusterOptions::default());
     let mut raw = raw_leader(&cluster).await;
-    let session = raw_session(&mut raw, 10, 30_000).await;
-    // A retried CreateSession returns the same session.
-    assert_eq!(raw_session(&mut raw, 10, 30_000).await, session);
+    let (session, first_secret) = raw_session(&mut raw, 10, 30_000).await;
+    // A retried CreateSession returns the same session, with a new secret that
+    // replaces the one whose answer was "lost".
+    let (again, secret) = raw_session(&mut raw, 10, 30_000).await;
+    assert_eq!(again, session);
+    assert_ne!(secret, first_secret);
 
-    let acquire =
-        pb::AcquireRequest { request_id: request_id(11), session_id: session, name: "retry".into(), wait_ms: 0 };
+    let acquire = pb::AcquireRequest {
+        request_id: request_id(11),
+        session_id: session,
+        name: "retry".into(),
+        wait_ms: 0,
+        session_secret: secret,
+    };
     let first = token_of(raw.acquire(acquire.clone()).await.unwrap().into_inner()).expect("granted");
     // The response was "lost": the client sends the same request again.
     let again = token_of(raw.acquire(acquire.clone()).await.unwrap().into_inner()).expect("same grant");
@@ -159,8 +174,11 @@ async fn a_retried_acquire_returns_the_same_grant_and_a_reused_id_is_refused() {
     let reused = pb::AcquireRequest { name: "another".into(), ..acquire };
     let status = raw.acquire(reused).await.expect_err("a reused request id for another request is refused");
     assert_eq!(status.code(), tonic::Code::AlreadyExists, "{status:?}");
-    let lock =
-        raw.describe_lock(pb::DescribeLockRequest { name: "another".into(), stale: false }).await.unwrap().into_inner();
+    let lock = raw
+        .describe_lock(pb::DescribeLockRequest { name: "another".into(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(lock.holder.is_none(), "the refused request changed nothing");
 }
 
@@ -168,13 +186,14 @@ async fn a_retried_acquire_returns_the_same_grant_and_a_reused_id_is_refused() {
 async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let cluster = TestCluster::start(ClusterOptions::default());
     let mut raw = raw_leader(&cluster).await;
-    let session = raw_session(&mut raw, 20, 30_000).await;
+    let (session, secret) = raw_session(&mut raw, 20, 30_000).await;
     let token = token_of(
         raw.acquire(pb::AcquireRequest {
             request_id: request_id(21),
             session_id: session,
             name: "guarded".into(),
             wait_ms: 0,
+            session_secret: secret.clone(),
         })
         .await
         .unwrap()
@@ -185,11 +204,11 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         let mut raw = raw.clone();
         async move {
             let lock = raw
-                .describe_lock(pb::DescribeLockRequest { name: "guarded".into(), stale: false })
+                .describe_lock(pb::DescribeLockRequest { name: "guarded".into(), ..Default::default() })
                 .await
                 .unwrap()
                 .into_inner();
-            let sessions = raw.list_sessions(pb::ListSessionsRequest { stale: false }).await.unwrap().into_inner();
+            let sessions = raw.list_sessions(pb::ListSessionsRequest::default()).await.unwrap().into_inner();
             (format!("{lock:?}"), format!("{sessions:?}"))
         }
     };
@@ -207,6 +226,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
                 session_id: session,
                 name: String::new(),
                 wait_ms: 0,
+                session_secret: secret.clone(),
             })
             .await
             .map(|_| ()),
@@ -219,6 +239,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
                 session_id: session,
                 name: "n".repeat(300),
                 wait_ms: 0,
+                session_secret: secret.clone(),
             })
             .await
             .map(|_| ()),
@@ -249,6 +270,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
                 session_id: 999_999,
                 name: "guarded".into(),
                 wait_ms: 0,
+                session_secret: secret.clone(),
             })
             .await
             .map(|_| ()),
@@ -261,6 +283,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
                 session_id: session,
                 name: "guarded".into(),
                 token: token + 1,
+                session_secret: secret.clone(),
             })
             .await
             .map(|_| ()),
@@ -273,6 +296,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
                 session_id: session,
                 name: "guarded".into(),
                 wait_ms: 0,
+                session_secret: secret.clone(),
             })
             .await
             .map(|_| ()),
@@ -307,14 +331,20 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
 async fn a_wait_whose_session_ends_reports_the_session_lost() {
     let cluster = TestCluster::start(ClusterOptions::default());
     let mut raw = raw_leader(&cluster).await;
-    let holder = raw_session(&mut raw, 1, 30_000).await;
-    raw.acquire(pb::AcquireRequest { request_id: request_id(2), session_id: holder, name: "ended".into(), wait_ms: 0 })
-        .await
-        .expect("the holder is granted");
+    let (holder, holder_secret) = raw_session(&mut raw, 1, 30_000).await;
+    raw.acquire(pb::AcquireRequest {
+        request_id: request_id(2),
+        session_id: holder,
+        name: "ended".into(),
+        wait_ms: 0,
+        session_secret: holder_secret,
+    })
+    .await
+    .expect("the holder is granted");
 
     let client = cluster.client();
     let waiter = client.session(Duration::from_secs(30)).await.unwrap();
-    let waiter_id = waiter.id();
+    let (waiter_id, waiter_secret) = (waiter.id(), waiter.secret());
     let wait = tokio::spawn(async move { waiter.lock_with_timeout("ended", Duration::from_secs(20)).await });
     // Close the waiting session from outside once it is queued.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -326,9 +356,13 @@ async fn a_wait_whose_session_ends_reports_the_session_lost() {
         assert!(Instant::now() < deadline, "the waiter did not queue within 10 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    raw.close_session(pb::CloseSessionRequest { request_id: request_id(3), session_id: waiter_id })
-        .await
-        .expect("close the waiting session");
+    raw.close_session(pb::CloseSessionRequest {
+        request_id: request_id(3),
+        session_id: waiter_id,
+        session_secret: waiter_secret,
+    })
+    .await
+    .expect("close the waiting session");
     let outcome = tokio::time::timeout(Duration::from_secs(10), wait).await.expect("the wait ends").unwrap();
     assert!(
         matches!(outcome, Err(leasehold::Error::SessionLost(id)) if id == waiter_id),

@@ -67,8 +67,12 @@ async fn every_node_reports_the_replicated_state_and_the_leader_its_batching() {
         assert_eq!(value("leasehold_sessions"), 1.0, "node {id}");
         assert_eq!(value("leasehold_lease_deadlines"), 1.0, "node {id}: every node tracks the deadline");
         assert_eq!(value("leasehold_raft_members"), 3.0, "node {id}");
-        assert_eq!(value("leasehold_semaphore_holders{semaphore=\"metrics/tenant\"}"), 1.0, "node {id}");
-        assert_eq!(value("leasehold_semaphore_limit{semaphore=\"metrics/tenant\"}"), 2.0, "node {id}");
+        assert_eq!(
+            value("leasehold_semaphore_holders{tenant=\"test\",semaphore=\"metrics/tenant\"}"),
+            1.0,
+            "node {id}"
+        );
+        assert_eq!(value("leasehold_semaphore_limit{tenant=\"test\",semaphore=\"metrics/tenant\"}"), 2.0, "node {id}");
         assert_eq!(value("leasehold_locks"), 1.0, "node {id}");
         assert!(value("leasehold_heap_free_bytes") >= 0.0 && value("leasehold_heap_trims_total") >= 0.0);
         assert!(value("leasehold_commands_proposed_total") >= value("leasehold_entries_proposed_total"));

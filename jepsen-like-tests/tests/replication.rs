@@ -381,12 +381,13 @@ async fn members_are_added_and_removed_while_traffic_flows() {
 
     let new_node = cluster.start_joining_node(4);
     let (client_addr, peer_addr) = (new_node.client_addr.clone(), new_node.peer_addr.clone());
-    let members = client.add_member(4, &client_addr, &peer_addr, false).await.expect("add member 4");
+    let admin = cluster.admin_client();
+    let members = admin.add_member(4, &client_addr, &peer_addr, false).await.expect("add member 4");
     assert!(members.iter().any(|member| member.node_id == 4 && member.role == "voter"), "{members:?}");
 
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
     let removed = (1..=3).find(|id| *id != leader).unwrap();
-    let members = client.remove_member(removed).await.expect("remove a member");
+    let members = admin.remove_member(removed).await.expect("remove a member");
     assert!(!members.iter().any(|member| member.node_id == removed), "{members:?}");
     wait::until(Duration::from_secs(10), "the removed node to stop serving", || {
         let running = cluster.is_running(removed);

@@ -23,13 +23,15 @@ async fn raw_client(cluster: &TestCluster, address: &str) -> Raw {
     LeaseholdClient::new(cluster.client().raw_channel(address).expect("a channel"))
 }
 
-async fn raw_session(raw: &mut Raw, sequence: u64) -> u64 {
+/// A session made through the raw API: its id and its secret.
+async fn raw_session(raw: &mut Raw, sequence: u64) -> (u64, Vec<u8>) {
     let request_id = Some(pb::RequestId { client_id: 5151, sequence });
-    raw.create_session(pb::CreateSessionRequest { request_id, ttl_ms: TTL_MS, client_name: "raw".into() })
+    let created = raw
+        .create_session(pb::CreateSessionRequest { request_id, ttl_ms: TTL_MS, client_name: "raw".into() })
         .await
         .expect("create session")
-        .into_inner()
-        .session_id
+        .into_inner();
+    (created.session_id, created.session_secret)
 }
 
 async fn exists(raw: &mut Raw, session_id: u64) -> bool {
@@ -53,8 +55,9 @@ impl Stream {
         Ok(Stream { requests, answers })
     }
 
-    async fn send(&mut self, session_id: u64) {
-        self.requests.send(pb::KeepAliveRequest { session_id }).await.expect("the stream is open");
+    async fn send(&mut self, session_id: u64, secret: &[u8]) {
+        let keepalive = pb::KeepAliveRequest { session_id, session_secret: secret.to_vec() };
+        self.requests.send(keepalive).await.expect("the stream is open");
     }
 
     async fn answer(&mut self) -> pb::KeepAliveResponse {
@@ -71,12 +74,13 @@ async fn keepalives_are_answered_in_order_and_keep_only_their_session_alive() {
     let cluster = TestCluster::start(ClusterOptions::default());
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
     let mut raw = raw_client(&cluster, &cluster.nodes[&leader].client_addr).await;
-    let kept = raw_session(&mut raw, 1).await;
-    let idle = raw_session(&mut raw, 2).await;
-    let closed = raw_session(&mut raw, 3).await;
+    let (kept, kept_secret) = raw_session(&mut raw, 1).await;
+    let (idle, idle_secret) = raw_session(&mut raw, 2).await;
+    let (closed, closed_secret) = raw_session(&mut raw, 3).await;
     raw.close_session(pb::CloseSessionRequest {
         request_id: Some(pb::RequestId { client_id: 5151, sequence: 4 }),
         session_id: closed,
+        session_secret: closed_secret.clone(),
     })
     .await
     .expect("close session");
@@ -85,8 +89,10 @@ async fn keepalives_are_answered_in_order_and_keep_only_their_session_alive() {
     // A burst on one stream: answered one by one, in the order sent; a session that
     // is unknown or closed is reported not alive, and the stream goes on.
     let unknown = kept + idle + closed + 1_000;
-    for session in [kept, unknown, closed, kept] {
-        stream.send(session).await;
+    for (session, secret) in
+        [(kept, &kept_secret), (unknown, &kept_secret), (closed, &closed_secret), (kept, &kept_secret)]
+    {
+        stream.send(session, secret).await;
     }
     let answers: Vec<(u64, bool)> = {
         let mut answers = Vec::new();
@@ -103,14 +109,18 @@ async fn keepalives_are_answered_in_order_and_keep_only_their_session_alive() {
     };
     assert_eq!(answers, vec![(kept, true), (unknown, false), (closed, false), (kept, true)]);
 
-    // Kept alive every quarter TTL for three TTLs: the kept session lives, the idle
-    // one (never kept alive) expires.
+    // Kept alive every quarter TTL for three TTLs: the kept session lives. The idle
+    // one gets keepalives too, with its id but without its secret (the kept session's
+    // instead): each is answered not alive, renews nothing, and the session expires.
     let mut cadence = tokio::time::interval(Duration::from_millis(TTL_MS / 4));
     for _ in 0..12 {
         cadence.tick().await;
-        stream.send(kept).await;
+        stream.send(kept, &kept_secret).await;
         let answer = stream.answer().await;
         assert_eq!((answer.session_id, answer.alive), (kept, true));
+        stream.send(idle, &kept_secret).await;
+        let answer = stream.answer().await;
+        assert_eq!((answer.session_id, answer.alive), (idle, false), "a keepalive without the secret");
     }
     assert!(exists(&mut raw, kept).await, "a session kept alive for 3 TTLs still exists");
     leasehold_jepsen::wait::until(Duration::from_secs(10), "the idle session to expire", || {
@@ -118,7 +128,7 @@ async fn keepalives_are_answered_in_order_and_keep_only_their_session_alive() {
         async move { (!exists(&mut raw, idle).await).then_some(()) }
     })
     .await;
-    stream.send(idle).await;
+    stream.send(idle, &idle_secret).await;
     let answer = stream.answer().await;
     assert_eq!((answer.session_id, answer.alive, answer.ttl_ms), (idle, false, 0), "an expired session");
 }

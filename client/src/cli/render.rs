@@ -278,6 +278,7 @@ mod tests {
             waiting_semaphores: vec!["tenant-43".to_string()],
             leading: vec![held("scheduler", 3)],
             campaigning: vec!["reporter".to_string()],
+            tenant: "payments".to_string(),
         }
     }
 

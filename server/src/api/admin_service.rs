@@ -10,14 +10,18 @@ use leasehold_proto::ErrorReason;
 use openraft::{ChangeMembers, ServerState};
 use tonic::{Request, Response, Status};
 
+use crate::api::auth::{Auth, Who};
 use crate::api::convert;
+use crate::machine::{Command, Quotas, Response as MachineResponse, Tenant};
 use crate::raft::network::Network;
 use crate::raft::replica::Replica;
 use crate::raft::types::{Node, RaftMetrics, MEMBERS_MAX};
 use crate::shell::clock::RATE_PER_MILLE_MAX;
+use crate::shell::credentials::secret_hash;
 
 pub struct AdminService {
     pub replica: Arc<Replica>,
+    pub auth: Arc<Auth>,
     /// The peer connections, for the retire notice to a removed node.
     pub network: Network,
     /// Whether the node serves without TLS (--insecure-plaintext), shown in Status.
@@ -34,6 +38,49 @@ fn state_name(state: ServerState) -> &'static str {
         ServerState::Learner => "learner",
         ServerState::Shutdown => "shutdown",
     }
+}
+
+/// A new tenant token: 32 random bytes in hex behind a prefix that says what it is.
+fn new_tenant_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("tenant_{hex}")
+}
+
+/// The quotas a request asks for; 0 (or none) takes the default.
+fn quotas(requested: Option<pb::Quotas>) -> Quotas {
+    let requested = requested.unwrap_or_default();
+    let default = Quotas::default();
+    let or_default = |value: u32, default: u32| if value == 0 { default } else { value };
+    Quotas {
+        sessions: or_default(requested.max_sessions, default.sessions),
+        holds: or_default(requested.max_holds, default.holds),
+        waiters: or_default(requested.max_waiters, default.waiters),
+    }
+}
+
+fn tenant_info(tenant: &Tenant) -> pb::TenantInfo {
+    pb::TenantInfo {
+        name: tenant.name.to_string(),
+        quotas: Some(pb::Quotas {
+            max_sessions: tenant.quotas.sessions,
+            max_holds: tenant.quotas.holds,
+            max_waiters: tenant.quotas.waiters,
+        }),
+        sessions: u64::from(tenant.usage.sessions),
+        holds: u64::from(tenant.usage.holds),
+        waiters: u64::from(tenant.usage.waiters),
+        state_bytes: tenant.usage.bytes,
+    }
+}
+
+/// One audit line for an admin action (the secrets it makes are never logged).
+fn audit(rpc: &str, who: &Who, what: &str) {
+    tracing::info!(target: "audit", rpc, caller = who.name(), what, "admin action");
+}
+
+fn unexpected(response: MachineResponse) -> Status {
+    error_status(ErrorReason::Internal, format!("unexpected answer from the state machine: {response:?}"), &[])
 }
 
 /// Raft refused a membership change; `message` says why.
@@ -67,11 +114,20 @@ impl AdminService {
     fn members_now(&self) -> Vec<pb::Member> {
         members(&self.replica.raft.metrics().borrow())
     }
+
+    /// The tenant `name` as the local state has it (the leader's, just after its
+    /// command applied).
+    fn tenant_info(&self, name: &str) -> Result<pb::TenantInfo, Status> {
+        let applied = self.replica.shared.applied.read().unwrap();
+        let tenant = applied.machine.tenant_by_name(name).map(|(_, tenant)| tenant_info(tenant));
+        tenant.ok_or_else(|| error_status(ErrorReason::UnknownTenant, format!("tenant {name:?} does not exist"), &[]))
+    }
 }
 
 #[tonic::async_trait]
 impl Admin for AdminService {
-    async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        self.auth.who("Admin.Status", &request)?;
         let metrics = self.replica.raft.metrics().borrow().clone();
         let commit_index = self
             .replica
@@ -81,7 +137,7 @@ impl Admin for AdminService {
             .unwrap_or(0);
         let leader_client_addr =
             metrics.current_leader.and_then(|id| self.replica.member_client_addr(id)).unwrap_or_default();
-        let (sessions, locks, semaphores, elections) = {
+        let (sessions, locks, semaphores, elections, state_bytes) = {
             let applied = self.replica.shared.applied.read().unwrap();
             let machine = &applied.machine;
             (
@@ -89,6 +145,7 @@ impl Admin for AdminService {
                 machine.lock_count() as u64,
                 machine.semaphore_count() as u64,
                 machine.election_count() as u64,
+                machine.state_bytes().0,
             )
         };
         Ok(Response::new(pb::StatusResponse {
@@ -104,6 +161,8 @@ impl Admin for AdminService {
             members: members(&metrics),
             cluster_name: self.replica.cluster_name.clone(),
             insecure_plaintext: self.insecure_plaintext,
+            state_bytes,
+            state_budget_bytes: self.replica.state_budget_bytes(),
             sessions,
             locks,
             semaphores,
@@ -115,8 +174,15 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::AddMemberRequest>,
     ) -> Result<Response<pb::AddMemberResponse>, Status> {
+        let who = self.auth.who("Admin.AddMember", &request)?;
+        who.require_admin("add a member")?;
         self.require_leader()?;
         let request = request.into_inner();
+        audit(
+            "AddMember",
+            &who,
+            &format!("node {} at {} / {}", request.node_id, request.client_addr, request.peer_addr),
+        );
         if request.node_id == 0 {
             return Err(convert::invalid_argument("node_id must be a positive integer"));
         }
@@ -163,6 +229,8 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::SkewClockRequest>,
     ) -> Result<Response<pb::SkewClockResponse>, Status> {
+        let who = self.auth.who("Admin.SkewClock", &request)?;
+        who.require_admin("skew the clock")?;
         if !self.clock_knob {
             return Err(error_status(
                 ErrorReason::ClockKnobOff,
@@ -186,8 +254,11 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::RemoveMemberRequest>,
     ) -> Result<Response<pb::RemoveMemberResponse>, Status> {
+        let who = self.auth.who("Admin.RemoveMember", &request)?;
+        who.require_admin("remove a member")?;
         self.require_leader()?;
         let node_id = request.into_inner().node_id;
+        audit("RemoveMember", &who, &format!("node {node_id}"));
         let current = self.members_now();
         let Some(removed) = current.iter().find(|member| member.node_id == node_id).cloned() else {
             return Err(error_status(ErrorReason::UnknownMember, format!("node {node_id} is not a member"), &[]));
@@ -218,5 +289,106 @@ impl Admin for AdminService {
             tracing::warn!(node_id, %status, "the removed node did not take the retire notice");
         }
         Ok(Response::new(pb::RemoveMemberResponse { members: self.members_now() }))
+    }
+
+    async fn add_tenant(
+        &self,
+        request: Request<pb::AddTenantRequest>,
+    ) -> Result<Response<pb::AddTenantResponse>, Status> {
+        let who = self.auth.who("Admin.AddTenant", &request)?;
+        who.require_admin("add a tenant")?;
+        let request = request.into_inner();
+        audit("AddTenant", &who, &format!("tenant {:?}", request.name));
+        let request_id = convert::request_id(request.request_id)?;
+        let quotas = quotas(request.quotas);
+        let token = new_tenant_token();
+        let command = Command::AddTenant {
+            request: request_id,
+            name: request.name.clone(),
+            token_hash: secret_hash(token.as_bytes()),
+            quotas,
+        };
+        self.replica.check_budget()?;
+        match self.replica.propose(who.caller(&[]), command).await? {
+            MachineResponse::TenantAdded { .. } => {
+                Ok(Response::new(pb::AddTenantResponse { tenant: Some(self.tenant_info(&request.name)?), token }))
+            }
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn list_tenants(
+        &self,
+        request: Request<pb::ListTenantsRequest>,
+    ) -> Result<Response<pb::ListTenantsResponse>, Status> {
+        let who = self.auth.who("Admin.ListTenants", &request)?;
+        who.require_admin("list the tenants")?;
+        let tenants = self
+            .replica
+            .read(false, |machine| machine.tenants().map(|(_, tenant)| tenant_info(tenant)).collect())
+            .await?;
+        Ok(Response::new(pb::ListTenantsResponse { tenants }))
+    }
+
+    async fn rotate_tenant_token(
+        &self,
+        request: Request<pb::RotateTenantTokenRequest>,
+    ) -> Result<Response<pb::RotateTenantTokenResponse>, Status> {
+        let who = self.auth.who("Admin.RotateTenantToken", &request)?;
+        who.require_admin("rotate a tenant's token")?;
+        let request = request.into_inner();
+        audit("RotateTenantToken", &who, &format!("tenant {:?}", request.name));
+        let token = new_tenant_token();
+        let command = Command::RotateTenantToken {
+            request: convert::request_id(request.request_id)?,
+            name: request.name,
+            token_hash: secret_hash(token.as_bytes()),
+        };
+        match self.replica.propose(who.caller(&[]), command).await? {
+            MachineResponse::TenantTokenRotated { .. } => Ok(Response::new(pb::RotateTenantTokenResponse { token })),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn set_tenant_quotas(
+        &self,
+        request: Request<pb::SetTenantQuotasRequest>,
+    ) -> Result<Response<pb::SetTenantQuotasResponse>, Status> {
+        let who = self.auth.who("Admin.SetTenantQuotas", &request)?;
+        who.require_admin("change a tenant's quotas")?;
+        let request = request.into_inner();
+        audit("SetTenantQuotas", &who, &format!("tenant {:?}: {:?}", request.name, request.quotas));
+        let command = Command::SetTenantQuotas {
+            request: convert::request_id(request.request_id)?,
+            name: request.name.clone(),
+            quotas: quotas(request.quotas),
+        };
+        match self.replica.propose(who.caller(&[]), command).await? {
+            MachineResponse::TenantQuotasSet { .. } => {
+                Ok(Response::new(pb::SetTenantQuotasResponse { tenant: Some(self.tenant_info(&request.name)?) }))
+            }
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn remove_tenant(
+        &self,
+        request: Request<pb::RemoveTenantRequest>,
+    ) -> Result<Response<pb::RemoveTenantResponse>, Status> {
+        let who = self.auth.who("Admin.RemoveTenant", &request)?;
+        who.require_admin("remove a tenant")?;
+        let request = request.into_inner();
+        audit("RemoveTenant", &who, &format!("tenant {:?}", request.name));
+        let command = Command::RemoveTenant { request: convert::request_id(request.request_id)?, name: request.name };
+        match self.replica.propose(who.caller(&[]), command).await? {
+            MachineResponse::TenantRemoved { sessions_ended, .. } => {
+                Ok(Response::new(pb::RemoveTenantResponse { sessions_ended }))
+            }
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
     }
 }

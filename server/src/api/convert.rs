@@ -3,7 +3,7 @@
 //! this module sees a prost type.
 
 use leasehold_proto as pb;
-use leasehold_proto::errors::{error_status, METADATA_SESSION_ID};
+use leasehold_proto::errors::error_status;
 use leasehold_proto::ErrorReason;
 use tonic::Status;
 
@@ -218,8 +218,9 @@ pub fn resign(request: pb::ResignRequest) -> Result<Command, Status> {
     })
 }
 
-/// The status of a command the state machine refused: one reason per `ErrorKind`,
-/// and the session as metadata when the refusal is that it does not exist.
+/// The status of a command the state machine refused: one reason per `ErrorKind`, and
+/// the error's facts (an unknown session's id, a quota's tenant, limit and usage) as
+/// ErrorInfo metadata.
 pub fn command_error(error: CommandError) -> Status {
     let reason = match error.kind {
         ErrorKind::InvalidArgument => ErrorReason::InvalidArgument,
@@ -229,11 +230,15 @@ pub fn command_error(error: CommandError) -> Status {
         ErrorKind::NotHolder => ErrorReason::NotHolder,
         ErrorKind::LimitMismatch => ErrorReason::LimitMismatch,
         ErrorKind::NotElectionLeader => ErrorReason::NotElectionLeader,
+        ErrorKind::PermissionDenied => ErrorReason::PermissionDenied,
+        ErrorKind::WrongSessionSecret => ErrorReason::WrongSessionSecret,
+        ErrorKind::QuotaExceeded => ErrorReason::QuotaExceeded,
+        ErrorKind::UnknownTenant => ErrorReason::UnknownTenant,
+        ErrorKind::TenantExists => ErrorReason::TenantExists,
     };
-    match error.session {
-        Some(session) => error_status(reason, error.message, &[(METADATA_SESSION_ID, session.to_string())]),
-        None => error_status(reason, error.message, &[]),
-    }
+    let metadata: Vec<(&str, String)> =
+        error.metadata.iter().map(|(key, value)| (key.as_str(), value.clone())).collect();
+    error_status(reason, error.message, &metadata)
 }
 
 #[cfg(test)]
@@ -268,22 +273,46 @@ mod tests {
                 "request_id is required",
             ),
             (
-                acquire(pb::AcquireRequest { request_id: id(), session_id: 5, name: String::new(), wait_ms: 0 })
-                    .map(|(command, _)| command),
+                acquire(pb::AcquireRequest {
+                    request_id: id(),
+                    session_id: 5,
+                    name: String::new(),
+                    wait_ms: 0,
+                    session_secret: vec![],
+                })
+                .map(|(command, _)| command),
                 "name is empty",
             ),
             (
-                acquire(pb::AcquireRequest { request_id: id(), session_id: 5, name: "x".repeat(257), wait_ms: 0 })
-                    .map(|(command, _)| command),
+                acquire(pb::AcquireRequest {
+                    request_id: id(),
+                    session_id: 5,
+                    name: "x".repeat(257),
+                    wait_ms: 0,
+                    session_secret: vec![],
+                })
+                .map(|(command, _)| command),
                 "257 bytes",
             ),
             (
-                acquire(pb::AcquireRequest { request_id: id(), session_id: 0, name: "a".into(), wait_ms: 0 })
-                    .map(|(command, _)| command),
+                acquire(pb::AcquireRequest {
+                    request_id: id(),
+                    session_id: 0,
+                    name: "a".into(),
+                    wait_ms: 0,
+                    session_secret: vec![],
+                })
+                .map(|(command, _)| command),
                 "session_id is required",
             ),
             (
-                release(pb::ReleaseRequest { request_id: id(), session_id: 5, name: "a".into(), token: 0 }),
+                release(pb::ReleaseRequest {
+                    request_id: id(),
+                    session_id: 5,
+                    name: "a".into(),
+                    token: 0,
+                    session_secret: vec![],
+                }),
                 "token is required",
             ),
         ];

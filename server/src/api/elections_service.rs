@@ -13,9 +13,12 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use crate::api::auth::Auth;
 use crate::api::convert;
 use crate::api::queued_wait::{self, WaitEnd};
-use crate::machine::{AcquireOutcome, Command, LeaderView, ResourceKind, Response as MachineResponse, StateMachine};
+use crate::machine::{
+    AcquireOutcome, Command, LeaderView, ResourceKind, Response as MachineResponse, StateMachine, TenantId,
+};
 use crate::raft::replica::Replica;
 
 /// Changes buffered per `Observe` stream before the stream is dropped (its client
@@ -24,6 +27,7 @@ pub const OBSERVE_REPLIES_QUEUED_MAX: usize = 256;
 
 pub struct ElectionsService {
     pub replica: Arc<Replica>,
+    pub auth: Arc<Auth>,
 }
 
 fn leader_info(leader: LeaderView) -> pb::LeaderInfo {
@@ -36,8 +40,8 @@ fn leader_info(leader: LeaderView) -> pb::LeaderInfo {
     }
 }
 
-fn current_leader(machine: &StateMachine, name: &str) -> Option<LeaderView> {
-    machine.describe_election(name).map(|election| election.leader)
+fn current_leader(machine: &StateMachine, tenant: TenantId, name: &str) -> Option<LeaderView> {
+    machine.leader_view(tenant, name)
 }
 
 fn elected(token: u64) -> Response<pb::CampaignResponse> {
@@ -46,8 +50,8 @@ fn elected(token: u64) -> Response<pb::CampaignResponse> {
     })
 }
 
-fn not_elected(machine: &StateMachine, name: &str) -> Response<pb::CampaignResponse> {
-    let leader = current_leader(machine, name).map(leader_info).unwrap_or_default();
+fn not_elected(machine: &StateMachine, tenant: TenantId, name: &str) -> Response<pb::CampaignResponse> {
+    let leader = current_leader(machine, tenant, name).map(leader_info).unwrap_or_default();
     Response::new(pb::CampaignResponse { outcome: Some(pb::campaign_response::Outcome::NotElected(leader)) })
 }
 
@@ -60,18 +64,24 @@ type ObserveStream = Pin<Box<dyn Stream<Item = Result<pb::ObserveResponse, Statu
 #[tonic::async_trait]
 impl Elections for ElectionsService {
     async fn campaign(&self, request: Request<pb::CampaignRequest>) -> Result<Response<pb::CampaignResponse>, Status> {
+        let who = self.auth.who("Elections.Campaign", &request)?;
         let started_ms = self.replica.clock.now_ms();
-        let (command, wait_ms) = convert::campaign(request.into_inner())?;
+        let request = request.into_inner();
+        let caller = who.caller(&request.session_secret);
+        let (command, wait_ms) = convert::campaign(request)?;
         let Command::Campaign { request, session, ref name, .. } = command else { unreachable!("convert::campaign") };
         let name = name.clone();
-        match self.replica.propose(command).await? {
+        let tenant = who.tenant();
+        self.replica.check_budget()?;
+        match self.replica.propose(caller, command).await? {
             MachineResponse::Campaign(AcquireOutcome::Granted { token }) => Ok(elected(token)),
             MachineResponse::Campaign(AcquireOutcome::Busy { .. } | AcquireOutcome::TimedOut) => {
-                self.replica.read(true, |machine| not_elected(machine, &name)).await
+                self.replica.read(true, |machine| not_elected(machine, tenant, &name)).await
             }
             MachineResponse::Campaign(AcquireOutcome::Queued { .. }) => {
                 match queued_wait::wait_for_grant(
                     &self.replica,
+                    caller,
                     ResourceKind::Election,
                     request,
                     session,
@@ -82,7 +92,7 @@ impl Elections for ElectionsService {
                 .await?
                 {
                     WaitEnd::Granted(token) => Ok(elected(token)),
-                    WaitEnd::TimedOut => self.replica.read(true, |machine| not_elected(machine, &name)).await,
+                    WaitEnd::TimedOut => self.replica.read(true, |machine| not_elected(machine, tenant, &name)).await,
                 }
             }
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
@@ -91,7 +101,10 @@ impl Elections for ElectionsService {
     }
 
     async fn proclaim(&self, request: Request<pb::ProclaimRequest>) -> Result<Response<pb::ProclaimResponse>, Status> {
-        match self.replica.propose(convert::proclaim(request.into_inner())?).await? {
+        let who = self.auth.who("Elections.Proclaim", &request)?;
+        let request = request.into_inner();
+        let caller = who.caller(&request.session_secret);
+        match self.replica.propose(caller, convert::proclaim(request)?).await? {
             MachineResponse::Proclaimed { .. } => Ok(Response::new(pb::ProclaimResponse {})),
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
@@ -99,7 +112,10 @@ impl Elections for ElectionsService {
     }
 
     async fn resign(&self, request: Request<pb::ResignRequest>) -> Result<Response<pb::ResignResponse>, Status> {
-        match self.replica.propose(convert::resign(request.into_inner())?).await? {
+        let who = self.auth.who("Elections.Resign", &request)?;
+        let request = request.into_inner();
+        let caller = who.caller(&request.session_secret);
+        match self.replica.propose(caller, convert::resign(request)?).await? {
             MachineResponse::Resigned { .. } => Ok(Response::new(pb::ResignResponse {})),
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
@@ -107,30 +123,44 @@ impl Elections for ElectionsService {
     }
 
     async fn leader(&self, request: Request<pb::LeaderRequest>) -> Result<Response<pb::LeaderResponse>, Status> {
+        let who = self.auth.who("Elections.Leader", &request)?;
         let request = request.into_inner();
+        let tenant = self.auth.namespace(&who, &request.tenant)?;
         let name = convert::resource_name(ResourceKind::Election, &request.name)?;
-        let leader = self.replica.read(request.stale, |machine| current_leader(machine, &name)).await?;
+        let leader = self.replica.read(request.stale, |machine| current_leader(machine, tenant, &name)).await?;
         Ok(Response::new(pb::LeaderResponse { leader: leader.map(leader_info) }))
     }
 
     type ObserveStream = ObserveStream;
 
     async fn observe(&self, request: Request<pb::ObserveRequest>) -> Result<Response<Self::ObserveStream>, Status> {
-        let name = convert::resource_name(ResourceKind::Election, &request.into_inner().name)?;
+        let who = self.auth.who("Elections.Observe", &request)?;
+        let request = request.into_inner();
+        let tenant = self.auth.namespace(&who, &request.tenant)?;
+        let name = convert::resource_name(ResourceKind::Election, &request.name)?;
         // Subscribe first, then read: a change applied in between is in both, and
         // its index tells the stream to skip it.
-        let Some(mut changes) = self.replica.shared.observers.subscribe(&name) else {
+        let Some(mut subscription) = self.replica.shared.observers.subscribe(tenant, &name) else {
             return Err(error_status(ErrorReason::LimitExceeded, "too many open Observe streams on this node", &[]));
         };
-        let (initial_index, initial) =
-            self.replica.read(false, |machine| (machine.last_applied_index(), current_leader(machine, &name))).await?;
+        let (initial_index, initial) = self
+            .replica
+            .read(false, |machine| (machine.last_applied_index(), current_leader(machine, tenant, &name)))
+            .await?;
         let (replies, outgoing) = mpsc::channel(OBSERVE_REPLIES_QUEUED_MAX);
         tokio::spawn(async move {
             let first = pb::ObserveResponse { leader: initial.map(leader_info), applied_index: initial_index };
             if replies.send(Ok(first)).await.is_err() {
                 return;
             }
-            while let Some(change) = changes.recv().await {
+            // Until the client goes away (even from a quiet election): the subscription
+            // then leaves the registry as it is dropped.
+            loop {
+                let change = tokio::select! {
+                    _ = replies.closed() => return,
+                    change = subscription.changes.recv() => change,
+                };
+                let Some(change) = change else { return };
                 if change.index <= initial_index {
                     continue;
                 }

@@ -11,18 +11,25 @@ use leasehold_proto::leasehold_server::Leasehold;
 use leasehold_proto::ErrorReason;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::api::auth::{Auth, Who};
 use crate::api::convert;
 use crate::api::queued_wait::{self, WaitEnd};
 use crate::machine::{
-    AcquireOutcome, Command, FenceStatus, ResourceKind, Response as MachineResponse, SessionId, StateMachine,
+    AcquireOutcome, Command, FenceStatus, ResourceKind, Response as MachineResponse, SessionId, StateMachine, TenantId,
 };
 use crate::raft::replica::Replica;
+use crate::shell::credentials::secret_hash;
 
 /// Keepalives answered by one leadership confirmation at most.
 pub const KEEPALIVES_PER_ROUND_MAX: usize = 1_024;
+/// Bytes of a session secret: 128 random bits.
+pub const SESSION_SECRET_BYTES: usize = 16;
+/// Sessions in one page of `ListSessions` at most (and when the request says 0).
+pub const LIST_SESSIONS_PAGE_MAX: usize = 1_000;
 
 pub struct LeaseholdService {
     pub replica: Arc<Replica>,
+    pub auth: Arc<Auth>,
 }
 
 fn unexpected(response: MachineResponse) -> Status {
@@ -33,8 +40,8 @@ fn granted(token: u64) -> Response<pb::AcquireResponse> {
     Response::new(pb::AcquireResponse { outcome: Some(pb::acquire_response::Outcome::Granted(pb::Granted { token })) })
 }
 
-fn not_acquired(machine: &StateMachine, name: &str, timed_out: bool) -> pb::AcquireResponse {
-    let holder = machine.describe_lock(name).map(|lock| lock.holder);
+fn not_acquired(machine: &StateMachine, tenant: TenantId, name: &str, timed_out: bool) -> pb::AcquireResponse {
+    let holder = machine.describe_lock(tenant, name).map(|lock| lock.holder);
     let not_acquired = match holder {
         Some(holder) => pb::NotAcquired {
             holder_session_id: holder.session,
@@ -51,12 +58,13 @@ fn held(list: Vec<crate::machine::HeldLock>) -> Vec<pb::HeldLock> {
     list.into_iter().map(|held| pb::HeldLock { name: held.name, token: held.token }).collect()
 }
 
-fn session_info(machine: &StateMachine, session: SessionId) -> Option<pb::SessionInfo> {
+pub fn session_info(machine: &StateMachine, session: SessionId) -> Option<pb::SessionInfo> {
     let view = machine.describe_session(session)?;
     Some(pb::SessionInfo {
         session_id: view.id,
         ttl_ms: view.ttl_ms,
         client_name: view.client_name,
+        tenant: machine.tenant_name(view.tenant).to_string(),
         held: held(view.held),
         waiting: view.waiting,
         permits: held(view.permits),
@@ -71,6 +79,8 @@ type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<pb::KeepAliveResponse, S
 /// One keepalive stream's state while its answers are polled.
 struct KeepAlives {
     replica: Arc<Replica>,
+    /// The stream's sender: it keeps alive only its own tenant's sessions.
+    tenant: TenantId,
     incoming: Streaming<pb::KeepAliveRequest>,
     /// The keepalives that arrived together, answered by one leadership round.
     batch: Vec<Result<pb::KeepAliveRequest, Status>>,
@@ -83,8 +93,16 @@ struct KeepAlives {
 /// (a keepalive is acknowledged only by a node that is still the leader). The answers
 /// are made in the task that sends the response, with no task or queue of their own,
 /// and a client that stops reading stops the reading of its keepalives.
-fn keepalive_answers(replica: Arc<Replica>, incoming: Streaming<pb::KeepAliveRequest>) -> KeepAliveStream {
-    let state = KeepAlives { replica, incoming, batch: Vec::new(), answers: VecDeque::new(), ended: false };
+///
+/// A keepalive renews its session only if the session is the stream sender's tenant's
+/// and the keepalive carries the session's secret; any other is answered `alive =
+/// false` and renews nothing, so knowing a session's id is not enough to keep it.
+fn keepalive_answers(
+    replica: Arc<Replica>,
+    tenant: TenantId,
+    incoming: Streaming<pb::KeepAliveRequest>,
+) -> KeepAliveStream {
+    let state = KeepAlives { replica, tenant, incoming, batch: Vec::new(), answers: VecDeque::new(), ended: false };
     Box::pin(futures::stream::unfold(state, |mut state| async move {
         loop {
             if let Some(answer) = state.answers.pop_front() {
@@ -108,9 +126,14 @@ fn keepalive_answers(replica: Arc<Replica>, incoming: Streaming<pb::KeepAliveReq
                 state.answers.push_back(Err(status));
                 continue;
             }
+            let applied = state.replica.shared.applied.read().unwrap();
             for keepalive in state.batch.drain(..) {
                 let answer = keepalive.map(|keepalive| {
-                    let remaining = state.replica.shared.deadlines.renew(keepalive.session_id);
+                    let owned = applied.machine.session_of(keepalive.session_id).is_some_and(|session| {
+                        session.tenant() == state.tenant && session.has_secret(&secret_hash(&keepalive.session_secret))
+                    });
+                    let remaining =
+                        if owned { state.replica.shared.deadlines.renew(keepalive.session_id) } else { None };
                     pb::KeepAliveResponse {
                         session_id: keepalive.session_id,
                         ttl_ms: remaining.unwrap_or(0),
@@ -123,9 +146,16 @@ fn keepalive_answers(replica: Arc<Replica>, incoming: Streaming<pb::KeepAliveReq
                     break;
                 }
             }
+            drop(applied);
             state.batch.clear();
         }
     }))
+}
+
+impl LeaseholdService {
+    fn who<T>(&self, rpc: &str, request: &Request<T>) -> Result<Who, Status> {
+        self.auth.who(rpc, request)
+    }
 }
 
 #[tonic::async_trait]
@@ -134,11 +164,18 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
+        let who = self.who("CreateSession", &request)?;
         let command = convert::create_session(request.into_inner())?;
-        match self.replica.propose(command).await? {
-            MachineResponse::SessionCreated { session, ttl_ms } => {
-                Ok(Response::new(pb::CreateSessionResponse { session_id: session, ttl_ms }))
-            }
+        self.replica.check_budget()?;
+        // Made here, per attempt: a retry whose first answer was lost gets a secret of
+        // its own, which replaces the first one (see `StateMachine::recalled`).
+        let secret: [u8; SESSION_SECRET_BYTES] = rand::random();
+        match self.replica.propose(who.caller(&secret), command).await? {
+            MachineResponse::SessionCreated { session, ttl_ms } => Ok(Response::new(pb::CreateSessionResponse {
+                session_id: session,
+                ttl_ms,
+                session_secret: secret.to_vec(),
+            })),
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
@@ -150,18 +187,22 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<Streaming<pb::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let who = self.who("KeepAlive", &request)?;
         if !self.replica.is_leader() {
             return Err(self.replica.leader_hint());
         }
-        Ok(Response::new(keepalive_answers(self.replica.clone(), request.into_inner())))
+        Ok(Response::new(keepalive_answers(self.replica.clone(), who.tenant(), request.into_inner())))
     }
 
     async fn close_session(
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
-        let command = convert::close_session(request.into_inner())?;
-        match self.replica.propose(command).await? {
+        let who = self.who("CloseSession", &request)?;
+        let request = request.into_inner();
+        let caller = who.caller(&request.session_secret);
+        let command = convert::close_session(request)?;
+        match self.replica.propose(caller, command).await? {
             MachineResponse::SessionClosed => Ok(Response::new(pb::CloseSessionResponse {})),
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
@@ -172,10 +213,25 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<pb::DescribeSessionRequest>,
     ) -> Result<Response<pb::DescribeSessionResponse>, Status> {
+        let who = self.who("DescribeSession", &request)?;
         let request = request.into_inner();
         let session = convert::session_id(request.session_id)?;
-        match self.replica.read(request.stale, |machine| session_info(machine, session)).await? {
-            Some(info) => Ok(Response::new(pb::DescribeSessionResponse { session: Some(info) })),
+        let found = self
+            .replica
+            .read(request.stale, |machine| {
+                let tenant = machine.session_of(session)?.tenant();
+                Some((tenant, session_info(machine, session)?))
+            })
+            .await?;
+        match found {
+            Some((tenant, info)) if tenant == who.tenant() || who == Who::Admin => {
+                Ok(Response::new(pb::DescribeSessionResponse { session: Some(info) }))
+            }
+            Some(_) => Err(error_status(
+                ErrorReason::PermissionDenied,
+                format!("tenant {:?} may not see session {session}, which is another tenant's", who.name()),
+                &[(leasehold_proto::errors::METADATA_TENANT, who.name().to_string())],
+            )),
             None => Err(error_status(
                 ErrorReason::UnknownSession,
                 format!("unknown session {session}: it never existed, expired or was closed"),
@@ -188,33 +244,60 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
-        let stale = request.into_inner().stale;
-        let sessions = self
+        let who = self.who("ListSessions", &request)?;
+        let request = request.into_inner();
+        // A tenant lists its own sessions; the admin every tenant's, or one tenant's.
+        let only: Option<TenantId> = match (&who, request.tenant.as_str()) {
+            (Who::Admin, "") => None,
+            (_, requested) => Some(self.auth.namespace(&who, requested)?),
+        };
+        let page_size = match request.page_size as usize {
+            0 => LIST_SESSIONS_PAGE_MAX,
+            size if size <= LIST_SESSIONS_PAGE_MAX => size,
+            size => {
+                return Err(convert::invalid_argument(format!(
+                    "page_size {size} is above the limit of {LIST_SESSIONS_PAGE_MAX} (LIST_SESSIONS_PAGE_MAX)"
+                )))
+            }
+        };
+        let start = request.page_token;
+        let (sessions, next_page_token) = self
             .replica
-            .read(stale, |machine| {
-                let ids: Vec<SessionId> = machine.sessions().map(|session| session.id()).collect();
-                ids.into_iter().filter_map(|id| session_info(machine, id)).collect()
+            .read(request.stale, |machine| {
+                let mut ids = machine
+                    .sessions_from(start)
+                    .filter(|session| only.is_none_or(|tenant| session.tenant() == tenant))
+                    .map(|session| session.id());
+                let page: Vec<SessionId> = ids.by_ref().take(page_size).collect();
+                let next = ids.next().unwrap_or(0);
+                (page.into_iter().filter_map(|id| session_info(machine, id)).collect(), next)
             })
             .await?;
-        Ok(Response::new(pb::ListSessionsResponse { sessions }))
+        Ok(Response::new(pb::ListSessionsResponse { sessions, next_page_token }))
     }
 
     async fn acquire(&self, request: Request<pb::AcquireRequest>) -> Result<Response<pb::AcquireResponse>, Status> {
+        let who = self.who("Acquire", &request)?;
         let started_ms = self.replica.clock.now_ms();
-        let (command, wait_ms) = convert::acquire(request.into_inner())?;
+        let request = request.into_inner();
+        let caller = who.caller(&request.session_secret);
+        let (command, wait_ms) = convert::acquire(request)?;
         let Command::Acquire { request, session, ref name, .. } = command else { unreachable!("convert::acquire") };
         let name = name.clone();
-        match self.replica.propose(command).await? {
+        let tenant = who.tenant();
+        self.replica.check_budget()?;
+        match self.replica.propose(caller, command).await? {
             MachineResponse::Acquire(AcquireOutcome::Granted { token }) => Ok(granted(token)),
             MachineResponse::Acquire(AcquireOutcome::Busy { .. }) => {
-                self.replica.read(true, |machine| Response::new(not_acquired(machine, &name, false))).await
+                self.replica.read(true, |machine| Response::new(not_acquired(machine, tenant, &name, false))).await
             }
             MachineResponse::Acquire(AcquireOutcome::TimedOut) => {
-                self.replica.read(true, |machine| Response::new(not_acquired(machine, &name, true))).await
+                self.replica.read(true, |machine| Response::new(not_acquired(machine, tenant, &name, true))).await
             }
             MachineResponse::Acquire(AcquireOutcome::Queued { .. }) => {
-                match queued_wait::wait_for_grant(
+                let waited = queued_wait::wait_for_grant(
                     &self.replica,
+                    caller,
                     ResourceKind::Lock,
                     request,
                     session,
@@ -222,11 +305,13 @@ impl Leasehold for LeaseholdService {
                     wait_ms,
                     started_ms,
                 )
-                .await?
-                {
+                .await?;
+                match waited {
                     WaitEnd::Granted(token) => Ok(granted(token)),
                     WaitEnd::TimedOut => {
-                        self.replica.read(true, |machine| Response::new(not_acquired(machine, &name, true))).await
+                        self.replica
+                            .read(true, |machine| Response::new(not_acquired(machine, tenant, &name, true)))
+                            .await
                     }
                 }
             }
@@ -236,8 +321,11 @@ impl Leasehold for LeaseholdService {
     }
 
     async fn release(&self, request: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let command = convert::release(request.into_inner())?;
-        match self.replica.propose(command).await? {
+        let who = self.who("Release", &request)?;
+        let request = request.into_inner();
+        let caller = who.caller(&request.session_secret);
+        let command = convert::release(request)?;
+        match self.replica.propose(caller, command).await? {
             MachineResponse::Released { .. } => Ok(Response::new(pb::ReleaseResponse {})),
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
@@ -248,13 +336,15 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<pb::CheckFenceRequest>,
     ) -> Result<Response<pb::CheckFenceResponse>, Status> {
+        let who = self.who("CheckFence", &request)?;
         let request = request.into_inner();
+        let tenant = self.auth.namespace(&who, &request.tenant)?;
         let name = convert::resource_name(ResourceKind::Lock, &request.name)?;
         let (status, current_token) = self
             .replica
             .read(false, |machine| {
-                let current = machine.describe_lock(&name).map(|lock| lock.holder.token);
-                (machine.check_fence(&name, request.token), current.unwrap_or(0))
+                let current = machine.describe_lock(tenant, &name).map(|lock| lock.holder.token);
+                (machine.check_fence(tenant, &name, request.token), current.unwrap_or(0))
             })
             .await?;
         Ok(Response::new(pb::CheckFenceResponse { current: status == FenceStatus::Current, current_token }))
@@ -264,9 +354,11 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<pb::DescribeLockRequest>,
     ) -> Result<Response<pb::DescribeLockResponse>, Status> {
+        let who = self.who("DescribeLock", &request)?;
         let request = request.into_inner();
+        let tenant = self.auth.namespace(&who, &request.tenant)?;
         let name = convert::resource_name(ResourceKind::Lock, &request.name)?;
-        let view = self.replica.read(request.stale, |machine| machine.describe_lock(&name)).await?;
+        let view = self.replica.read(request.stale, |machine| machine.describe_lock(tenant, &name)).await?;
         let Some(view) = view else {
             return Ok(Response::new(pb::DescribeLockResponse::default()));
         };

@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //!
+//! * `auth` — who sent a request (the admin or a tenant, by bearer token or client
+//!   certificate), and the namespace a read looks in.
 //! * `convert` — protobuf requests to machine commands, validating every limit on the
 //!   way in; machine errors to gRPC statuses with a machine-readable reason.
 //! * `leasehold_service` — `Leasehold`: sessions, keepalives, locks, fences.
@@ -14,6 +16,7 @@
 //!   cancel when the wait runs out or the client goes away.
 
 pub mod admin_service;
+pub mod auth;
 pub mod convert;
 pub mod elections_service;
 pub mod leasehold_service;

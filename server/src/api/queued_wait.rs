@@ -10,7 +10,7 @@ use leasehold_proto::ErrorReason;
 use tonic::Status;
 
 use crate::api::convert;
-use crate::machine::{CancelOutcome, Command, ErrorKind, RequestId, ResourceKind, Response, SessionId, Token};
+use crate::machine::{Caller, CancelOutcome, Command, ErrorKind, RequestId, ResourceKind, Response, SessionId, Token};
 use crate::raft::replica::{shutting_down, Replica};
 use crate::shell::wait_registry::{Registration, WaitOutcome};
 
@@ -57,6 +57,8 @@ pub fn session_ended(kind: ResourceKind, session: SessionId, name: &str) -> Stat
 /// granted something nobody will use or give back.
 struct AbandonedWait {
     replica: Arc<Replica>,
+    /// The waiting request's caller: the cancel and give-back act for it.
+    caller: Caller,
     kind: ResourceKind,
     request: RequestId,
     session: SessionId,
@@ -70,21 +72,26 @@ impl Drop for AbandonedWait {
             return;
         }
         let replica = self.replica.clone();
+        let caller = self.caller;
         let (kind, request, session, name) = (self.kind, self.request, self.session, std::mem::take(&mut self.name));
         tokio::spawn(async move {
             let cancel = cancel_command(kind, request, session, &name);
-            if let Ok(Response::WaitCancelled(CancelOutcome::AlreadyGranted { token })) = replica.propose(cancel).await
+            if let Ok(Response::WaitCancelled(CancelOutcome::AlreadyGranted { token })) =
+                replica.propose(caller, cancel).await
             {
-                let _ = replica.propose(give_back_command(kind, request, session, &name, token)).await;
+                let _ = replica.propose(caller, give_back_command(kind, request, session, &name, token)).await;
             }
         });
     }
 }
 
 /// Waits until `session`'s queued request for `name` is granted, or `wait_ms` (counted
-/// from `started_ms` on the node's clock) runs out.
+/// from `started_ms` on the node's clock) runs out. `caller` sent the request: the
+/// cancel of a wait that ran out acts for it.
+#[allow(clippy::too_many_arguments)]
 pub async fn wait_for_grant(
     replica: &Arc<Replica>,
+    caller: Caller,
     kind: ResourceKind,
     request: RequestId,
     session: SessionId,
@@ -98,7 +105,7 @@ pub async fn wait_for_grant(
         crate::shell::wait_registry::decision(&applied.machine, kind, session, name)
     });
     let mut abandoned =
-        AbandonedWait { replica: replica.clone(), kind, request, session, name: name.to_string(), armed: true };
+        AbandonedWait { replica: replica.clone(), caller, kind, request, session, name: name.to_string(), armed: true };
     let outcome = match registration {
         Registration::Decided(outcome) => Some(outcome),
         Registration::Waiting(receiver) => {
@@ -119,7 +126,7 @@ pub async fn wait_for_grant(
         None => {
             // The wait ran out: take the session out of the queue. The grant may have
             // won the race, in which case the caller holds it.
-            match replica.propose(cancel_command(kind, request, session, name)).await? {
+            match replica.propose(caller, cancel_command(kind, request, session, name)).await? {
                 Response::WaitCancelled(CancelOutcome::AlreadyGranted { token }) => Ok(WaitEnd::Granted(token)),
                 Response::WaitCancelled(_) => Ok(WaitEnd::TimedOut),
                 Response::Rejected(error) if error.kind == ErrorKind::UnknownSession => {

@@ -10,13 +10,15 @@ use leasehold_proto::semaphores_server::Semaphores;
 use leasehold_proto::ErrorReason;
 use tonic::{Request, Response, Status};
 
+use crate::api::auth::Auth;
 use crate::api::convert;
 use crate::api::queued_wait::{self, WaitEnd};
-use crate::machine::{AcquireOutcome, Command, ResourceKind, Response as MachineResponse, StateMachine};
+use crate::machine::{AcquireOutcome, Command, ResourceKind, Response as MachineResponse, StateMachine, TenantId};
 use crate::raft::replica::Replica;
 
 pub struct SemaphoresService {
     pub replica: Arc<Replica>,
+    pub auth: Arc<Auth>,
 }
 
 fn granted(token: u64) -> Response<pb::SemAcquireResponse> {
@@ -25,9 +27,9 @@ fn granted(token: u64) -> Response<pb::SemAcquireResponse> {
     })
 }
 
-fn full(machine: &StateMachine, name: &str, timed_out: bool) -> Response<pb::SemAcquireResponse> {
+fn full(machine: &StateMachine, tenant: TenantId, name: &str, timed_out: bool) -> Response<pb::SemAcquireResponse> {
     let (holders, limit) = machine
-        .describe_semaphore(name)
+        .describe_semaphore(tenant, name)
         .map(|semaphore| (semaphore.holders.len() as u32, semaphore.limit))
         .unwrap_or((0, 0));
     let not_acquired = pb::SemNotAcquired { holders, limit, timed_out };
@@ -46,30 +48,36 @@ impl Semaphores for SemaphoresService {
         &self,
         request: Request<pb::SemAcquireRequest>,
     ) -> Result<Response<pb::SemAcquireResponse>, Status> {
+        let who = self.auth.who("Semaphores.Acquire", &request)?;
         let started_ms = self.replica.clock.now_ms();
-        let (command, wait_ms) = convert::sem_acquire(request.into_inner())?;
+        let request = request.into_inner();
+        let caller = who.caller(&request.session_secret);
+        let (command, wait_ms) = convert::sem_acquire(request)?;
         let Command::SemAcquire { request, session, ref name, .. } = command else {
             unreachable!("convert::sem_acquire")
         };
         let name = name.clone();
+        let tenant = who.tenant();
         let record_wait = |replica: &Replica| {
             let waited = replica.clock.now_ms().saturating_sub(started_ms);
-            replica.shared.semaphore_waits.record(&name, Duration::from_millis(waited));
+            replica.shared.semaphore_waits.record(who.name(), &name, Duration::from_millis(waited));
         };
-        match self.replica.propose(command).await? {
+        self.replica.check_budget()?;
+        match self.replica.propose(caller, command).await? {
             MachineResponse::SemAcquire(AcquireOutcome::Granted { token }) => {
                 record_wait(&self.replica);
                 Ok(granted(token))
             }
             MachineResponse::SemAcquire(AcquireOutcome::Busy { .. }) => {
-                self.replica.read(true, |machine| full(machine, &name, false)).await
+                self.replica.read(true, |machine| full(machine, tenant, &name, false)).await
             }
             MachineResponse::SemAcquire(AcquireOutcome::TimedOut) => {
-                self.replica.read(true, |machine| full(machine, &name, true)).await
+                self.replica.read(true, |machine| full(machine, tenant, &name, true)).await
             }
             MachineResponse::SemAcquire(AcquireOutcome::Queued { .. }) => {
                 match queued_wait::wait_for_grant(
                     &self.replica,
+                    caller,
                     ResourceKind::Semaphore,
                     request,
                     session,
@@ -83,7 +91,7 @@ impl Semaphores for SemaphoresService {
                         record_wait(&self.replica);
                         Ok(granted(token))
                     }
-                    WaitEnd::TimedOut => self.replica.read(true, |machine| full(machine, &name, true)).await,
+                    WaitEnd::TimedOut => self.replica.read(true, |machine| full(machine, tenant, &name, true)).await,
                 }
             }
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
@@ -95,7 +103,10 @@ impl Semaphores for SemaphoresService {
         &self,
         request: Request<pb::SemReleaseRequest>,
     ) -> Result<Response<pb::SemReleaseResponse>, Status> {
-        match self.replica.propose(convert::sem_release(request.into_inner())?).await? {
+        let who = self.auth.who("Semaphores.Release", &request)?;
+        let request = request.into_inner();
+        let caller = who.caller(&request.session_secret);
+        match self.replica.propose(caller, convert::sem_release(request)?).await? {
             MachineResponse::SemReleased { .. } => Ok(Response::new(pb::SemReleaseResponse {})),
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
@@ -106,7 +117,10 @@ impl Semaphores for SemaphoresService {
         &self,
         request: Request<pb::SemSetLimitRequest>,
     ) -> Result<Response<pb::SemSetLimitResponse>, Status> {
-        match self.replica.propose(convert::sem_set_limit(request.into_inner())?).await? {
+        let who = self.auth.who("Semaphores.SetLimit", &request)?;
+        let request = request.into_inner();
+        let caller = who.caller(&request.session_secret);
+        match self.replica.propose(caller, convert::sem_set_limit(request)?).await? {
             MachineResponse::SemLimitSet { previous, .. } => {
                 Ok(Response::new(pb::SemSetLimitResponse { previous_limit: previous }))
             }
@@ -119,9 +133,11 @@ impl Semaphores for SemaphoresService {
         &self,
         request: Request<pb::DescribeSemaphoreRequest>,
     ) -> Result<Response<pb::DescribeSemaphoreResponse>, Status> {
+        let who = self.auth.who("Semaphores.Describe", &request)?;
         let request = request.into_inner();
+        let tenant = self.auth.namespace(&who, &request.tenant)?;
         let name = convert::resource_name(ResourceKind::Semaphore, &request.name)?;
-        let view = self.replica.read(request.stale, |machine| machine.describe_semaphore(&name)).await?;
+        let view = self.replica.read(request.stale, |machine| machine.describe_semaphore(tenant, &name)).await?;
         let Some(view) = view else {
             return Ok(Response::new(pb::DescribeSemaphoreResponse::default()));
         };

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::tenant::{Quotas, SecretHash};
 use super::{ResourceKind, SessionId, Token};
 
 /// Names one mutating request of one client, so that a retry after a lost response gets
@@ -116,6 +117,34 @@ pub enum Command {
         name: String,
         token: Token,
     },
+    /// The admin adds a tenant; `token_hash` is the hash of its new bearer token, which
+    /// only the admin's answer carries. A retry of the same request replaces the token
+    /// with the retry's (the first answer was lost).
+    AddTenant {
+        request: RequestId,
+        name: String,
+        token_hash: SecretHash,
+        quotas: Quotas,
+    },
+    /// The admin replaces a tenant's token; the old one stops working in this entry.
+    RotateTenantToken {
+        request: RequestId,
+        name: String,
+        token_hash: SecretHash,
+    },
+    /// The admin changes a tenant's quotas. Lowering one takes nothing away: it only
+    /// refuses new sessions, holds or waits until the usage is below it.
+    SetTenantQuotas {
+        request: RequestId,
+        name: String,
+        quotas: Quotas,
+    },
+    /// The admin removes a tenant: its token stops working and its sessions end in this
+    /// entry.
+    RemoveTenant {
+        request: RequestId,
+        name: String,
+    },
 }
 
 impl Command {
@@ -135,7 +164,11 @@ impl Command {
             | Command::Campaign { request, .. }
             | Command::CampaignCancelWait { request, .. }
             | Command::Proclaim { request, .. }
-            | Command::Resign { request, .. } => Some(*request),
+            | Command::Resign { request, .. }
+            | Command::AddTenant { request, .. }
+            | Command::RotateTenantToken { request, .. }
+            | Command::SetTenantQuotas { request, .. }
+            | Command::RemoveTenant { request, .. } => Some(*request),
             Command::ExpireSessions { .. } => None,
         }
     }
@@ -164,7 +197,13 @@ impl Command {
             | Command::CampaignCancelWait { name, .. }
             | Command::Proclaim { name, .. }
             | Command::Resign { name, .. } => Some((ResourceKind::Election, name)),
-            Command::CreateSession { .. } | Command::CloseSession { .. } | Command::ExpireSessions { .. } => None,
+            Command::CreateSession { .. }
+            | Command::CloseSession { .. }
+            | Command::ExpireSessions { .. }
+            | Command::AddTenant { .. }
+            | Command::RotateTenantToken { .. }
+            | Command::SetTenantQuotas { .. }
+            | Command::RemoveTenant { .. } => None,
         }
     }
 
@@ -196,7 +235,12 @@ impl Command {
             | Command::CampaignCancelWait { session, .. }
             | Command::Proclaim { session, .. }
             | Command::Resign { session, .. } => Some(*session),
-            Command::CreateSession { .. } | Command::ExpireSessions { .. } => None,
+            Command::CreateSession { .. }
+            | Command::ExpireSessions { .. }
+            | Command::AddTenant { .. }
+            | Command::RotateTenantToken { .. }
+            | Command::SetTenantQuotas { .. }
+            | Command::RemoveTenant { .. } => None,
         }
     }
 
@@ -293,6 +337,26 @@ impl Command {
                 hasher.write_str(name);
                 hasher.write_u64(*token);
             }
+            // A tenant's token is not part of its command's identity: a retry carries a
+            // new one, and replaces the first.
+            Command::AddTenant { request: _, name, token_hash: _, quotas } => {
+                hasher.write_tag(15);
+                hasher.write_str(name);
+                hasher.write_quotas(quotas);
+            }
+            Command::RotateTenantToken { request: _, name, token_hash: _ } => {
+                hasher.write_tag(16);
+                hasher.write_str(name);
+            }
+            Command::SetTenantQuotas { request: _, name, quotas } => {
+                hasher.write_tag(17);
+                hasher.write_str(name);
+                hasher.write_quotas(quotas);
+            }
+            Command::RemoveTenant { request: _, name } => {
+                hasher.write_tag(18);
+                hasher.write_str(name);
+            }
         }
         hasher.finish()
     }
@@ -330,6 +394,12 @@ impl Fnv1a {
     fn write_str(&mut self, value: &str) {
         self.write_u64(value.len() as u64);
         self.write_bytes(value.as_bytes());
+    }
+
+    fn write_quotas(&mut self, quotas: &Quotas) {
+        self.write_u64(u64::from(quotas.sessions));
+        self.write_u64(u64::from(quotas.holds));
+        self.write_u64(u64::from(quotas.waiters));
     }
 
     fn finish(&self) -> u64 {

@@ -7,6 +7,7 @@ use super::error::{
 };
 use super::lock::Holder;
 use super::session::Role;
+use super::tenant::TenantId;
 use super::{
     position_u32, AcquireOutcome, CancelOutcome, CommandError, Event, LeaderView, ResourceKind, Response, SessionId,
     StateMachine, Token, WaitFailure,
@@ -57,12 +58,14 @@ impl StateMachine {
         let Some(session) = self.sessions.get(&session_id) else {
             return Err(unknown_session(session_id));
         };
+        let tenant = session.tenant;
         let count = session.resource_count();
-        let Some(election) = self.elections.get(name) else {
+        let Some(election) = self.namespace(tenant).elections.get(name) else {
             if count >= LOCKS_PER_SESSION_MAX {
                 return Err(session_locks_full(session_id, count));
             }
-            self.elections.insert(
+            self.check_quota(tenant, Role::Holds)?;
+            self.namespace_mut(tenant).elections.insert(
                 name.to_owned(),
                 Election {
                     leader: Holder { session: session_id, token: index, since_ms: stamp_ms },
@@ -71,7 +74,7 @@ impl StateMachine {
                 },
             );
             self.session_mut(session_id).add_claim(KIND, Role::Holds, name);
-            self.announce_leader(name, true, events);
+            self.announce_leader(tenant, name, true, events);
             return Ok(AcquireOutcome::Granted { token: index });
         };
         if election.leader.session == session_id {
@@ -93,7 +96,8 @@ impl StateMachine {
             return Err(waiters_full(KIND, name, election.waiters.len()));
         }
         let position = position_u32(election.waiters.len());
-        self.election_mut(name).waiters.push(Campaigner { session: session_id, value: value.to_owned() });
+        self.check_quota(tenant, Role::Waits)?;
+        self.election_mut(tenant, name).waiters.push(Campaigner { session: session_id, value: value.to_owned() });
         self.session_mut(session_id).add_claim(KIND, Role::Waits, name);
         Ok(AcquireOutcome::Queued { position })
     }
@@ -105,10 +109,11 @@ impl StateMachine {
         events: &mut Vec<Event>,
     ) -> Result<CancelOutcome, CommandError> {
         validate_name(KIND, name)?;
-        if !self.sessions.contains_key(&session_id) {
+        let Some(tenant) = self.sessions.get(&session_id).map(|session| session.tenant) else {
             return Err(unknown_session(session_id));
-        }
-        let Some(election) = self.elections.get_mut(name) else {
+        };
+        let Some(election) = self.namespaces.get_mut(&tenant).and_then(|namespace| namespace.elections.get_mut(name))
+        else {
             return Ok(CancelOutcome::NotWaiting);
         };
         if election.leader.session == session_id {
@@ -140,11 +145,11 @@ impl StateMachine {
     ) -> Result<Response, CommandError> {
         validate_name(KIND, name)?;
         validate_election_value(value)?;
-        self.check_leadership(session_id, name, token, "proclaim")?;
-        let election = self.election_mut(name);
+        let tenant = self.check_leadership(session_id, name, token, "proclaim")?;
+        let election = self.election_mut(tenant, name);
         if election.value != value {
             election.value = value.to_owned();
-            self.announce_leader(name, false, events);
+            self.announce_leader(tenant, name, false, events);
         }
         Ok(Response::Proclaimed { token })
     }
@@ -159,16 +164,16 @@ impl StateMachine {
         events: &mut Vec<Event>,
     ) -> Result<Response, CommandError> {
         validate_name(KIND, name)?;
-        self.check_leadership(session_id, name, token, "resign")?;
+        let tenant = self.check_leadership(session_id, name, token, "resign")?;
         self.session_mut(session_id).remove_claim(KIND, Role::Holds, name);
         events.push(Event::Released { kind: KIND, name: name.to_owned(), session: session_id, token });
-        self.hand_over_election(index, stamp_ms, name, events);
+        self.hand_over_election(index, stamp_ms, tenant, name, events);
         Ok(Response::Resigned { token })
     }
 
     /// Where a queued `Campaign` of `session` stands now, for its retry.
     pub(super) fn campaign_wait_outcome(&self, session: SessionId, name: &str) -> AcquireOutcome {
-        let Some(election) = self.elections.get(name) else {
+        let Some(election) = self.namespace(self.session(session).tenant).elections.get(name) else {
             return AcquireOutcome::TimedOut;
         };
         if election.leader.session == session {
@@ -183,11 +188,19 @@ impl StateMachine {
     /// The leader of `name` has left (and no longer lists it): the first campaigner in
     /// line leads with this entry's index as its token and its own value, or the election
     /// falls vacant and its entry goes. Either way observers hear of it.
-    pub(super) fn hand_over_election(&mut self, index: u64, stamp_ms: u64, name: &str, events: &mut Vec<Event>) {
-        let election = self.election_mut(name);
+    pub(super) fn hand_over_election(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        tenant: TenantId,
+        name: &str,
+        events: &mut Vec<Event>,
+    ) {
+        let election = self.election_mut(tenant, name);
         if election.waiters.is_empty() {
-            self.elections.remove(name);
-            events.push(Event::LeaderChanged { name: name.to_owned(), leader: None });
+            self.namespace_mut(tenant).elections.remove(name);
+            self.drop_namespace_if_unused(tenant);
+            events.push(Event::LeaderChanged { tenant, name: name.to_owned(), leader: None });
             return;
         }
         assert!(
@@ -201,13 +214,13 @@ impl StateMachine {
         let session = self.session_mut(next.session);
         session.remove_claim(KIND, Role::Waits, name);
         session.add_claim(KIND, Role::Holds, name);
-        self.announce_leader(name, true, events);
+        self.announce_leader(tenant, name, true, events);
     }
 
     /// Tells the shell and observers about the leader of `name`: `Granted` when the
     /// leadership is new (not for a proclaim), then `LeaderChanged` either way.
-    fn announce_leader(&self, name: &str, new_leadership: bool, events: &mut Vec<Event>) {
-        let leader = self.leader_view(name).expect("an announced election has a leader");
+    fn announce_leader(&self, tenant: TenantId, name: &str, new_leadership: bool, events: &mut Vec<Event>) {
+        let leader = self.leader_view(tenant, name).expect("an announced election has a leader");
         if new_leadership {
             events.push(Event::Granted {
                 kind: KIND,
@@ -216,31 +229,34 @@ impl StateMachine {
                 token: leader.token,
             });
         }
-        events.push(Event::LeaderChanged { name: name.to_owned(), leader: Some(leader) });
+        events.push(Event::LeaderChanged { tenant, name: name.to_owned(), leader: Some(leader) });
     }
 
-    /// Rejects a proclaim or resign whose token is not the session's current leadership.
+    /// Rejects a proclaim or resign whose token is not the session's current leadership;
+    /// returns the session's tenant.
     fn check_leadership(
         &self,
         session_id: SessionId,
         name: &str,
         token: Token,
         action: &str,
-    ) -> Result<(), CommandError> {
-        if !self.sessions.contains_key(&session_id) {
+    ) -> Result<TenantId, CommandError> {
+        let Some(tenant) = self.sessions.get(&session_id).map(|session| session.tenant) else {
             return Err(unknown_session(session_id));
-        }
-        let current = self.elections.get(name).map(|election| (election.leader.session, election.leader.token));
+        };
+        let current =
+            self.namespace(tenant).elections.get(name).map(|election| (election.leader.session, election.leader.token));
         if current != Some((session_id, token)) {
             // A stale token must not act for a later leadership of the same session: it
             // may come from the paused process that held the earlier one.
             return Err(not_leader(session_id, name, token, action, current));
         }
-        Ok(())
+        Ok(tenant)
     }
 
-    pub(super) fn leader_view(&self, name: &str) -> Option<LeaderView> {
-        let election = self.elections.get(name)?;
+    /// The leader of election `name` in `tenant`'s namespace; `None` when vacant.
+    pub fn leader_view(&self, tenant: TenantId, name: &str) -> Option<LeaderView> {
+        let election = self.namespace(tenant).elections.get(name)?;
         Some(LeaderView {
             session: election.leader.session,
             client_name: self.session(election.leader.session).client_name.to_string(),
@@ -250,7 +266,10 @@ impl StateMachine {
         })
     }
 
-    fn election_mut(&mut self, name: &str) -> &mut Election {
-        self.elections.get_mut(name).unwrap_or_else(|| panic!("election {name:?} is referenced but vacant"))
+    fn election_mut(&mut self, tenant: TenantId, name: &str) -> &mut Election {
+        self.namespaces
+            .get_mut(&tenant)
+            .and_then(|namespace| namespace.elections.get_mut(name))
+            .unwrap_or_else(|| panic!("election {name:?} is referenced but vacant"))
     }
 }

@@ -11,6 +11,7 @@ use crate::machine::limits::{
     LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
     WAITERS_PER_LOCK_MAX,
 };
+use crate::machine::limits::{TENANTS_MAX, TENANT_NAME_BYTES_MAX};
 
 /// Why a command was rejected. A rejected command changed nothing but the last applied
 /// index, so the client may fix it and send it again.
@@ -19,9 +20,10 @@ pub struct CommandError {
     pub kind: ErrorKind,
     /// Names the rule and the values, for people reading logs and client errors.
     pub message: String,
-    /// The session that does not exist, for `UnknownSession`: a client tells the end of
-    /// its own session from other refusals by it, without reading the message.
-    pub session: Option<SessionId>,
+    /// Facts a program may act on without reading the message (ErrorInfo metadata on
+    /// the wire): `session_id` of an unknown session, the `tenant`, `quota`, `limit`
+    /// and `usage` of a quota.
+    pub metadata: Vec<(String, String)>,
 }
 
 /// The class of a rejection. The gRPC layer gives each its own `ErrorReason` (and the
@@ -41,6 +43,15 @@ pub enum ErrorKind {
     /// of the election. (Not the Raft leader: a node that does not lead the cluster
     /// refuses a request before any command is proposed.)
     NotElectionLeader,
+    /// A known caller acting outside its rights: another tenant's session, tenant
+    /// management without the admin credential.
+    PermissionDenied,
+    /// A session-scoped command whose secret is not the session's.
+    WrongSessionSecret,
+    /// The tenant is at one of its quotas.
+    QuotaExceeded,
+    UnknownTenant,
+    TenantExists,
 }
 
 impl fmt::Display for CommandError {
@@ -54,7 +65,12 @@ impl std::error::Error for CommandError {}
 impl CommandError {
     fn new(kind: ErrorKind, message: String) -> Self {
         assert!(!message.is_empty());
-        CommandError { kind, message, session: None }
+        CommandError { kind, message, metadata: Vec::new() }
+    }
+
+    fn with(mut self, key: &str, value: impl ToString) -> Self {
+        self.metadata.push((key.to_string(), value.to_string()));
+        self
     }
 }
 
@@ -153,7 +169,7 @@ pub(super) fn sessions_full(count: usize) -> CommandError {
 
 pub(super) fn unknown_session(session: SessionId) -> CommandError {
     let message = format!("session {session} does not exist: it was never created, was closed, or expired");
-    CommandError { session: Some(session), ..CommandError::new(ErrorKind::UnknownSession, message) }
+    CommandError::new(ErrorKind::UnknownSession, message).with("session_id", session)
 }
 
 pub(super) fn session_locks_full(session: SessionId, count: usize) -> CommandError {
@@ -305,4 +321,73 @@ pub(super) fn not_leader(
              {state}; only the leader can, with the token of its current leadership"
         ),
     )
+}
+
+pub(super) fn permission_denied(tenant: &str, what: &str) -> CommandError {
+    CommandError::new(ErrorKind::PermissionDenied, format!("tenant {tenant:?} may not act on {what}"))
+        .with("tenant", tenant)
+}
+
+pub(super) fn wrong_session_secret(session: SessionId) -> CommandError {
+    CommandError::new(
+        ErrorKind::WrongSessionSecret,
+        format!(
+            "the request does not present session {session}'s secret; only the client that created a session \
+             (with the secret CreateSession returned) may act on it"
+        ),
+    )
+    .with("session_id", session)
+}
+
+pub(super) fn quota_exceeded(tenant: &str, quota: &str, limit: u32, usage: u32) -> CommandError {
+    CommandError::new(ErrorKind::QuotaExceeded, format!("tenant {tenant:?} has {usage} {quota}; its quota is {limit}"))
+        .with("tenant", tenant)
+        .with("quota", quota)
+        .with("limit", limit)
+        .with("usage", usage)
+}
+
+pub(super) fn unknown_tenant(name: &str) -> CommandError {
+    CommandError::new(ErrorKind::UnknownTenant, format!("tenant {name:?} does not exist")).with("tenant", name)
+}
+
+pub(super) fn tenant_exists(name: &str) -> CommandError {
+    CommandError::new(
+        ErrorKind::TenantExists,
+        format!("tenant {name:?} exists already; rotate its token to get a new one"),
+    )
+    .with("tenant", name)
+}
+
+pub(super) fn tenants_full(count: usize) -> CommandError {
+    CommandError::new(
+        ErrorKind::LimitExceeded,
+        format!("there are {count} tenants; the limit is {TENANTS_MAX} (TENANTS_MAX)"),
+    )
+}
+
+/// A tenant name is a DNS label (it is part of a client certificate's DNS name):
+/// lowercase letters, digits and '-', not at either end.
+pub(super) fn validate_tenant_name(name: &str) -> Result<(), CommandError> {
+    let label = !name.is_empty()
+        && name.len() <= TENANT_NAME_BYTES_MAX
+        && name.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if !label {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "tenant name {name:?} is not 1 to {TENANT_NAME_BYTES_MAX} lowercase letters, digits and inner \
+                 '-' (TENANT_NAME_BYTES_MAX)"
+            ),
+        ));
+    }
+    if name == super::tenant::ADMIN_TENANT_NAME {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            "tenant name \"admin\" is reserved for the admin's own namespace".to_string(),
+        ));
+    }
+    Ok(())
 }

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::tenant::TenantId;
 use super::{LeaderView, ResourceKind, SessionId, Token};
 
 /// One effect of an applied entry. The shell wakes waiting RPCs and feeds watchers with
@@ -42,6 +43,8 @@ pub enum Event {
     /// at most once per election and entry, so that observers see every state the
     /// election passed through.
     LeaderChanged {
+        /// The namespace the election is in.
+        tenant: TenantId,
         name: String,
         leader: Option<LeaderView>,
     },
@@ -53,4 +56,17 @@ pub enum WaitFailure {
     SessionEnded,
     /// A cancel command removed the waiter, usually because its wait time ran out.
     Cancelled,
+}
+
+impl Event {
+    /// The session whose lists this event changed, if any: its tenant's usage is
+    /// counted again (`StateMachine::account`).
+    pub(super) fn session_touched(&self) -> Option<SessionId> {
+        match self {
+            Event::Granted { session, .. } | Event::Released { session, .. } | Event::WaitFailed { session, .. } => {
+                Some(*session)
+            }
+            Event::SessionEnded { .. } | Event::LeaderChanged { .. } => None,
+        }
+    }
 }

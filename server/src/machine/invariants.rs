@@ -3,9 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::error::validate_tenant_name;
 use super::session::Answer;
 use super::session::Role;
-use super::{RequestId, ResourceKind, SessionId, StateMachine};
+use super::{RequestId, ResourceKind, SessionId, StateMachine, TenantId, Usage, ADMIN_TENANT};
+use crate::machine::limits::TENANTS_MAX;
 use crate::machine::limits::{
     CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX,
     REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
@@ -36,6 +38,51 @@ impl StateMachine {
         self.check_semaphore_table();
         self.check_election_table();
         self.check_sessions_and_tables_agree();
+        self.check_tenants();
+    }
+
+    /// Tenants: the admin namespace exists; names are valid and distinct; ids are below
+    /// the next one; the token index maps exactly the tenants' tokens; every session's
+    /// tenant exists; no namespace is empty or a removed tenant's; and each tenant's
+    /// usage is what its sessions hold and wait for, each session counted as it is now.
+    fn check_tenants(&self) {
+        assert!(self.tenants.contains_key(&ADMIN_TENANT), "the admin namespace is missing");
+        assert!(self.tenants.len() <= TENANTS_MAX, "{} tenants exceed TENANTS_MAX", self.tenants.len());
+        let mut names = BTreeSet::new();
+        let mut tokens = BTreeMap::new();
+        for (id, tenant) in &self.tenants {
+            assert!(*id < self.next_tenant_id, "tenant {id} is not below the next tenant id {}", self.next_tenant_id);
+            assert!(names.insert(&*tenant.name), "tenant name {:?} is used twice", tenant.name);
+            if *id == ADMIN_TENANT {
+                assert!(tenant.token_hash.is_none(), "the admin namespace has a token");
+            } else {
+                assert!(validate_tenant_name(&tenant.name).is_ok(), "tenant name {:?} breaks the rules", tenant.name);
+                let token = tenant.token_hash.unwrap_or_else(|| panic!("tenant {:?} has no token", tenant.name));
+                assert!(tokens.insert(token, *id).is_none(), "two tenants share a token");
+            }
+        }
+        assert_eq!(tokens, self.tenants_by_token, "the token index does not map exactly the tenants' tokens");
+        for (id, namespace) in &self.namespaces {
+            assert!(self.tenants.contains_key(id), "namespace {id} belongs to no tenant");
+            assert!(!namespace.is_empty(), "namespace {id} is empty but keeps an entry");
+        }
+        let mut counted: BTreeMap<TenantId, Usage> = self.tenants.keys().map(|id| (*id, Usage::default())).collect();
+        for session in self.sessions.values() {
+            let now = session.counted_now();
+            assert_eq!(session.counted, now, "session {} is counted for other than it has", session.id);
+            let usage = counted.get_mut(&session.tenant).unwrap_or_else(|| {
+                panic!("session {} belongs to tenant {}, which does not exist", session.id, session.tenant)
+            });
+            usage.sessions += 1;
+            usage.holds += u32::from(now.holds);
+            usage.waiters += u32::from(now.waiters);
+            usage.bytes += u64::from(now.bytes);
+        }
+        for (id, tenant) in &self.tenants {
+            assert_eq!(tenant.usage, counted[id], "tenant {:?}'s usage is not what its sessions have", tenant.name);
+        }
+        let total: u64 = self.tenants.values().map(|tenant| tenant.usage.bytes).sum();
+        assert_eq!(self.bytes_total, total, "the state's total bytes are not the tenants' sum");
     }
 
     /// Sessions: at most `SESSIONS_MAX`, stored under their own id, created at or before
@@ -53,9 +100,9 @@ impl StateMachine {
                 self.last_applied
             );
             assert!(
-                (SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(&session.ttl_ms),
+                (SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(&session.ttl_ms()),
                 "session {id} has a ttl of {} ms, outside the allowed range",
-                session.ttl_ms
+                session.ttl_ms()
             );
             assert!(
                 session.client_name.len() <= CLIENT_NAME_BYTES_MAX,
@@ -78,6 +125,7 @@ impl StateMachine {
                 assert!(!session.held[..position].contains(name), "session {id} lists lock {name:?} as held twice");
                 assert!(!session.waiting.contains(name), "session {id} both holds and waits on lock {name:?}");
                 let lock = self
+                    .namespace(session.tenant)
                     .locks
                     .get(name.as_str())
                     .unwrap_or_else(|| panic!("session {id} lists lock {name:?} as held, but it is free"));
@@ -92,6 +140,7 @@ impl StateMachine {
                     "session {id} lists lock {name:?} as waited on twice"
                 );
                 let lock = self
+                    .namespace(session.tenant)
                     .locks
                     .get(name.as_str())
                     .unwrap_or_else(|| panic!("session {id} waits on lock {name:?}, which is free"));
@@ -112,6 +161,7 @@ impl StateMachine {
                     }
                     (ResourceKind::Semaphore, Role::Holds) => {
                         let semaphore = self
+                            .namespace(session.tenant)
                             .semaphores
                             .get(name)
                             .unwrap_or_else(|| panic!("session {id} holds a permit of semaphore {name:?}, unused"));
@@ -122,6 +172,7 @@ impl StateMachine {
                     }
                     (ResourceKind::Semaphore, Role::Waits) => {
                         let semaphore = self
+                            .namespace(session.tenant)
                             .semaphores
                             .get(name)
                             .unwrap_or_else(|| panic!("session {id} waits on semaphore {name:?}, unused"));
@@ -132,10 +183,10 @@ impl StateMachine {
                         );
                     }
                     (ResourceKind::Election, Role::Holds) => {
-                        let election = self
-                            .elections
-                            .get(name)
-                            .unwrap_or_else(|| panic!("session {id} lists election {name:?} as led, but it is vacant"));
+                        let election =
+                            self.namespace(session.tenant).elections.get(name).unwrap_or_else(|| {
+                                panic!("session {id} lists election {name:?} as led, but it is vacant")
+                            });
                         assert_eq!(
                             election.leader.session, *id,
                             "session {id} lists election {name:?} as led, but another session \
@@ -143,10 +194,10 @@ impl StateMachine {
                         );
                     }
                     (ResourceKind::Election, Role::Waits) => {
-                        let election = self
-                            .elections
-                            .get(name)
-                            .unwrap_or_else(|| panic!("session {id} campaigns in election {name:?}, which is vacant"));
+                        let election =
+                            self.namespace(session.tenant).elections.get(name).unwrap_or_else(|| {
+                                panic!("session {id} campaigns in election {name:?}, which is vacant")
+                            });
                         assert!(
                             election.waiter_position(*id).is_some(),
                             "session {id} lists election {name:?} as campaigned in, but is \
@@ -215,13 +266,21 @@ impl StateMachine {
     /// distinct waiters, none the holder, each a live session that lists the wait.
     fn check_lock_table(&self) {
         let last_applied = self.last_applied;
-        for (name, lock) in &self.locks {
+        let locks = self
+            .namespaces
+            .iter()
+            .flat_map(|(tenant, namespace)| namespace.locks.iter().map(move |(name, lock)| (*tenant, name, lock)));
+        for (tenant, name, lock) in locks {
             assert!(!name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX, "lock name {name:?} breaks the name rules");
             let holder = lock.holder.session;
             let holder_session = self
                 .sessions
                 .get(&holder)
                 .unwrap_or_else(|| panic!("lock {name:?} is held by session {holder}, which does not exist"));
+            assert_eq!(
+                holder_session.tenant, tenant,
+                "lock {name:?} of tenant {tenant} is held by another tenant's session"
+            );
             assert!(
                 holder_session.held.iter().any(|held| **held == **name),
                 "lock {name:?} is held by session {holder}, which does not list it"
@@ -251,6 +310,7 @@ impl StateMachine {
                     .sessions
                     .get(waiter)
                     .unwrap_or_else(|| panic!("session {waiter} waits on lock {name:?} but does not exist"));
+                assert_eq!(waiter_session.tenant, tenant, "another tenant's session waits on lock {name:?}");
                 assert!(
                     waiter_session.waiting.iter().any(|waiting| **waiting == **name),
                     "session {waiter} is queued on lock {name:?} but does not list it"
@@ -265,7 +325,10 @@ impl StateMachine {
     /// waiters distinct and listing their wait.
     fn check_semaphore_table(&self) {
         let last_applied = self.last_applied;
-        for (name, semaphore) in &self.semaphores {
+        let semaphores = self.namespaces.iter().flat_map(|(tenant, namespace)| {
+            namespace.semaphores.iter().map(move |(name, semaphore)| (*tenant, name, semaphore))
+        });
+        for (tenant, name, semaphore) in semaphores {
             assert!(
                 !name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX,
                 "semaphore name {name:?} breaks the name rules"
@@ -316,11 +379,11 @@ impl StateMachine {
                 );
                 assert!(holder.token >= previous_token, "semaphore {name:?} lists its holders out of grant order");
                 previous_token = holder.token;
-                self.check_claimant(ResourceKind::Semaphore, Role::Holds, name, session);
+                self.check_claimant(tenant, ResourceKind::Semaphore, Role::Holds, name, session);
                 self.check_token(ResourceKind::Semaphore, name, session, holder.token);
             }
             let holder_sessions: BTreeSet<SessionId> = semaphore.holders.iter().map(|holder| holder.session).collect();
-            self.check_queue(ResourceKind::Semaphore, name, &semaphore.waiters, &holder_sessions);
+            self.check_queue(tenant, ResourceKind::Semaphore, name, &semaphore.waiters, &holder_sessions);
         }
     }
 
@@ -328,13 +391,16 @@ impl StateMachine {
     /// leadership with a token of an applied entry, campaigners distinct and listing
     /// their campaign.
     fn check_election_table(&self) {
-        for (name, election) in &self.elections {
+        let elections = self.namespaces.iter().flat_map(|(tenant, namespace)| {
+            namespace.elections.iter().map(move |(name, election)| (*tenant, name, election))
+        });
+        for (tenant, name, election) in elections {
             assert!(
                 !name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX,
                 "election name {name:?} breaks the name rules"
             );
             let leader = election.leader.session;
-            self.check_claimant(ResourceKind::Election, Role::Holds, name, leader);
+            self.check_claimant(tenant, ResourceKind::Election, Role::Holds, name, leader);
             self.check_token(ResourceKind::Election, name, leader, election.leader.token);
             assert!(
                 election.value.len() <= ELECTION_VALUE_BYTES_MAX,
@@ -354,7 +420,7 @@ impl StateMachine {
                 );
             }
             let waiters: Vec<SessionId> = election.waiters.iter().map(|waiter| waiter.session).collect();
-            self.check_queue(ResourceKind::Election, name, &waiters, &BTreeSet::from([leader]));
+            self.check_queue(tenant, ResourceKind::Election, name, &waiters, &BTreeSet::from([leader]));
         }
     }
 
@@ -364,19 +430,20 @@ impl StateMachine {
         let held_total: usize = self.sessions.values().map(|session| session.held.len()).sum();
         let waiting_total: usize = self.sessions.values().map(|session| session.waiting.len()).sum();
         let claims_total: usize = self.sessions.values().map(|session| session.claims.len()).sum();
-        let waiters_total: usize = self.locks.values().map(|lock| lock.waiters.len()).sum();
-        let claimants_total: usize = self
-            .semaphores
-            .values()
+        let namespaces = || self.namespaces.values();
+        let locks_total: usize = namespaces().map(|namespace| namespace.locks.len()).sum();
+        let waiters_total: usize =
+            namespaces().flat_map(|namespace| namespace.locks.values()).map(|lock| lock.waiters.len()).sum();
+        let claimants_total: usize = namespaces()
+            .flat_map(|namespace| namespace.semaphores.values())
             .map(|semaphore| semaphore.holders.len() + semaphore.waiters.len())
-            .chain(self.elections.values().map(|election| 1 + election.waiters.len()))
+            .chain(
+                namespaces()
+                    .flat_map(|namespace| namespace.elections.values())
+                    .map(|election| 1 + election.waiters.len()),
+            )
             .sum();
-        assert_eq!(
-            held_total,
-            self.locks.len(),
-            "sessions list {held_total} held locks, the table has {}",
-            self.locks.len()
-        );
+        assert_eq!(held_total, locks_total, "sessions list {held_total} held locks, the tables have {locks_total}");
         assert_eq!(
             waiting_total, waiters_total,
             "sessions list {waiting_total} waits, the queues have {waiters_total}"
@@ -388,14 +455,15 @@ impl StateMachine {
         );
     }
 
-    /// A holder (or leader) of a semaphore (or election) is a live session that lists it.
-    fn check_claimant(&self, kind: ResourceKind, role: Role, name: &str, session: SessionId) {
-        let listed = self
+    /// A holder (or leader) of a semaphore (or election) of `tenant`'s namespace is a
+    /// live session of that tenant that lists it.
+    fn check_claimant(&self, tenant: TenantId, kind: ResourceKind, role: Role, name: &str, session: SessionId) {
+        let claimant = self
             .sessions
             .get(&session)
-            .unwrap_or_else(|| panic!("{kind:?} {name:?} is held by session {session}, which does not exist"))
-            .claimed(kind, role)
-            .any(|claimed| claimed == name);
+            .unwrap_or_else(|| panic!("{kind:?} {name:?} is held by session {session}, which does not exist"));
+        assert_eq!(claimant.tenant, tenant, "{kind:?} {name:?} of tenant {tenant} is held by another tenant's session");
+        let listed = claimant.claimed(kind, role).any(|claimed| claimed == name);
         assert!(listed, "{kind:?} {name:?} is held by session {session}, which does not list it");
     }
 
@@ -410,16 +478,23 @@ impl StateMachine {
     }
 
     /// Waiters are distinct live sessions that list the wait and hold nothing of it.
-    fn check_queue(&self, kind: ResourceKind, name: &str, waiters: &[SessionId], holders: &BTreeSet<SessionId>) {
+    fn check_queue(
+        &self,
+        tenant: TenantId,
+        kind: ResourceKind,
+        name: &str,
+        waiters: &[SessionId],
+        holders: &BTreeSet<SessionId>,
+    ) {
         for (position, waiter) in waiters.iter().enumerate() {
             assert!(!waiters[..position].contains(waiter), "session {waiter} is queued twice on {kind:?} {name:?}");
             assert!(!holders.contains(waiter), "session {waiter} both holds and waits on {kind:?} {name:?}");
-            let listed = self
+            let waiting = self
                 .sessions
                 .get(waiter)
-                .unwrap_or_else(|| panic!("session {waiter} waits on {kind:?} {name:?} but does not exist"))
-                .claimed(kind, Role::Waits)
-                .any(|claimed| claimed == name);
+                .unwrap_or_else(|| panic!("session {waiter} waits on {kind:?} {name:?} but does not exist"));
+            assert_eq!(waiting.tenant, tenant, "another tenant's session waits on {kind:?} {name:?}");
+            let listed = waiting.claimed(kind, Role::Waits).any(|claimed| claimed == name);
             assert!(listed, "session {waiter} is queued on {kind:?} {name:?} but does not list it");
         }
     }

@@ -56,7 +56,34 @@ pub const REQUESTS_REMEMBERED_PER_SESSION_MAX: usize = 16;
 /// handing over all their locks) stays bounded; the leader splits larger batches.
 pub const EXPIRE_SESSIONS_PER_COMMAND_MAX: usize = 1_024;
 
+/// Tenants at most, the admin namespace included. Every session-scoped request looks
+/// its tenant up, and `ListTenants` answers them all at once.
+pub const TENANTS_MAX: usize = 10_000;
+
+/// A tenant's name is shown in every refusal about it and in its certificate's DNS name
+/// (`<tenant>.tenant.leasehold`), so it follows DNS label rules: 1 to 63 bytes.
+pub const TENANT_NAME_BYTES_MAX: usize = 63;
+
+/// A new tenant's quotas unless its creator says otherwise: generous for one team's
+/// workers, far below what the whole cluster holds, so that one tenant cannot take
+/// the cluster's sessions or queues from the others.
+pub const SESSIONS_PER_TENANT_DEFAULT: u32 = 10_000;
+pub const HOLDS_PER_TENANT_DEFAULT: u32 = 100_000;
+pub const WAITERS_PER_TENANT_DEFAULT: u32 = 100_000;
+
+/// The replicated state is budgeted in estimated bytes: a session counts
+/// `SESSION_STATE_BYTES` plus its client name, each hold or wait `CLAIM_STATE_BYTES`
+/// plus its name. Together about what the scale benchmark measures per idle session
+/// with one lock on every replica (450–490 bytes, bench/README.md).
+pub const SESSION_STATE_BYTES: u32 = 320;
+pub const CLAIM_STATE_BYTES: u32 = 128;
+
 const _: () = assert!(LOCK_NAME_BYTES_MAX > 0);
+const _: () = assert!(TENANTS_MAX > 1);
+const _: () = assert!(TENANTS_MAX < u32::MAX as usize);
+const _: () = assert!(TENANT_NAME_BYTES_MAX > 0);
+// What a session holds and waits for is counted in 16 bits (`tenant::Counted`).
+const _: () = assert!(LOCKS_PER_SESSION_MAX <= u16::MAX as usize);
 const _: () = assert!(CLIENT_NAME_BYTES_MAX > 0);
 const _: () = assert!(SESSION_TTL_MS_MIN > 0);
 const _: () = assert!(SESSION_TTL_MS_MIN <= SESSION_TTL_MS_MAX);

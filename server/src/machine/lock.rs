@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
 use super::error::{not_holder, session_locks_full, unknown_session, validate_name, waiters_full};
-use super::session::push_compact;
+use super::session::{push_compact, Role};
+use super::tenant::TenantId;
 use super::{
     position_u32, remove_name, AcquireOutcome, CancelOutcome, CommandError, Event, ResourceKind, Response, SessionId,
     StateMachine, Token, WaitFailure,
@@ -48,11 +49,14 @@ impl StateMachine {
         let Some(session) = self.sessions.get(&session_id) else {
             return Err(unknown_session(session_id));
         };
-        let Some(lock) = self.locks.get(name) else {
-            if session.resource_count() >= LOCKS_PER_SESSION_MAX {
-                return Err(session_locks_full(session_id, session.resource_count()));
+        let tenant = session.tenant;
+        let count = session.resource_count();
+        let Some(lock) = self.namespace(tenant).locks.get(name) else {
+            if count >= LOCKS_PER_SESSION_MAX {
+                return Err(session_locks_full(session_id, count));
             }
-            self.locks.insert(
+            self.check_quota(tenant, Role::Holds)?;
+            self.namespace_mut(tenant).locks.insert(
                 name.into(),
                 Lock {
                     holder: Holder { session: session_id, token: index, since_ms: stamp_ms },
@@ -80,14 +84,15 @@ impl StateMachine {
         if let Some(position) = queue_position(lock, session_id) {
             return Ok(AcquireOutcome::Queued { position });
         }
-        if session.resource_count() >= LOCKS_PER_SESSION_MAX {
-            return Err(session_locks_full(session_id, session.resource_count()));
+        if count >= LOCKS_PER_SESSION_MAX {
+            return Err(session_locks_full(session_id, count));
         }
         if lock.waiters.len() >= WAITERS_PER_LOCK_MAX {
             return Err(waiters_full(ResourceKind::Lock, name, lock.waiters.len()));
         }
         let position = position_u32(lock.waiters.len());
-        push_compact(&mut self.lock_mut(name).waiters, session_id);
+        self.check_quota(tenant, Role::Waits)?;
+        push_compact(&mut self.lock_mut(tenant, name).waiters, session_id);
         push_compact(&mut self.session_mut(session_id).waiting, name.to_owned());
         Ok(AcquireOutcome::Queued { position })
     }
@@ -102,7 +107,8 @@ impl StateMachine {
         let Some(session) = self.sessions.get_mut(&session_id) else {
             return Err(unknown_session(session_id));
         };
-        let Some(lock) = self.locks.get_mut(name) else {
+        let Some(lock) = self.namespaces.get_mut(&session.tenant).and_then(|namespace| namespace.locks.get_mut(name))
+        else {
             return Ok(CancelOutcome::NotWaiting);
         };
         if lock.holder.session == session_id {
@@ -136,7 +142,12 @@ impl StateMachine {
         let Some(session) = self.sessions.get_mut(&session_id) else {
             return Err(unknown_session(session_id));
         };
-        let current = self.locks.get(name).map(|lock| (lock.holder.session, lock.holder.token));
+        let tenant = session.tenant;
+        let current = self
+            .namespaces
+            .get(&tenant)
+            .and_then(|namespace| namespace.locks.get(name))
+            .map(|lock| (lock.holder.session, lock.holder.token));
         if current != Some((session_id, token)) {
             // A stale token must not release a later grant of the same session either:
             // the release may come from the paused process that held the earlier grant.
@@ -144,16 +155,25 @@ impl StateMachine {
         }
         remove_name(&mut session.held, name);
         events.push(Event::Released { kind: ResourceKind::Lock, name: name.to_owned(), session: session_id, token });
-        self.hand_over(index, stamp_ms, name, events);
+        self.hand_over(index, stamp_ms, tenant, name, events);
         Ok(Response::Released { token })
     }
 
-    /// The holder of `name` has left (and no longer lists it): the first waiter gets the
-    /// lock with this entry's index as its token, or the entry goes if no one waits.
-    pub(super) fn hand_over(&mut self, index: u64, stamp_ms: u64, name: &str, events: &mut Vec<Event>) {
-        let lock = self.lock_mut(name);
+    /// The holder of `name` in `tenant`'s namespace has left (and no longer lists it):
+    /// the first waiter gets the lock with this entry's index as its token, or the
+    /// entry goes if no one waits.
+    pub(super) fn hand_over(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        tenant: TenantId,
+        name: &str,
+        events: &mut Vec<Event>,
+    ) {
+        let lock = self.lock_mut(tenant, name);
         if lock.waiters.is_empty() {
-            self.locks.remove(name);
+            self.namespace_mut(tenant).locks.remove(name);
+            self.drop_namespace_if_unused(tenant);
             return;
         }
         assert!(index > lock.holder.token, "tokens of one lock strictly increase: {index} after {}", lock.holder.token);
@@ -166,7 +186,7 @@ impl StateMachine {
     }
 
     pub(super) fn wait_outcome(&self, session: SessionId, name: &str) -> AcquireOutcome {
-        let Some(lock) = self.locks.get(name) else {
+        let Some(lock) = self.namespace(self.session(session).tenant).locks.get(name) else {
             return AcquireOutcome::TimedOut;
         };
         if lock.holder.session == session {
@@ -176,6 +196,17 @@ impl StateMachine {
             Some(position) => AcquireOutcome::Queued { position },
             None => AcquireOutcome::TimedOut,
         }
+    }
+
+    pub(super) fn lock(&self, tenant: TenantId, name: &str) -> &Lock {
+        self.namespace(tenant).locks.get(name).unwrap_or_else(|| panic!("lock {name:?} is referenced but not held"))
+    }
+
+    pub(super) fn lock_mut(&mut self, tenant: TenantId, name: &str) -> &mut Lock {
+        self.namespaces
+            .get_mut(&tenant)
+            .and_then(|namespace| namespace.locks.get_mut(name))
+            .unwrap_or_else(|| panic!("lock {name:?} is referenced but not held"))
     }
 }
 

@@ -52,6 +52,7 @@ mod lock;
 mod response;
 mod semaphore;
 mod session;
+mod tenant;
 mod view;
 
 #[cfg(test)]
@@ -77,11 +78,11 @@ pub use view::{
     ElectionView, FenceStatus, HeldLock, HolderView, LeaderView, LockView, SemaphoreView, SessionView, WaiterView,
 };
 
-use election::Election;
+pub use tenant::{Caller, Quotas, SecretHash, Submission, Tenant, TenantId, Usage, ADMIN_TENANT, ADMIN_TENANT_NAME};
+
 use error::{request_id_reused, token_not_yet_applied};
-use lock::Lock;
-use semaphore::Semaphore;
 use session::{push_compact, Answer, ClientName, Remembered, Role};
+use tenant::{Namespace, EMPTY_NAMESPACE};
 
 /// The log index of the entry that created the session: unique and deterministic.
 pub type SessionId = u64;
@@ -112,7 +113,7 @@ impl ResourceKind {
 
 /// The whole replicated state. Snapshots serialize it as it is, and replicas that applied
 /// the same entries compare equal.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(from = "DecodedMachine")]
 pub struct StateMachine {
     /// `None` before the first entry. Openraft's first entry, the initial membership,
@@ -122,17 +123,20 @@ pub struct StateMachine {
     /// since ids only grow, new sessions land at the map's right edge, where its nodes
     /// stay about half full. That halves what each session costs in map nodes.
     sessions: BTreeMap<SessionId, Box<Session>>,
-    /// Only held locks have an entry; see `Lock`.
-    /// Keyed by `Box<str>` rather than `String`: 8 bytes less in every slot.
-    locks: BTreeMap<Box<str>, Lock>,
-    /// Only semaphores with holders or waiters have an entry; see `Semaphore`.
-    semaphores: BTreeMap<String, Semaphore>,
-    /// Only elections with a leader have an entry; see `Election`.
-    elections: BTreeMap<String, Election>,
+    /// Each tenant's locks, semaphores and elections; a tenant with none in use has no
+    /// entry. See `tenant::Namespace`.
+    namespaces: BTreeMap<TenantId, Namespace>,
+    /// Every tenant, the admin namespace (`ADMIN_TENANT`) always among them.
+    tenants: BTreeMap<TenantId, Tenant>,
+    /// The id the next tenant gets: ids are never reused, so a removed tenant's
+    /// sessions cannot come back under another's name.
+    next_tenant_id: TenantId,
     /// Which session each remembered `CreateSession` request created, so that a retry
     /// of it, whose client does not know its session yet, finds the answer. Every
     /// other request names its session and is looked up among that session's own
-    /// remembered answers: request ids are scoped to their session.
+    /// remembered answers: request ids are scoped to their session. Not in snapshots;
+    /// rebuilt from the sessions' remembered answers when one is decoded.
+    #[serde(skip)]
     creations: BTreeMap<RequestId, SessionId>,
     /// Every live session's client name, once, with the number of sessions that share
     /// it. A process that opens many sessions (a worker pool) names them all alike, and
@@ -140,35 +144,56 @@ pub struct StateMachine {
     /// session carries its name there); rebuilt when one is decoded.
     #[serde(skip)]
     client_names: BTreeMap<ClientName, u32>,
+    /// Tenants by the hash of their token, for authenticating requests. Not in
+    /// snapshots; rebuilt from the tenants when one is decoded.
+    #[serde(skip)]
+    tenants_by_token: BTreeMap<SecretHash, TenantId>,
+    /// The sum of every tenant's `usage.bytes`, kept as they change. Not in
+    /// snapshots; summed again when one is decoded.
+    #[serde(skip)]
+    bytes_total: u64,
 }
 
-/// `StateMachine` as snapshots encode it: decoded into this, then its client names
-/// are shared again.
+impl Default for StateMachine {
+    fn default() -> StateMachine {
+        StateMachine {
+            last_applied: None,
+            sessions: BTreeMap::new(),
+            namespaces: BTreeMap::new(),
+            tenants: BTreeMap::from([(ADMIN_TENANT, StateMachine::admin_tenant())]),
+            next_tenant_id: ADMIN_TENANT + 1,
+            creations: BTreeMap::new(),
+            client_names: BTreeMap::new(),
+            tenants_by_token: BTreeMap::new(),
+            bytes_total: 0,
+        }
+    }
+}
+
+/// `StateMachine` as snapshots encode it: decoded into this, then its derived tables
+/// (creations, shared client names, tokens) are built again.
 #[derive(Deserialize)]
 struct DecodedMachine {
     last_applied: Option<u64>,
     sessions: BTreeMap<SessionId, Box<Session>>,
-    locks: BTreeMap<Box<str>, Lock>,
-    semaphores: BTreeMap<String, Semaphore>,
-    elections: BTreeMap<String, Election>,
-    /// `creations`, which snapshots of earlier versions filled with every remembered
-    /// request: decoded to keep the encoding, then rebuilt from the sessions'
-    /// remembered answers instead.
-    #[allow(dead_code)]
-    creations: BTreeMap<RequestId, SessionId>,
+    namespaces: BTreeMap<TenantId, Namespace>,
+    tenants: BTreeMap<TenantId, Tenant>,
+    next_tenant_id: TenantId,
 }
 
 impl From<DecodedMachine> for StateMachine {
     fn from(decoded: DecodedMachine) -> StateMachine {
-        let DecodedMachine { last_applied, sessions, locks, semaphores, elections, creations: _ } = decoded;
+        let DecodedMachine { last_applied, sessions, namespaces, tenants, next_tenant_id } = decoded;
         let mut machine = StateMachine {
             last_applied,
             sessions,
-            locks,
-            semaphores,
-            elections,
+            namespaces,
+            tenants,
+            next_tenant_id,
             creations: BTreeMap::new(),
             client_names: BTreeMap::new(),
+            tenants_by_token: BTreeMap::new(),
+            bytes_total: 0,
         };
         let mut client_names = BTreeMap::new();
         for session in machine.sessions.values_mut() {
@@ -180,6 +205,12 @@ impl From<DecodedMachine> for StateMachine {
             }
         }
         machine.client_names = client_names;
+        for (id, tenant) in &machine.tenants {
+            if let Some(token_hash) = tenant.token_hash {
+                machine.tenants_by_token.insert(token_hash, *id);
+            }
+        }
+        machine.bytes_total = machine.tenants.values().map(|tenant| tenant.usage.bytes).sum();
         machine
     }
 }
@@ -210,9 +241,10 @@ impl StateMachine {
         StateMachine::default()
     }
 
-    /// Applies the command of the entry at `index`. `stamp_ms` is the leader's wall-clock
-    /// stamp of the entry: informational only, used for "since" fields, never for
-    /// decisions.
+    /// Applies the command of the entry at `index` as the cluster itself, whose commands
+    /// are not checked against any credential (see `apply_as`). `stamp_ms` is the
+    /// leader's wall-clock stamp of the entry: informational only, used for "since"
+    /// fields, never for decisions.
     ///
     /// A rejected command changes nothing but the last applied index. A command whose
     /// request id was applied before changes nothing either: it gets the stored answer,
@@ -223,8 +255,20 @@ impl StateMachine {
     /// If `index` is not after the last applied index: entries must come in log order,
     /// and a replica that sees otherwise must stop rather than diverge.
     pub fn apply(&mut self, index: u64, stamp_ms: u64, command: &Command) -> (Response, Vec<Event>) {
+        self.apply_as(index, stamp_ms, &Caller::Cluster, command)
+    }
+
+    /// `apply` for a command sent by `caller`: refused unless the caller may send it
+    /// (see `tenant`), and carried out in the caller's namespace.
+    pub fn apply_as(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        caller: &Caller,
+        command: &Command,
+    ) -> (Response, Vec<Event>) {
         self.advance(index);
-        self.apply_at(index, stamp_ms, command)
+        self.apply_at(index, stamp_ms, caller, command)
     }
 
     /// Applies the commands of one entry in order, each seeing the effects of those
@@ -235,19 +279,24 @@ impl StateMachine {
     /// entry is refused, so a grant made in this entry cannot end in it, and no two
     /// grants of one lock or election share the entry's index.
     ///
-    /// Nodes built before commands on one name could share an entry refuse such a
-    /// batch (they panic on it): every node of a cluster must run this version or a
-    /// later one before a leader of this version proposes. Nodes built before request
-    /// ids were scoped to their session also answer a request that reuses another
-    /// session's request id differently (refused there, applied here).
-    ///
     /// # Panics
     ///
     /// If `index` is not after the last applied index, or the batch breaks the rule.
-    pub fn apply_batch(&mut self, index: u64, stamp_ms: u64, commands: &[Command]) -> Vec<(Response, Vec<Event>)> {
-        assert!(batch_is_valid(commands), "a command that needs an entry of its own shares one: {commands:?}");
+    pub fn apply_batch(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        submissions: &[Submission],
+    ) -> Vec<(Response, Vec<Event>)> {
+        assert!(
+            batch_is_valid(submissions.iter().map(|submission| &submission.command)),
+            "a command that needs an entry of its own shares one: {submissions:?}"
+        );
         self.advance(index);
-        commands.iter().map(|command| self.apply_at(index, stamp_ms, command)).collect()
+        submissions
+            .iter()
+            .map(|submission| self.apply_at(index, stamp_ms, &submission.caller, &submission.command))
+            .collect()
     }
 
     /// Applies one more command in the entry at `index`, which was applied last, as if
@@ -257,29 +306,63 @@ impl StateMachine {
     pub(crate) fn apply_joining(&mut self, index: u64, stamp_ms: u64, command: &Command) -> (Response, Vec<Event>) {
         assert_eq!(self.last_applied, Some(index), "joins the last applied entry");
         assert!(command.batch_key().is_some(), "{command:?} needs an entry of its own");
-        self.apply_at(index, stamp_ms, command)
+        self.apply_at(index, stamp_ms, &Caller::Cluster, command)
     }
 
-    fn apply_at(&mut self, index: u64, stamp_ms: u64, command: &Command) -> (Response, Vec<Event>) {
+    fn apply_at(&mut self, index: u64, stamp_ms: u64, caller: &Caller, command: &Command) -> (Response, Vec<Event>) {
         let mut events = Vec::new();
-        let response = match command.request() {
-            None => self.execute(index, stamp_ms, command, &mut events),
-            Some(request) => {
-                let fingerprint = command.fingerprint();
-                match self.recall(request, fingerprint, command) {
-                    Some(response) => response,
-                    None => {
-                        let response = self.execute(index, stamp_ms, command, &mut events);
-                        self.remember(request, fingerprint, command, &response);
-                        response
+        let response = match self.authorize(caller, command) {
+            Err(error) => Response::Rejected(error),
+            Ok(()) => match command.request() {
+                None => self.execute(index, stamp_ms, caller, command, &mut events),
+                Some(request) => {
+                    let fingerprint = command.fingerprint();
+                    match self.recall(request, fingerprint, command) {
+                        Some(response) => self.recalled(caller, request, command, response),
+                        None => {
+                            let response = self.execute(index, stamp_ms, caller, command, &mut events);
+                            self.remember(request, fingerprint, command, &response);
+                            response
+                        }
                     }
                 }
-            }
+            },
         };
         if matches!(response, Response::Rejected(_)) {
             assert!(events.is_empty(), "a rejected command has no effects");
         }
+        // Count the sessions whose lists changed into their tenants' usage: the acting
+        // session (or the new one) and every session an event names.
+        let acting = match response {
+            Response::SessionCreated { session, .. } => Some(session),
+            _ => command.session(),
+        };
+        for session in acting.into_iter().chain(events.iter().filter_map(Event::session_touched)) {
+            self.account(session);
+        }
         (response, events)
+    }
+
+    /// The stored answer to a retried request, as the caller gets it. A retried
+    /// `CreateSession` is the only one that changes anything: its first answer was lost
+    /// with the secret in it, so the session takes the retry's secret (the session is
+    /// unused, since no request has named it yet). Another tenant's retry of the id is
+    /// a reuse of it.
+    fn recalled(&mut self, caller: &Caller, request: RequestId, command: &Command, response: Response) -> Response {
+        let (Command::CreateSession { .. }, Response::SessionCreated { session, .. }) = (command, &response) else {
+            return response;
+        };
+        let created = self.sessions.get_mut(session).expect("a remembered creation's session lives");
+        let (tenant, secret) = match *caller {
+            Caller::Cluster => (ADMIN_TENANT, SecretHash::default()),
+            Caller::Admin { secret } => (ADMIN_TENANT, secret),
+            Caller::Tenant { tenant, secret } => (tenant, secret),
+        };
+        if created.tenant != tenant {
+            return Response::Rejected(request_id_reused(request));
+        }
+        created.secret = secret;
+        response
     }
 
     /// Applied for log entries that carry no command (openraft's blank and membership
@@ -303,8 +386,9 @@ impl StateMachine {
         self.last_applied
     }
 
-    pub fn describe_lock(&self, name: &str) -> Option<LockView> {
-        let lock = self.locks.get(name)?;
+    /// Lock `name` in `tenant`'s namespace; `None` when it is free.
+    pub fn describe_lock(&self, tenant: TenantId, name: &str) -> Option<LockView> {
+        let lock = self.namespace(tenant).locks.get(name)?;
         Some(LockView {
             name: name.to_owned(),
             holder: HolderView {
@@ -319,16 +403,18 @@ impl StateMachine {
 
     pub fn describe_session(&self, session: SessionId) -> Option<SessionView> {
         let session = self.sessions.get(&session)?;
+        let namespace = self.namespace(session.tenant);
         Some(SessionView {
             id: session.id,
-            ttl_ms: session.ttl_ms,
+            ttl_ms: session.ttl_ms(),
+            tenant: session.tenant,
             client_name: session.client_name.to_string(),
             created_index: session.created_index(),
             held: session
                 .held
                 .iter()
                 .map(|name| {
-                    let holder = &self.lock(name).holder;
+                    let holder = &self.lock(session.tenant, name).holder;
                     HeldLock { name: name.clone(), token: holder.token, since_ms: holder.since_ms }
                 })
                 .collect(),
@@ -337,7 +423,7 @@ impl StateMachine {
                 .claimed(ResourceKind::Semaphore, Role::Holds)
                 .map(|name| {
                     let holder =
-                        self.semaphores[name].holder(session.id).expect("a session lists only permits it holds");
+                        namespace.semaphores[name].holder(session.id).expect("a session lists only permits it holds");
                     HeldLock { name: name.to_owned(), token: holder.token, since_ms: holder.since_ms }
                 })
                 .collect(),
@@ -345,7 +431,7 @@ impl StateMachine {
             leading: session
                 .claimed(ResourceKind::Election, Role::Holds)
                 .map(|name| {
-                    let leader = &self.elections[name].leader;
+                    let leader = &namespace.elections[name].leader;
                     HeldLock { name: name.to_owned(), token: leader.token, since_ms: leader.since_ms }
                 })
                 .collect(),
@@ -355,8 +441,8 @@ impl StateMachine {
 
     /// `None` when the semaphore has neither holders nor waiters: it has no entry then,
     /// and the next acquirer sets its limit.
-    pub fn describe_semaphore(&self, name: &str) -> Option<SemaphoreView> {
-        let semaphore = self.semaphores.get(name)?;
+    pub fn describe_semaphore(&self, tenant: TenantId, name: &str) -> Option<SemaphoreView> {
+        let semaphore = self.namespace(tenant).semaphores.get(name)?;
         Some(SemaphoreView {
             name: name.to_owned(),
             limit: semaphore.limit,
@@ -375,31 +461,34 @@ impl StateMachine {
     }
 
     /// `None` when the election is vacant.
-    pub fn describe_election(&self, name: &str) -> Option<ElectionView> {
-        let election = self.elections.get(name)?;
+    pub fn describe_election(&self, tenant: TenantId, name: &str) -> Option<ElectionView> {
+        let election = self.namespace(tenant).elections.get(name)?;
         Some(ElectionView {
             name: name.to_owned(),
-            leader: self.leader_view(name).expect("a stored election has a leader"),
+            leader: self.leader_view(tenant, name).expect("a stored election has a leader"),
             waiters: self.waiter_views(election.waiters.iter().map(|waiter| waiter.session)),
         })
     }
 
-    /// Every semaphore in use, ordered by name: its limit and how many hold and wait, for
-    /// the fairness gauges.
-    pub fn semaphore_stats(&self) -> impl Iterator<Item = (&str, u32, usize, usize)> + '_ {
-        self.semaphores
-            .iter()
-            .map(|(name, semaphore)| (name.as_str(), semaphore.limit, semaphore.holders.len(), semaphore.waiters.len()))
+    /// Every semaphore in use, ordered by tenant and name: its tenant's name, its name,
+    /// limit and how many hold and wait, for the fairness gauges.
+    pub fn semaphore_stats(&self) -> impl Iterator<Item = (&str, &str, u32, usize, usize)> + '_ {
+        self.namespaces.iter().flat_map(move |(tenant, namespace)| {
+            let tenant = self.tenant_name(*tenant);
+            namespace.semaphores.iter().map(move |(name, semaphore)| {
+                (tenant, name.as_str(), semaphore.limit, semaphore.holders.len(), semaphore.waiters.len())
+            })
+        })
     }
 
     /// Semaphores with holders or waiters; unused ones are not stored.
     pub fn semaphore_count(&self) -> usize {
-        self.semaphores.len()
+        self.namespaces.values().map(|namespace| namespace.semaphores.len()).sum()
     }
 
     /// Elections with a leader; vacant ones are not stored.
     pub fn election_count(&self) -> usize {
-        self.elections.len()
+        self.namespaces.values().map(|namespace| namespace.elections.len()).sum()
     }
 
     /// Every live session, ordered by id. The leader walks this to arm every session's
@@ -408,8 +497,18 @@ impl StateMachine {
         self.sessions.values().map(|session| &**session)
     }
 
+    /// Live sessions from id `first` on, ordered by id: a page of `ListSessions`.
+    pub fn sessions_from(&self, first: SessionId) -> impl Iterator<Item = &Session> + '_ {
+        self.sessions.range(first..).map(|(_, session)| &**session)
+    }
+
     pub fn session_ttl_ms(&self, session: SessionId) -> Option<u64> {
-        self.sessions.get(&session).map(|session| session.ttl_ms)
+        self.sessions.get(&session).map(|session| session.ttl_ms())
+    }
+
+    /// A live session, for the checks the gRPC layer makes before a keepalive.
+    pub fn session_of(&self, session: SessionId) -> Option<&Session> {
+        self.sessions.get(&session).map(|session| &**session)
     }
 
     pub fn session_count(&self) -> usize {
@@ -418,26 +517,30 @@ impl StateMachine {
 
     /// Held locks; free locks are not stored.
     pub fn lock_count(&self) -> usize {
-        self.locks.len()
+        self.namespaces.values().map(|namespace| namespace.locks.len()).sum()
     }
 
-    /// Whether a write fenced with `token` may still proceed on the resource `name`.
-    pub fn check_fence(&self, name: &str, token: Token) -> FenceStatus {
-        self.check_fence_of(ResourceKind::Lock, name, token)
+    /// Whether a write fenced with `token` may still proceed on the lock `name` of
+    /// `tenant`'s namespace.
+    pub fn check_fence(&self, tenant: TenantId, name: &str, token: Token) -> FenceStatus {
+        self.check_fence_of(ResourceKind::Lock, tenant, name, token)
     }
 
     /// `check_fence` for any kind of resource. For an election, `token` must be the
     /// current leadership. For a semaphore, some permit granted with `token` must still
     /// be held; since permits granted in one entry share its index, the token names that
     /// grant, not one slot.
-    pub fn check_fence_of(&self, kind: ResourceKind, name: &str, token: Token) -> FenceStatus {
+    pub fn check_fence_of(&self, kind: ResourceKind, tenant: TenantId, name: &str, token: Token) -> FenceStatus {
+        let namespace = self.namespace(tenant);
         let current = match kind {
-            ResourceKind::Lock => self.locks.get(name).is_some_and(|lock| lock.holder.token == token),
-            ResourceKind::Semaphore => self
+            ResourceKind::Lock => namespace.locks.get(name).is_some_and(|lock| lock.holder.token == token),
+            ResourceKind::Semaphore => namespace
                 .semaphores
                 .get(name)
                 .is_some_and(|semaphore| semaphore.holders.iter().any(|holder| holder.token == token)),
-            ResourceKind::Election => self.elections.get(name).is_some_and(|election| election.leader.token == token),
+            ResourceKind::Election => {
+                namespace.elections.get(name).is_some_and(|election| election.leader.token == token)
+            }
         };
         if current {
             FenceStatus::Current
@@ -523,19 +626,29 @@ impl StateMachine {
     }
 
     /// Carries out a command that is not a retry.
-    fn execute(&mut self, index: u64, stamp_ms: u64, command: &Command, events: &mut Vec<Event>) -> Response {
+    fn execute(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        caller: &Caller,
+        command: &Command,
+        events: &mut Vec<Event>,
+    ) -> Response {
         // A token that is not older than this entry can only match a grant made in
         // it, by a command before this one in the batch: refuse it, so that the grant
         // does not end in the entry that made it. Other wrong tokens get the usual
         // answer from the command's own check, which says what the session holds.
         if let (Some((kind, name, token)), Some(session)) = (command.presented_token(), command.session()) {
-            if token >= index && self.check_fence_of(kind, name, token) == FenceStatus::Current {
+            let tenant = self.sessions.get(&session).map(|session| session.tenant);
+            if token >= index
+                && tenant.is_some_and(|tenant| self.check_fence_of(kind, tenant, name, token) == FenceStatus::Current)
+            {
                 return Response::Rejected(token_not_yet_applied(kind, session, name, token, index));
             }
         }
         let result = match command {
             Command::CreateSession { request: _, ttl_ms, client_name } => {
-                self.create_session(index, *ttl_ms, client_name)
+                self.create_session(index, caller, *ttl_ms, client_name)
             }
             Command::CloseSession { request: _, session } => self.close_session(index, stamp_ms, *session, events),
             Command::ExpireSessions { sessions } => self.expire_sessions(index, stamp_ms, sessions, events),
@@ -572,6 +685,12 @@ impl StateMachine {
             Command::Resign { request: _, session, name, token } => {
                 self.resign(index, stamp_ms, *session, name, *token, events)
             }
+            Command::AddTenant { request, name, token_hash, quotas } => {
+                self.add_tenant(*request, name, *token_hash, *quotas)
+            }
+            Command::RotateTenantToken { request: _, name, token_hash } => self.rotate_tenant_token(name, *token_hash),
+            Command::SetTenantQuotas { request: _, name, quotas } => self.set_tenant_quotas(name, *quotas),
+            Command::RemoveTenant { request: _, name } => self.remove_tenant(index, stamp_ms, name, events),
         };
         result.unwrap_or_else(Response::Rejected)
     }
@@ -584,22 +703,34 @@ impl StateMachine {
         self.sessions.get_mut(&session).unwrap_or_else(|| panic!("session {session} is referenced but does not exist"))
     }
 
-    fn lock(&self, name: &str) -> &Lock {
-        self.locks.get(name).unwrap_or_else(|| panic!("lock {name:?} is referenced but not held"))
+    /// `tenant`'s locks, semaphores and elections (none when it has none in use).
+    fn namespace(&self, tenant: TenantId) -> &Namespace {
+        self.namespaces.get(&tenant).unwrap_or(&EMPTY_NAMESPACE)
     }
 
-    fn lock_mut(&mut self, name: &str) -> &mut Lock {
-        self.locks.get_mut(name).unwrap_or_else(|| panic!("lock {name:?} is referenced but not held"))
+    fn namespace_mut(&mut self, tenant: TenantId) -> &mut Namespace {
+        self.namespaces.entry(tenant).or_default()
+    }
+
+    /// Drops `tenant`'s namespace once nothing in it is in use, so that replicas that
+    /// went through different histories to the same state compare equal.
+    fn drop_namespace_if_unused(&mut self, tenant: TenantId) {
+        if self.namespaces.get(&tenant).is_some_and(Namespace::is_empty) {
+            self.namespaces.remove(&tenant);
+        }
     }
 }
 
 /// Whether `commands` may share one log entry: one command of any kind, or several
 /// that each touch one resource (the same one or not).
-pub fn batch_is_valid(commands: &[Command]) -> bool {
-    if commands.len() <= 1 {
-        return true;
+pub fn batch_is_valid<'a>(commands: impl IntoIterator<Item = &'a Command>) -> bool {
+    let mut count = 0;
+    let mut all_batchable = true;
+    for command in commands {
+        count += 1;
+        all_batchable &= command.batch_key().is_some();
     }
-    commands.iter().all(|command| command.batch_key().is_some())
+    count <= 1 || all_batchable
 }
 
 fn position_u32(position: usize) -> u32 {

@@ -66,7 +66,7 @@ struct ModelElection {
 }
 
 fn rejected(kind: ErrorKind) -> Response {
-    Response::Rejected(CommandError { kind, message: String::new(), session: None })
+    Response::Rejected(CommandError { kind, message: String::new(), metadata: Vec::new() })
 }
 
 fn name_is_valid(name: &str) -> bool {
@@ -165,9 +165,11 @@ impl Model {
 
     fn execute(&mut self, index: u64, stamp_ms: u64, command: &Command, events: &mut Vec<Event>) -> Response {
         // A token can only be presented after the entry that granted it: so a grant
-        // never ends in its own entry, whatever else shares the entry.
-        if let Some((kind, name, token)) = command.presented_token() {
+        // never ends in its own entry, whatever else shares the entry. (A session that
+        // does not exist is refused as such: it has no namespace to look the token up in.)
+        if let (Some((kind, name, token)), Some(session)) = (command.presented_token(), command.session()) {
             let granted_here = token == index
+                && self.is_live(session)
                 && match kind {
                     ResourceKind::Lock => self.lock(name).is_some_and(|lock| lock.token == token),
                     ResourceKind::Semaphore => {
@@ -523,6 +525,10 @@ impl Model {
                 self.next_leader(index, stamp_ms, name, events);
                 Response::Resigned { token: *token }
             }
+            Command::AddTenant { .. }
+            | Command::RotateTenantToken { .. }
+            | Command::SetTenantQuotas { .. }
+            | Command::RemoveTenant { .. } => unreachable!("the model sends no tenant commands"),
         }
     }
 
@@ -630,7 +636,7 @@ impl Model {
         let election = self.election_mut(name);
         if election.waiters.is_empty() {
             self.elections.retain(|election| election.name != name);
-            events.push(Event::LeaderChanged { name: name.to_owned(), leader: None });
+            events.push(Event::LeaderChanged { tenant: ADMIN_TENANT, name: name.to_owned(), leader: None });
             return;
         }
         let (next, value) = election.waiters.remove(0);
@@ -651,7 +657,7 @@ impl Model {
                 token: view.token,
             });
         }
-        events.push(Event::LeaderChanged { name: name.to_owned(), leader: Some(view) });
+        events.push(Event::LeaderChanged { tenant: ADMIN_TENANT, name: name.to_owned(), leader: Some(view) });
     }
 
     fn leader_view(&self, name: &str) -> Option<LeaderView> {
@@ -1049,7 +1055,11 @@ impl Run {
                     | Command::Campaign { request: slot, .. }
                     | Command::CampaignCancelWait { request: slot, .. }
                     | Command::Proclaim { request: slot, .. }
-                    | Command::Resign { request: slot, .. } => *slot = request,
+                    | Command::Resign { request: slot, .. }
+                    | Command::AddTenant { request: slot, .. }
+                    | Command::RotateTenantToken { request: slot, .. }
+                    | Command::SetTenantQuotas { request: slot, .. }
+                    | Command::RemoveTenant { request: slot, .. } => *slot = request,
                     Command::ExpireSessions { .. } => {}
                 }
                 command
@@ -1348,7 +1358,7 @@ impl Run {
     /// that ends them.
     fn check_semaphores(&self, command: &Command, before: &Model, events: &[Event]) {
         for name in NAMES {
-            let Some(view) = self.machine.describe_semaphore(name) else {
+            let Some(view) = self.machine.describe_semaphore(ADMIN_TENANT, name) else {
                 continue;
             };
             let holders = view.holders.len();
@@ -1402,11 +1412,11 @@ impl Run {
     fn check_elections(&mut self, before: &Model, events: &[Event]) {
         for name in NAMES {
             let old = before.election(name).map(|e| (e.leader, e.token, e.value.clone()));
-            let new = self.machine.describe_election(name).map(|view| view.leader);
+            let new = self.machine.describe_election(ADMIN_TENANT, name).map(|view| view.leader);
             let announced: Vec<&Option<LeaderView>> = events
                 .iter()
                 .filter_map(|event| match event {
-                    Event::LeaderChanged { name: changed, leader } if changed == name => Some(leader),
+                    Event::LeaderChanged { tenant: _, name: changed, leader } if changed == name => Some(leader),
                     _ => None,
                 })
                 .collect();
@@ -1439,14 +1449,14 @@ impl Run {
         let stats: Vec<(String, u32, usize, usize)> = self
             .machine
             .semaphore_stats()
-            .map(|(name, limit, holders, waiters)| (name.to_owned(), limit, holders, waiters))
+            .map(|(_, name, limit, holders, waiters)| (name.to_owned(), limit, holders, waiters))
             .collect();
         let mut model_stats: Vec<(String, u32, usize, usize)> =
             self.model.semaphores.iter().map(|s| (s.name.clone(), s.limit, s.holders.len(), s.waiters.len())).collect();
         model_stats.sort();
         assert_eq!(stats, model_stats);
         for name in NAMES {
-            let view = self.machine.describe_semaphore(name).map(|view| {
+            let view = self.machine.describe_semaphore(ADMIN_TENANT, name).map(|view| {
                 let holders: Vec<(SessionId, Token, u64)> =
                     view.holders.iter().map(|h| (h.session, h.token, h.since_ms)).collect();
                 let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
@@ -1455,7 +1465,7 @@ impl Run {
             let model = self.model.semaphore(name).map(|s| (s.limit, s.holders.clone(), s.waiters.clone()));
             assert_eq!(view, model, "semaphore {name:?}");
 
-            let view = self.machine.describe_election(name).map(|view| {
+            let view = self.machine.describe_election(ADMIN_TENANT, name).map(|view| {
                 let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
                 (view.leader, waiters)
             });
@@ -1469,7 +1479,7 @@ impl Run {
         let model_ids: Vec<SessionId> = self.model.sessions.iter().map(|s| s.id).collect();
         assert_eq!(ids, model_ids);
         for name in NAMES {
-            let view = self.machine.describe_lock(name).map(|view| {
+            let view = self.machine.describe_lock(ADMIN_TENANT, name).map(|view| {
                 let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
                 (view.holder.session, view.holder.token, view.holder.since_ms, waiters)
             });
@@ -1582,7 +1592,10 @@ fn replay(machine: &mut StateMachine, log: &[Entry]) {
         match &first.command {
             None => machine.apply_empty(first.index),
             Some(_) => {
-                let commands: Vec<Command> = entries.iter().map(|entry| entry.command.clone().unwrap()).collect();
+                let commands: Vec<Submission> = entries
+                    .iter()
+                    .map(|entry| Submission { caller: Caller::Cluster, command: entry.command.clone().unwrap() })
+                    .collect();
                 let results = machine.apply_batch(first.index, first.stamp_ms, &commands);
                 for ((response, _), entry) in results.into_iter().zip(entries) {
                     assert_eq!(Some(response), entry.response, "replay of {:?}", entry.command);

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::tenant::TenantId;
 use super::{CommandError, SessionId, Token};
 
 /// The answer to one applied command. The leader hands it to the RPC that proposed the
@@ -43,6 +44,20 @@ pub enum Response {
     /// The leadership granted with `token` ended.
     Resigned {
         token: Token,
+    },
+    TenantAdded {
+        tenant: TenantId,
+    },
+    TenantTokenRotated {
+        tenant: TenantId,
+    },
+    TenantQuotasSet {
+        tenant: TenantId,
+    },
+    /// The tenant is gone, with the sessions it had.
+    TenantRemoved {
+        tenant: TenantId,
+        sessions_ended: u64,
     },
     Rejected(CommandError),
 }

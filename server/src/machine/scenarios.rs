@@ -363,8 +363,8 @@ impl Scenario {
                 let name = args.word("a name");
                 let token = args.number("token");
                 let status = match kind {
-                    ResourceKind::Lock => self.machine.check_fence(name, token),
-                    _ => self.machine.check_fence_of(kind, name, token),
+                    ResourceKind::Lock => self.machine.check_fence(ADMIN_TENANT, name, token),
+                    _ => self.machine.check_fence_of(kind, ADMIN_TENANT, name, token),
                 };
                 match status {
                     FenceStatus::Current => format!("{} {name} token={token}: current", kind.noun()),
@@ -457,10 +457,14 @@ impl Scenario {
             Response::Campaign(outcome) => format!("campaign {}", self.outcome(outcome)),
             Response::Proclaimed { token } => format!("proclaimed token={token}"),
             Response::Resigned { token } => format!("resigned token={token}"),
-            Response::Rejected(CommandError { kind, message, session }) => match session {
-                Some(session) => format!("rejected {kind:?} (session {}): {message}", self.name(*session)),
-                None => format!("rejected {kind:?}: {message}"),
-            },
+            Response::Rejected(CommandError { kind, message, metadata }) => {
+                let session = metadata.iter().find(|(key, _)| key == "session_id").map(|(_, id)| id.parse().unwrap());
+                match session {
+                    Some(session) => format!("rejected {kind:?} (session {}): {message}", self.name(session)),
+                    None => format!("rejected {kind:?}: {message}"),
+                }
+            }
+            other => format!("{other:?}"),
         }
     }
 
@@ -491,8 +495,8 @@ impl Scenario {
             Event::SessionEnded { session, expired } => {
                 format!("session-ended {} {}", self.name(*session), if *expired { "expired" } else { "closed" })
             }
-            Event::LeaderChanged { name, leader: None } => format!("leader-changed {name} vacant"),
-            Event::LeaderChanged { name, leader: Some(leader) } => format!(
+            Event::LeaderChanged { tenant: _, name, leader: None } => format!("leader-changed {name} vacant"),
+            Event::LeaderChanged { tenant: _, name, leader: Some(leader) } => format!(
                 "leader-changed {name} {} token={} since_ms={} client_name={} value={:?}",
                 self.name(leader.session),
                 leader.token,
@@ -521,14 +525,14 @@ impl Scenario {
     }
 
     fn describe_lock(&self, name: &str) -> String {
-        let Some(view) = self.machine.describe_lock(name) else {
+        let Some(view) = self.machine.describe_lock(ADMIN_TENANT, name) else {
             return format!("lock {name}: free, no entry");
         };
         format!("lock {}\n{}{}", view.name, self.holder(&view.holder), self.waiters(&view.waiters))
     }
 
     fn describe_semaphore(&self, name: &str) -> String {
-        let Some(view) = self.machine.describe_semaphore(name) else {
+        let Some(view) = self.machine.describe_semaphore(ADMIN_TENANT, name) else {
             return format!("semaphore {name}: unused, no entry");
         };
         let holders: String = view.holders.iter().map(|holder| self.holder(holder)).collect();
@@ -576,7 +580,7 @@ impl Scenario {
             self.machine.semaphore_count(),
             self.machine.election_count()
         );
-        for (name, limit, holders, waiters) in self.machine.semaphore_stats() {
+        for (_, name, limit, holders, waiters) in self.machine.semaphore_stats() {
             writeln!(out, "  semaphore {name} limit={limit} holders={holders} waiters={waiters}").unwrap();
         }
         out

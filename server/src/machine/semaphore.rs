@@ -10,6 +10,7 @@ use super::error::{
 };
 use super::lock::Holder;
 use super::session::Role;
+use super::tenant::TenantId;
 use super::{
     position_u32, AcquireOutcome, CancelOutcome, CommandError, Event, ResourceKind, Response, SessionId, StateMachine,
     Token, WaitFailure,
@@ -78,16 +79,18 @@ impl StateMachine {
         let Some(session) = self.sessions.get(&session_id) else {
             return Err(unknown_session(session_id));
         };
+        let tenant = session.tenant;
         let count = session.resource_count();
-        let Some(semaphore) = self.semaphores.get(name) else {
+        let Some(semaphore) = self.namespace(tenant).semaphores.get(name) else {
             if count >= LOCKS_PER_SESSION_MAX {
                 return Err(session_locks_full(session_id, count));
             }
-            self.semaphores.insert(
+            self.check_quota(tenant, Role::Holds)?;
+            self.namespace_mut(tenant).semaphores.insert(
                 name.to_owned(),
                 Semaphore { limit, limit_set_index: index, holders: Vec::new(), waiters: Vec::new() },
             );
-            self.grant_permit(index, stamp_ms, name, session_id, events);
+            self.grant_permit(index, stamp_ms, tenant, name, session_id, events);
             return Ok(AcquireOutcome::Granted { token: index });
         };
         if semaphore.limit != limit {
@@ -101,7 +104,8 @@ impl StateMachine {
             if count >= LOCKS_PER_SESSION_MAX {
                 return Err(session_locks_full(session_id, count));
             }
-            self.grant_permit(index, stamp_ms, name, session_id, events);
+            self.check_quota(tenant, Role::Holds)?;
+            self.grant_permit(index, stamp_ms, tenant, name, session_id, events);
             return Ok(AcquireOutcome::Granted { token: index });
         }
         if !wait {
@@ -118,7 +122,8 @@ impl StateMachine {
             return Err(waiters_full(KIND, name, semaphore.waiters.len()));
         }
         let position = position_u32(semaphore.waiters.len());
-        self.semaphore_mut(name).waiters.push(session_id);
+        self.check_quota(tenant, Role::Waits)?;
+        self.semaphore_mut(tenant, name).waiters.push(session_id);
         self.session_mut(session_id).add_claim(KIND, Role::Waits, name);
         Ok(AcquireOutcome::Queued { position })
     }
@@ -133,19 +138,23 @@ impl StateMachine {
         events: &mut Vec<Event>,
     ) -> Result<Response, CommandError> {
         validate_name(KIND, name)?;
-        if !self.sessions.contains_key(&session_id) {
+        let Some(tenant) = self.sessions.get(&session_id).map(|session| session.tenant) else {
             return Err(unknown_session(session_id));
-        }
-        let current =
-            self.semaphores.get(name).and_then(|semaphore| semaphore.holder(session_id)).map(|holder| holder.token);
+        };
+        let current = self
+            .namespace(tenant)
+            .semaphores
+            .get(name)
+            .and_then(|semaphore| semaphore.holder(session_id))
+            .map(|holder| holder.token);
         if current != Some(token) {
             return Err(not_permit_holder(session_id, name, token, current));
         }
-        let semaphore = self.semaphore_mut(name);
+        let semaphore = self.semaphore_mut(tenant, name);
         semaphore.holders.retain(|holder| holder.session != session_id);
         self.session_mut(session_id).remove_claim(KIND, Role::Holds, name);
         events.push(Event::Released { kind: KIND, name: name.to_owned(), session: session_id, token });
-        self.fill_semaphore(index, stamp_ms, name, events);
+        self.fill_semaphore(index, stamp_ms, tenant, name, events);
         Ok(Response::SemReleased { token })
     }
 
@@ -162,10 +171,11 @@ impl StateMachine {
     ) -> Result<Response, CommandError> {
         validate_name(KIND, name)?;
         validate_semaphore_limit(limit)?;
-        if !self.sessions.contains_key(&session_id) {
+        let Some(tenant) = self.sessions.get(&session_id).map(|session| session.tenant) else {
             return Err(unknown_session(session_id));
-        }
-        let Some(semaphore) = self.semaphores.get_mut(name) else {
+        };
+        let Some(semaphore) = self.namespaces.get_mut(&tenant).and_then(|namespace| namespace.semaphores.get_mut(name))
+        else {
             return Err(semaphore_unused(name));
         };
         let previous = semaphore.limit;
@@ -173,7 +183,7 @@ impl StateMachine {
             semaphore.limit = limit;
             semaphore.limit_set_index = index;
         }
-        self.fill_semaphore(index, stamp_ms, name, events);
+        self.fill_semaphore(index, stamp_ms, tenant, name, events);
         Ok(Response::SemLimitSet { limit, previous })
     }
 
@@ -184,10 +194,11 @@ impl StateMachine {
         events: &mut Vec<Event>,
     ) -> Result<CancelOutcome, CommandError> {
         validate_name(KIND, name)?;
-        if !self.sessions.contains_key(&session_id) {
+        let Some(tenant) = self.sessions.get(&session_id).map(|session| session.tenant) else {
             return Err(unknown_session(session_id));
-        }
-        let Some(semaphore) = self.semaphores.get_mut(name) else {
+        };
+        let Some(semaphore) = self.namespaces.get_mut(&tenant).and_then(|namespace| namespace.semaphores.get_mut(name))
+        else {
             return Ok(CancelOutcome::NotWaiting);
         };
         if let Some(holder) = semaphore.holder(session_id) {
@@ -211,7 +222,7 @@ impl StateMachine {
 
     /// Where a queued `SemAcquire` of `session` stands now, for its retry.
     pub(super) fn sem_wait_outcome(&self, session: SessionId, name: &str) -> AcquireOutcome {
-        let Some(semaphore) = self.semaphores.get(name) else {
+        let Some(semaphore) = self.namespace(self.session(session).tenant).semaphores.get(name) else {
             return AcquireOutcome::TimedOut;
         };
         if let Some(holder) = semaphore.holder(session) {
@@ -235,12 +246,15 @@ impl StateMachine {
         ending: &BTreeSet<SessionId>,
         events: &mut Vec<Event>,
     ) {
-        let names: BTreeSet<String> = ending
+        let names: BTreeSet<(TenantId, String)> = ending
             .iter()
-            .flat_map(|session| self.session(*session).claimed(KIND, Role::Holds).map(str::to_owned))
+            .flat_map(|session| {
+                let session = self.session(*session);
+                session.claimed(KIND, Role::Holds).map(|name| (session.tenant, name.to_owned()))
+            })
             .collect();
-        for name in names {
-            let semaphore = self.semaphore_mut(&name);
+        for (tenant, name) in names {
+            let semaphore = self.semaphore_mut(tenant, &name);
             // All of them leave before anyone is granted, so the freed permits are
             // counted once and go to survivors only.
             semaphore.holders.retain(|holder| {
@@ -255,18 +269,19 @@ impl StateMachine {
                 });
                 false
             });
-            self.fill_semaphore(index, stamp_ms, &name, events);
+            self.fill_semaphore(index, stamp_ms, tenant, &name, events);
         }
     }
 
     /// Grants free permits of `name` to its waiters, first in line first, and removes the
     /// semaphore if it has neither holders nor waiters left.
-    fn fill_semaphore(&mut self, index: u64, stamp_ms: u64, name: &str, events: &mut Vec<Event>) {
+    fn fill_semaphore(&mut self, index: u64, stamp_ms: u64, tenant: TenantId, name: &str, events: &mut Vec<Event>) {
         loop {
-            let semaphore = self.semaphore_mut(name);
+            let semaphore = self.semaphore_mut(tenant, name);
             if semaphore.waiters.is_empty() {
                 if semaphore.holders.is_empty() {
-                    self.semaphores.remove(name);
+                    self.namespace_mut(tenant).semaphores.remove(name);
+                    self.drop_namespace_if_unused(tenant);
                 }
                 return;
             }
@@ -275,7 +290,7 @@ impl StateMachine {
             }
             let next = semaphore.waiters.remove(0);
             self.session_mut(next).remove_claim(KIND, Role::Waits, name);
-            self.grant_permit(index, stamp_ms, name, next, events);
+            self.grant_permit(index, stamp_ms, tenant, name, next, events);
         }
     }
 
@@ -284,11 +299,12 @@ impl StateMachine {
         &mut self,
         index: u64,
         stamp_ms: u64,
+        tenant: TenantId,
         name: &str,
         session: SessionId,
         events: &mut Vec<Event>,
     ) {
-        let semaphore = self.semaphore_mut(name);
+        let semaphore = self.semaphore_mut(tenant, name);
         assert!(
             semaphore.holders.len() < semaphore.limit_usize(),
             "semaphore {name:?} has {} holders and limit {}: no permit to grant",
@@ -307,7 +323,10 @@ impl StateMachine {
         events.push(Event::Granted { kind: KIND, name: name.to_owned(), session, token: index });
     }
 
-    fn semaphore_mut(&mut self, name: &str) -> &mut Semaphore {
-        self.semaphores.get_mut(name).unwrap_or_else(|| panic!("semaphore {name:?} is referenced but unused"))
+    fn semaphore_mut(&mut self, tenant: TenantId, name: &str) -> &mut Semaphore {
+        self.namespaces
+            .get_mut(&tenant)
+            .and_then(|namespace| namespace.semaphores.get_mut(name))
+            .unwrap_or_else(|| panic!("semaphore {name:?} is referenced but unused"))
     }
 }

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
-use super::error::{expire_batch_too_large, sessions_full, unknown_session, validate_client_name, validate_ttl_ms};
+use super::error::{
+    expire_batch_too_large, quota_exceeded, sessions_full, unknown_session, validate_client_name, validate_ttl_ms,
+};
+use super::tenant::{claim_bytes, session_bytes, Caller, Counted, SecretHash, TenantId, ADMIN_TENANT};
 use super::{
     share_name, unshare_name, AcquireOutcome, CancelOutcome, Command, CommandError, Event, RequestId, ResourceKind,
     Response, SessionId, StateMachine, Token, WaitFailure,
@@ -26,7 +29,10 @@ use crate::machine::limits::{EXPIRE_SESSIONS_PER_COMMAND_MAX, SESSIONS_MAX};
 pub struct Session {
     /// The index of the entry that created the session: unique and the same everywhere.
     pub(super) id: SessionId,
-    pub(super) ttl_ms: u64,
+    /// At most `SESSION_TTL_MS_MAX`, an hour, so 32 bits, sharing a word with `tenant`.
+    pub(super) ttl_ms: u32,
+    /// The tenant whose namespace the session's locks, permits and elections are in.
+    pub(super) tenant: TenantId,
     /// Shared by every session with the same client name (see
     /// `StateMachine::client_names`): a client process usually opens many.
     pub(super) client_name: ClientName,
@@ -42,10 +48,15 @@ pub struct Session {
     pub(super) claims: ThinVec<Claim>,
     /// Answers to this session's last requests, oldest first, for retries.
     pub(super) remembered: ThinVec<Remembered>,
+    /// The hash of the secret `CreateSession` returned; every session-scoped command
+    /// must present the secret.
+    pub(super) secret: SecretHash,
+    /// What the session was last counted for in its tenant's usage.
+    pub(super) counted: Counted,
 }
 
-/// A client name that sessions share: a thin pointer, so that a `Session` takes 56
-/// bytes (a 64-byte heap block) rather than 64 (an 80-byte one). Encoded as the string.
+/// A client name that sessions share: a thin pointer, so that a `Session` takes 80
+/// bytes (an 80-byte heap block) rather than 88 (a 96-byte one). Encoded as the string.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(transparent)]
 pub struct ClientName(Arc<String>);
@@ -83,7 +94,32 @@ impl Session {
 
     /// The lease the leader arms for this session, from scratch after a leader change.
     pub fn ttl_ms(&self) -> u64 {
-        self.ttl_ms
+        u64::from(self.ttl_ms)
+    }
+
+    /// The tenant the session belongs to.
+    pub fn tenant(&self) -> TenantId {
+        self.tenant
+    }
+
+    /// Whether `secret_hash` is the hash of this session's secret (a keepalive's check;
+    /// commands are checked as they apply).
+    pub fn has_secret(&self, secret_hash: &SecretHash) -> bool {
+        &self.secret == secret_hash
+    }
+
+    /// What the session holds, waits for and takes in the state now, for its tenant's
+    /// usage.
+    pub(super) fn counted_now(&self) -> Counted {
+        let holds = self.held.len() + self.claims.iter().filter(|claim| claim.role == Role::Holds).count();
+        let waiters = self.waiting.len() + self.claims.iter().filter(|claim| claim.role == Role::Waits).count();
+        let names = self.held.iter().chain(self.waiting.iter()).chain(self.claims.iter().map(|claim| &claim.name));
+        let bytes = session_bytes(&self.client_name) + names.map(|name| claim_bytes(name)).sum::<u32>();
+        Counted {
+            holds: u16::try_from(holds).expect("LOCKS_PER_SESSION_MAX fits 16 bits"),
+            waiters: u16::try_from(waiters).expect("LOCKS_PER_SESSION_MAX fits 16 bits"),
+            bytes,
+        }
     }
 
     pub fn client_name(&self) -> &str {
@@ -205,7 +241,15 @@ impl Answer {
             Response::SemLimitSet { limit, previous } => {
                 Some(Answer::SemLimitSet { limit: *limit, previous: *previous })
             }
-            Response::SessionClosed | Response::SessionsExpired { .. } | Response::Rejected(_) => None,
+            // Tenant commands name no session to keep an answer in; their retries are
+            // made harmless by the commands themselves (see `Command::AddTenant`).
+            Response::SessionClosed
+            | Response::SessionsExpired { .. }
+            | Response::Rejected(_)
+            | Response::TenantAdded { .. }
+            | Response::TenantTokenRotated { .. }
+            | Response::TenantQuotasSet { .. }
+            | Response::TenantRemoved { .. } => None,
         }
     }
 
@@ -241,9 +285,12 @@ pub(super) fn push_compact<T>(list: &mut ThinVec<T>, item: T) {
 }
 
 impl StateMachine {
+    /// A new session of the caller's tenant (the admin's namespace for the cluster's
+    /// own callers, which only tests use), whose secret hashes to the caller's.
     pub(super) fn create_session(
         &mut self,
         index: u64,
+        caller: &Caller,
         ttl_ms: u64,
         client_name: &str,
     ) -> Result<Response, CommandError> {
@@ -252,14 +299,27 @@ impl StateMachine {
         if self.sessions.len() >= SESSIONS_MAX {
             return Err(sessions_full(self.sessions.len()));
         }
+        let (tenant, secret) = match *caller {
+            Caller::Cluster => (ADMIN_TENANT, SecretHash::default()),
+            Caller::Admin { secret } => (ADMIN_TENANT, secret),
+            Caller::Tenant { tenant, secret } => (tenant, secret),
+        };
+        let entry = self.tenants.get_mut(&tenant).expect("the gRPC layer authenticated a live tenant");
+        if entry.usage.sessions >= entry.quotas.sessions {
+            return Err(quota_exceeded(&entry.name, "sessions", entry.quotas.sessions, entry.usage.sessions));
+        }
+        entry.usage.sessions += 1;
         let session = Session {
             id: index,
-            ttl_ms,
+            ttl_ms: u32::try_from(ttl_ms).expect("SESSION_TTL_MS_MAX fits 32 bits"),
+            tenant,
             client_name: share_name(&mut self.client_names, client_name),
             held: ThinVec::new(),
             waiting: ThinVec::new(),
             claims: ThinVec::new(),
             remembered: ThinVec::new(),
+            secret,
+            counted: Counted::default(),
         };
         let previous = self.sessions.insert(index, Box::new(session));
         assert!(previous.is_none(), "session ids are log indexes, which are never reused");
@@ -329,7 +389,7 @@ impl StateMachine {
         // in the same entry, two grants of one lock or election would share this entry's
         // index as their token, and a semaphore would count a permit that is about to be
         // returned.
-        let mut queues_left: BTreeSet<(ResourceKind, &str)> = BTreeSet::new();
+        let mut queues_left: BTreeSet<(TenantId, ResourceKind, &str)> = BTreeSet::new();
         for session_id in ending {
             let session = self.sessions.get(session_id).expect("only live sessions are ended");
             let lock_waits = session.waiting.iter().map(|name| (ResourceKind::Lock, name.as_str()));
@@ -345,24 +405,25 @@ impl StateMachine {
                     session: *session_id,
                     reason: WaitFailure::SessionEnded,
                 });
-                queues_left.insert((kind, name));
+                queues_left.insert((session.tenant, kind, name));
             }
         }
-        for (kind, name) in queues_left {
+        for (tenant, kind, name) in queues_left {
+            let namespace = self.namespaces.get_mut(&tenant).expect("a session waits only in a namespace in use");
             match kind {
-                ResourceKind::Lock => self
+                ResourceKind::Lock => namespace
                     .locks
                     .get_mut(name)
                     .expect("a session waits only on held locks")
                     .waiters
                     .retain(|waiter| !ending_set.contains(waiter)),
-                ResourceKind::Semaphore => self
+                ResourceKind::Semaphore => namespace
                     .semaphores
                     .get_mut(name)
                     .expect("a session waits only on semaphores in use")
                     .waiters
                     .retain(|waiter| !ending_set.contains(waiter)),
-                ResourceKind::Election => self
+                ResourceKind::Election => namespace
                     .elections
                     .get_mut(name)
                     .expect("a session campaigns only in elections with a leader")
@@ -381,25 +442,34 @@ impl StateMachine {
         for session_id in ending {
             let session = self.sessions.remove(session_id).expect("only live sessions are ended");
             unshare_name(&mut self.client_names, &session.client_name);
+            // Its lists still hold what it was last counted for (the queues and
+            // semaphores above changed only their own tables).
+            let usage = &mut self.tenants.get_mut(&session.tenant).expect("a session's tenant exists").usage;
+            usage.sessions -= 1;
+            usage.holds -= u32::from(session.counted.holds);
+            usage.waiters -= u32::from(session.counted.waiters);
+            usage.bytes -= u64::from(session.counted.bytes);
+            self.bytes_total -= u64::from(session.counted.bytes);
+            let tenant = session.tenant;
             for name in &session.held {
-                let token = self.lock(name).holder.token;
+                let token = self.lock(tenant, name).holder.token;
                 events.push(Event::Released {
                     kind: ResourceKind::Lock,
                     name: name.clone(),
                     session: *session_id,
                     token,
                 });
-                self.hand_over(index, stamp_ms, name, events);
+                self.hand_over(index, stamp_ms, tenant, name, events);
             }
             for name in session.claimed(ResourceKind::Election, Role::Holds) {
-                let token = self.elections[name].leader.token;
+                let token = self.namespace(tenant).elections[name].leader.token;
                 events.push(Event::Released {
                     kind: ResourceKind::Election,
                     name: name.to_owned(),
                     session: *session_id,
                     token,
                 });
-                self.hand_over_election(index, stamp_ms, name, events);
+                self.hand_over_election(index, stamp_ms, tenant, name, events);
             }
             for remembered in &session.remembered {
                 if let Answer::SessionCreated { .. } = remembered.answer {

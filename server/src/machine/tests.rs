@@ -2,7 +2,8 @@
 
 use std::collections::BTreeSet;
 
-use super::lock::Holder;
+use super::lock::{Holder, Lock};
+use super::semaphore::Semaphore;
 use super::session::{Claim, ClientName, Role};
 use super::*;
 use crate::machine::limits::{
@@ -172,13 +173,13 @@ fn ended(session: SessionId, expired: bool) -> Event {
 fn waiters(harness: &Harness, name: &str) -> Vec<SessionId> {
     harness
         .machine
-        .describe_lock(name)
+        .describe_lock(ADMIN_TENANT, name)
         .map(|view| view.waiters.iter().map(|waiter| waiter.session).collect())
         .unwrap_or_default()
 }
 
 fn holder(harness: &Harness, name: &str) -> Option<(SessionId, Token)> {
-    harness.machine.describe_lock(name).map(|view| (view.holder.session, view.holder.token))
+    harness.machine.describe_lock(ADMIN_TENANT, name).map(|view| (view.holder.session, view.holder.token))
 }
 
 // Semaphores and elections: commands and expected values.
@@ -285,13 +286,17 @@ fn resigned(name: &str, session: SessionId, token: Token) -> Event {
 
 /// The announcement of the election's current state.
 fn leader_changed(machine: &StateMachine, name: &str) -> Event {
-    Event::LeaderChanged { name: name.to_owned(), leader: machine.describe_election(name).map(|view| view.leader) }
+    Event::LeaderChanged {
+        tenant: ADMIN_TENANT,
+        name: name.to_owned(),
+        leader: machine.describe_election(ADMIN_TENANT, name).map(|view| view.leader),
+    }
 }
 
 fn sem_holders(harness: &Harness, name: &str) -> Vec<(SessionId, Token)> {
     harness
         .machine
-        .describe_semaphore(name)
+        .describe_semaphore(ADMIN_TENANT, name)
         .map(|view| view.holders.iter().map(|holder| (holder.session, holder.token)).collect())
         .unwrap_or_default()
 }
@@ -299,19 +304,22 @@ fn sem_holders(harness: &Harness, name: &str) -> Vec<(SessionId, Token)> {
 fn sem_waiters(harness: &Harness, name: &str) -> Vec<SessionId> {
     harness
         .machine
-        .describe_semaphore(name)
+        .describe_semaphore(ADMIN_TENANT, name)
         .map(|view| view.waiters.iter().map(|waiter| waiter.session).collect())
         .unwrap_or_default()
 }
 
 fn leader(harness: &Harness, name: &str) -> Option<(SessionId, Token, String)> {
-    harness.machine.describe_election(name).map(|view| (view.leader.session, view.leader.token, view.leader.value))
+    harness
+        .machine
+        .describe_election(ADMIN_TENANT, name)
+        .map(|view| (view.leader.session, view.leader.token, view.leader.value))
 }
 
 fn campaigners(harness: &Harness, name: &str) -> Vec<SessionId> {
     harness
         .machine
-        .describe_election(name)
+        .describe_election(ADMIN_TENANT, name)
         .map(|view| view.waiters.iter().map(|waiter| waiter.session).collect())
         .unwrap_or_default()
 }
@@ -333,6 +341,7 @@ fn create_session_takes_the_entry_index_as_id_and_the_requested_ttl() {
         Some(SessionView {
             id: index,
             ttl_ms: 2_500,
+            tenant: ADMIN_TENANT,
             client_name: "worker-1".to_owned(),
             created_index: index,
             held: vec![],
@@ -387,7 +396,7 @@ fn acquire_of_a_free_lock_grants_with_the_entry_index_as_token() {
     let token = harness.grant(session, "orders");
     assert_eq!(token, index);
     assert_eq!(
-        harness.machine.describe_lock("orders"),
+        harness.machine.describe_lock(ADMIN_TENANT, "orders"),
         Some(LockView {
             name: "orders".to_owned(),
             holder: HolderView { session, client_name: "a".to_owned(), token, since_ms: stamp_ms(index) },
@@ -426,7 +435,7 @@ fn try_lock_of_a_lock_held_by_another_is_busy() {
     assert!(events.is_empty());
     assert!(waiters(&harness, "orders").is_empty());
     // Only the remembered answer was added.
-    assert_eq!(before.locks, harness.machine.locks);
+    assert_eq!(before.namespaces, harness.machine.namespaces);
 }
 
 #[test]
@@ -441,7 +450,7 @@ fn waiting_acquires_queue_in_arrival_order() {
     assert_eq!(harness.queue(b, "orders"), 1);
     assert_eq!(harness.queue(d, "orders"), 2);
     assert_eq!(waiters(&harness, "orders"), vec![c, b, d]);
-    let view = harness.machine.describe_lock("orders").unwrap();
+    let view = harness.machine.describe_lock(ADMIN_TENANT, "orders").unwrap();
     assert_eq!(view.waiters[1].client_name, "b");
     assert_eq!(harness.machine.describe_session(b).unwrap().waiting, vec!["orders".to_owned()]);
 }
@@ -502,7 +511,7 @@ fn retried_acquire_returns_the_same_token_and_grants_nothing_new() {
     // Even after the holder released: the retry gets the stored answer, not a new grant.
     harness.release(a, "orders", index);
     assert_eq!(harness.retry(&command), granted_response(index));
-    assert_eq!(harness.machine.describe_lock("orders"), None);
+    assert_eq!(harness.machine.describe_lock(ADMIN_TENANT, "orders"), None);
 }
 
 #[test]
@@ -859,18 +868,27 @@ fn sessions_limit_is_enforced() {
     harness.machine.client_names.insert(client_name.clone(), count as u32);
     harness.machine.sessions = (1..=count)
         .map(|id| {
-            let session = Session {
+            let mut session = Session {
                 id,
-                ttl_ms: TTL_MS,
+                ttl_ms: TTL_MS as u32,
+                tenant: ADMIN_TENANT,
                 client_name: client_name.clone(),
                 held: thin_vec::ThinVec::new(),
                 waiting: thin_vec::ThinVec::new(),
                 claims: thin_vec::ThinVec::new(),
                 remembered: thin_vec::ThinVec::new(),
+                secret: SecretHash::default(),
+                counted: Default::default(),
             };
+            session.counted = session.counted_now();
             (id, Box::new(session))
         })
         .collect();
+    let bytes: u64 = harness.machine.sessions.values().map(|session| u64::from(session.counted.bytes)).sum();
+    let admin = harness.machine.tenants.get_mut(&ADMIN_TENANT).unwrap();
+    admin.usage.sessions = count as u32;
+    admin.usage.bytes = bytes;
+    harness.machine.bytes_total = bytes;
     harness.machine.last_applied = Some(count);
     harness.index = count;
     harness.machine.check_invariants();
@@ -923,16 +941,16 @@ fn check_fence_answers_current_only_for_the_current_grant() {
     let a = harness.create("a");
     let b = harness.create("b");
     let first = harness.grant(a, "orders");
-    assert_eq!(harness.machine.check_fence("orders", first), FenceStatus::Current);
-    assert_eq!(harness.machine.check_fence("orders", first + 1), FenceStatus::Superseded);
-    assert_eq!(harness.machine.check_fence("users", first), FenceStatus::Superseded);
+    assert_eq!(harness.machine.check_fence(ADMIN_TENANT, "orders", first), FenceStatus::Current);
+    assert_eq!(harness.machine.check_fence(ADMIN_TENANT, "orders", first + 1), FenceStatus::Superseded);
+    assert_eq!(harness.machine.check_fence(ADMIN_TENANT, "users", first), FenceStatus::Superseded);
     harness.queue(b, "orders");
     let second = harness.next_index();
     harness.release(a, "orders", first);
-    assert_eq!(harness.machine.check_fence("orders", first), FenceStatus::Superseded);
-    assert_eq!(harness.machine.check_fence("orders", second), FenceStatus::Current);
+    assert_eq!(harness.machine.check_fence(ADMIN_TENANT, "orders", first), FenceStatus::Superseded);
+    assert_eq!(harness.machine.check_fence(ADMIN_TENANT, "orders", second), FenceStatus::Current);
     harness.close(b);
-    assert_eq!(harness.machine.check_fence("orders", second), FenceStatus::Superseded);
+    assert_eq!(harness.machine.check_fence(ADMIN_TENANT, "orders", second), FenceStatus::Superseded);
 }
 
 // Fingerprints and snapshots.
@@ -1048,7 +1066,7 @@ fn an_idle_session_stays_small() {
     // Inline sizes; the heap adds one slot per listed name and remembered answer.
     // One empty `Vec` of claims is all that semaphores and elections add to a session
     // that uses neither.
-    assert!(size_of::<Session>() <= 56, "{}", size_of::<Session>());
+    assert!(size_of::<Session>() <= 80, "{}", size_of::<Session>());
     assert!(size_of::<Claim>() <= 32, "{}", size_of::<Claim>());
     assert!(size_of::<Lock>() <= 32, "{}", size_of::<Lock>());
     assert!(size_of::<Remembered>() <= 48, "{}", size_of::<Remembered>());
@@ -1177,7 +1195,7 @@ fn campaign_in_a_vacant_election_leads_with_the_entry_index_and_its_value() {
     let mut harness = Harness::new();
     let a = harness.create("a");
     let token = harness.elect(a, "scheduler", "10.0.0.1:7000");
-    let view = harness.machine.describe_election("scheduler").unwrap();
+    let view = harness.machine.describe_election(ADMIN_TENANT, "scheduler").unwrap();
     let leader = LeaderView {
         session: a,
         client_name: "a".to_owned(),
@@ -1188,14 +1206,17 @@ fn campaign_in_a_vacant_election_leads_with_the_entry_index_and_its_value() {
     assert_eq!(view, ElectionView { name: "scheduler".to_owned(), leader: leader.clone(), waiters: vec![] });
     assert_eq!(
         leader_changed(&harness.machine, "scheduler"),
-        Event::LeaderChanged { name: "scheduler".to_owned(), leader: Some(leader) }
+        Event::LeaderChanged { tenant: ADMIN_TENANT, name: "scheduler".to_owned(), leader: Some(leader) }
     );
     assert_eq!(harness.machine.election_count(), 1);
     assert_eq!(
         harness.machine.describe_session(a).unwrap().leading,
         vec![HeldLock { name: "scheduler".to_owned(), token, since_ms: stamp_ms(token) }]
     );
-    assert_eq!(harness.machine.check_fence_of(ResourceKind::Election, "scheduler", token), FenceStatus::Current);
+    assert_eq!(
+        harness.machine.check_fence_of(ResourceKind::Election, ADMIN_TENANT, "scheduler", token),
+        FenceStatus::Current
+    );
 }
 
 #[test]
@@ -1320,16 +1341,22 @@ fn resign_hands_leadership_to_the_next_campaigner_with_its_value() {
     );
     assert_eq!(leader(&harness, "scheduler"), Some((b, second, "b-value".to_owned())));
     assert_eq!(campaigners(&harness, "scheduler"), vec![c]);
-    assert_eq!(harness.machine.check_fence_of(ResourceKind::Election, "scheduler", first), FenceStatus::Superseded);
+    assert_eq!(
+        harness.machine.check_fence_of(ResourceKind::Election, ADMIN_TENANT, "scheduler", first),
+        FenceStatus::Superseded
+    );
     let third = harness.next_index();
     harness.resign(b, "scheduler", second);
     assert_eq!(leader(&harness, "scheduler"), Some((c, third, "c-value".to_owned())));
     let (_, events) = harness.resign(c, "scheduler", third);
     assert_eq!(
         events,
-        vec![resigned("scheduler", c, third), Event::LeaderChanged { name: "scheduler".to_owned(), leader: None },]
+        vec![
+            resigned("scheduler", c, third),
+            Event::LeaderChanged { tenant: ADMIN_TENANT, name: "scheduler".to_owned(), leader: None },
+        ]
     );
-    assert_eq!(harness.machine.describe_election("scheduler"), None);
+    assert_eq!(harness.machine.describe_election(ADMIN_TENANT, "scheduler"), None);
     assert_eq!(harness.machine.election_count(), 0);
 }
 
@@ -1368,7 +1395,7 @@ fn session_end_hands_leadership_on_and_fails_its_campaigns() {
         events,
         vec![
             resigned("scheduler", b, index),
-            Event::LeaderChanged { name: "scheduler".to_owned(), leader: None },
+            Event::LeaderChanged { tenant: ADMIN_TENANT, name: "scheduler".to_owned(), leader: None },
             ended(b, false),
         ]
     );
@@ -1443,8 +1470,11 @@ fn locks_semaphores_and_elections_of_one_name_are_separate() {
     assert_eq!(holder(&harness, "x"), Some((a, lock)));
     assert_eq!(sem_holders(&harness, "x"), vec![(b, permit)]);
     assert_eq!(leader(&harness, "x").map(|l| l.1), Some(leadership));
-    assert_eq!(harness.machine.check_fence("x", permit), FenceStatus::Superseded);
-    assert_eq!(harness.machine.check_fence_of(ResourceKind::Semaphore, "x", lock), FenceStatus::Superseded);
+    assert_eq!(harness.machine.check_fence(ADMIN_TENANT, "x", permit), FenceStatus::Superseded);
+    assert_eq!(
+        harness.machine.check_fence_of(ResourceKind::Semaphore, ADMIN_TENANT, "x", lock),
+        FenceStatus::Superseded
+    );
     let view = harness.machine.describe_session(a).unwrap();
     assert_eq!(view.held.len(), 1);
     assert!(view.permits.is_empty());
@@ -1455,7 +1485,7 @@ fn locks_semaphores_and_elections_of_one_name_are_separate() {
         vec![
             released("x", a, lock),
             resigned("x", a, leadership),
-            Event::LeaderChanged { name: "x".to_owned(), leader: None },
+            Event::LeaderChanged { tenant: ADMIN_TENANT, name: "x".to_owned(), leader: None },
             ended(a, false),
         ]
     );
@@ -1554,7 +1584,7 @@ fn invariants_catch_two_sessions_claiming_one_lock() {
 #[should_panic(expected = "both holds and waits")]
 fn invariants_catch_a_holder_that_also_waits() {
     let (mut machine, a, _, _) = corruptible();
-    machine.locks.get_mut("orders").unwrap().waiters.push(a);
+    machine.namespaces.get_mut(&ADMIN_TENANT).unwrap().locks.get_mut("orders").unwrap().waiters.push(a);
     machine.sessions.get_mut(&a).unwrap().waiting.push("orders".to_owned());
     machine.check_invariants();
 }
@@ -1563,7 +1593,7 @@ fn invariants_catch_a_holder_that_also_waits() {
 #[should_panic(expected = "is queued twice")]
 fn invariants_catch_a_duplicate_waiter() {
     let (mut machine, _, b, _) = corruptible();
-    machine.locks.get_mut("orders").unwrap().waiters.push(b);
+    machine.namespaces.get_mut(&ADMIN_TENANT).unwrap().locks.get_mut("orders").unwrap().waiters.push(b);
     machine.check_invariants();
 }
 
@@ -1579,7 +1609,7 @@ fn invariants_catch_a_queue_the_session_does_not_know_about() {
 #[should_panic(expected = "after the last applied index")]
 fn invariants_catch_a_token_from_the_future() {
     let (mut machine, _, _, _) = corruptible();
-    machine.locks.get_mut("users").unwrap().holder.token = 1_000;
+    machine.namespaces.get_mut(&ADMIN_TENANT).unwrap().locks.get_mut("users").unwrap().holder.token = 1_000;
     machine.check_invariants();
 }
 
@@ -1629,7 +1659,11 @@ fn corruptible_semaphore_and_election() -> (StateMachine, SessionId, SessionId, 
 fn invariants_catch_a_semaphore_with_one_holder_too_many() {
     let (mut machine, _, _, c) = corruptible_semaphore_and_election();
     let token = machine.last_applied_index();
-    machine.semaphores.get_mut("tenant").unwrap().holders.push(Holder { session: c, token, since_ms: 0 });
+    machine.namespaces.get_mut(&ADMIN_TENANT).unwrap().semaphores.get_mut("tenant").unwrap().holders.push(Holder {
+        session: c,
+        token,
+        since_ms: 0,
+    });
     machine.sessions.get_mut(&c).unwrap().add_claim(ResourceKind::Semaphore, Role::Holds, "tenant");
     machine.check_invariants();
 }
@@ -1642,14 +1676,14 @@ fn invariants_accept_more_holders_than_a_lowered_limit() {
     let command = Command::SemSetLimit { request, session: a, name: "tenant".to_owned(), limit: 1 };
     machine.apply(index, stamp_ms(index), &command);
     machine.check_invariants();
-    assert_eq!(machine.describe_semaphore("tenant").unwrap().holders.len(), 2);
+    assert_eq!(machine.describe_semaphore(ADMIN_TENANT, "tenant").unwrap().holders.len(), 2);
 }
 
 #[test]
 #[should_panic(expected = "under its limit 2 while sessions wait")]
 fn invariants_catch_a_free_permit_left_while_sessions_wait() {
     let (mut machine, _, b, c) = corruptible_semaphore_and_election();
-    let semaphore = machine.semaphores.get_mut("tenant").unwrap();
+    let semaphore = machine.namespaces.get_mut(&ADMIN_TENANT).unwrap().semaphores.get_mut("tenant").unwrap();
     semaphore.holders.retain(|holder| holder.session != b);
     semaphore.waiters.push(c);
     let session_b = machine.sessions.get_mut(&b).unwrap();
@@ -1671,11 +1705,14 @@ fn invariants_catch_two_leaders_of_one_election() {
 fn invariants_catch_a_leader_that_also_campaigns() {
     let (mut machine, a, _, _) = corruptible_semaphore_and_election();
     machine
+        .namespaces
+        .get_mut(&ADMIN_TENANT)
+        .unwrap()
         .elections
         .get_mut("scheduler")
         .unwrap()
         .waiters
-        .push(election::Campaigner { session: a, value: String::new() });
+        .push(super::election::Campaigner { session: a, value: String::new() });
     machine.sessions.get_mut(&a).unwrap().add_claim(ResourceKind::Election, Role::Waits, "scheduler");
     machine.check_invariants();
 }
@@ -1685,6 +1722,9 @@ fn invariants_catch_a_leader_that_also_campaigns() {
 fn invariants_catch_an_empty_semaphore_entry() {
     let (mut machine, _, _, _) = corruptible_semaphore_and_election();
     machine
+        .namespaces
+        .get_mut(&ADMIN_TENANT)
+        .unwrap()
         .semaphores
         .insert("empty".to_owned(), Semaphore { limit: 1, limit_set_index: 1, holders: vec![], waiters: vec![] });
     machine.check_invariants();
@@ -1704,7 +1744,7 @@ fn the_grant_path_refuses_a_permit_beyond_the_limit() {
     let (mut machine, _, _, c) = corruptible_semaphore_and_election();
     let index = machine.last_applied_index();
     let mut events = Vec::new();
-    machine.grant_permit(index, 0, "tenant", c, &mut events);
+    machine.grant_permit(index, 0, ADMIN_TENANT, "tenant", c, &mut events);
 }
 
 // ---------------------------------------------------------------- batched entries
@@ -1725,7 +1765,7 @@ fn a_batch_applies_commands_on_different_resources_at_one_index_as_if_one_by_one
         Command::SemAcquire { request: batched.request(), session: a, name: "x".into(), limit: 2, wait: false },
     ];
     let index = batched.next_index();
-    let results = batched.machine.apply_batch(index, stamp_ms(index), &commands);
+    let results = batched.machine.apply_batch(index, stamp_ms(index), &as_cluster(&commands));
     batched.index = index;
     batched.machine.check_invariants();
 
@@ -1739,8 +1779,8 @@ fn a_batch_applies_commands_on_different_resources_at_one_index_as_if_one_by_one
     }
     assert_eq!(results, expected);
     // Two grants of two different names share the entry's index as their token.
-    let lock_x = batched.machine.describe_lock("x").unwrap();
-    let lock_y = batched.machine.describe_lock("y").unwrap();
+    let lock_x = batched.machine.describe_lock(ADMIN_TENANT, "x").unwrap();
+    let lock_y = batched.machine.describe_lock(ADMIN_TENANT, "y").unwrap();
     assert_eq!((lock_x.holder.session, lock_x.holder.token), (b, index));
     assert_eq!((lock_y.holder.session, lock_y.holder.token), (a, index));
 }
@@ -1770,7 +1810,7 @@ fn a_batch_with_a_session_command_is_refused() {
     let a = harness.create("a");
     let commands = vec![harness.acquire_command(a, "x", true), harness.create_command("b")];
     let index = harness.next_index();
-    harness.machine.apply_batch(index, stamp_ms(index), &commands);
+    harness.machine.apply_batch(index, stamp_ms(index), &as_cluster(&commands));
 }
 
 /// Commands on one lock in one entry: the release hands the lock over once, and the
@@ -1793,7 +1833,7 @@ fn a_grant_cannot_end_in_the_entry_that_made_it() {
         harness.release_command(a, "y", index),
         harness.acquire_command(c, "y", false),
     ];
-    let results = harness.machine.apply_batch(index, stamp_ms(index), &commands);
+    let results = harness.machine.apply_batch(index, stamp_ms(index), &as_cluster(&commands));
     harness.index = index;
     harness.machine.check_invariants();
     let responses: Vec<&Response> = results.iter().map(|(response, _)| response).collect();
@@ -1803,9 +1843,9 @@ fn a_grant_cannot_end_in_the_entry_that_made_it() {
     assert_eq!(responses[3], &Response::Acquire(AcquireOutcome::Granted { token: index }));
     assert!(matches!(responses[4], Response::Rejected(CommandError { kind: ErrorKind::NotHolder, .. })));
     assert_eq!(responses[5], &Response::Acquire(AcquireOutcome::Busy { holder: a, token: index }));
-    let x = harness.machine.describe_lock("x").unwrap();
+    let x = harness.machine.describe_lock(ADMIN_TENANT, "x").unwrap();
     assert_eq!((x.holder.session, x.holder.token), (b, index));
-    let y = harness.machine.describe_lock("y").unwrap();
+    let y = harness.machine.describe_lock(ADMIN_TENANT, "y").unwrap();
     assert_eq!((y.holder.session, y.holder.token), (a, index));
 
     // In a later entry the same tokens release as usual.
@@ -1830,7 +1870,7 @@ fn a_leadership_cannot_end_in_the_entry_that_made_it() {
         Command::Resign { request: harness.request(), session: b, name: "e".into(), token: index },
         Command::Proclaim { request: harness.request(), session: b, name: "e".into(), token: index, value: "x".into() },
     ];
-    let results = harness.machine.apply_batch(index, stamp_ms(index), &commands);
+    let results = harness.machine.apply_batch(index, stamp_ms(index), &as_cluster(&commands));
     harness.index = index;
     harness.machine.check_invariants();
     assert_eq!(results[0].0, Response::Resigned { token });
@@ -1840,6 +1880,11 @@ fn a_leadership_cannot_end_in_the_entry_that_made_it() {
             "{response:?}"
         );
     }
-    let leader = harness.machine.describe_election("e").unwrap().leader;
+    let leader = harness.machine.describe_election(ADMIN_TENANT, "e").unwrap().leader;
     assert_eq!((leader.session, leader.token, leader.value.as_str()), (b, index, "vb"));
+}
+
+/// `commands` as the cluster sends them (unchecked), for `apply_batch`.
+fn as_cluster(commands: &[Command]) -> Vec<Submission> {
+    commands.iter().map(|command| Submission { caller: Caller::Cluster, command: command.clone() }).collect()
 }

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::tenant::TenantId;
 use super::{SessionId, Token};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub struct WaiterView {
 pub struct SessionView {
     pub id: SessionId,
     pub ttl_ms: u64,
+    /// The tenant the session belongs to.
+    pub tenant: TenantId,
     pub client_name: String,
     /// Equal to `id`: a session id is the index of the entry that created it.
     pub created_index: u64,

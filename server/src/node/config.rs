@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::raft::types::{Node, NodeId, MEMBERS_MAX};
+use crate::shell::credentials::read_admin_token;
 use crate::shell::tls::{ClientCertificates, PeerClientTls, ServerTls, TlsFiles};
 
 /// Default timings. openraft 0.9 makes a follower wait its leader lease (the
@@ -27,9 +28,10 @@ pub const SNAPSHOT_EVERY_ENTRIES_MIN: u64 = 10;
 pub const CLUSTER_NAME_BYTES_MAX: usize = 64;
 pub const WORKER_THREADS_MAX: usize = 1_024;
 pub const CLUSTER_NAME_DEFAULT: &str = "leasehold";
-/// The admin credential is a secret like any other: at least 128 bits' worth of text.
-pub const ADMIN_TOKEN_BYTES_MIN: usize = 16;
-pub const ADMIN_TOKEN_BYTES_MAX: usize = 4_096;
+/// The replicated state's budget unless configured: room for `SESSIONS_MAX` sessions
+/// holding a lock each, as the state estimates them (about 470 MB), with room to spare.
+pub const STATE_BUDGET_BYTES_DEFAULT: u64 = 1 << 30;
+pub const STATE_BUDGET_BYTES_MIN: u64 = 1 << 20;
 
 const _: () = assert!(HEARTBEAT_MS_DEFAULT < ELECTION_TIMEOUT_MIN_MS_DEFAULT);
 const _: () = assert!(ELECTION_TIMEOUT_MIN_MS_DEFAULT < ELECTION_TIMEOUT_MAX_MS_DEFAULT);
@@ -122,6 +124,12 @@ pub struct RawConfig {
     /// user only.
     #[arg(long)]
     pub admin_token_file: Option<PathBuf>,
+    /// The replicated state's budget, in bytes as the state estimates them (default
+    /// 1 GiB): past it the leader refuses new sessions, locks, waits and tenants, and
+    /// names the tenant using most, while releases, closes and expiries go on. Give
+    /// every node the same value.
+    #[arg(long)]
+    pub state_budget_bytes: Option<u64>,
 }
 
 impl RawConfig {
@@ -149,6 +157,7 @@ impl RawConfig {
             peer_ca: self.peer_ca.or(file.peer_ca),
             insecure_plaintext: self.insecure_plaintext || file.insecure_plaintext,
             admin_token_file: self.admin_token_file.or(file.admin_token_file),
+            state_budget_bytes: self.state_budget_bytes.or(file.state_budget_bytes),
         }
     }
 
@@ -182,6 +191,7 @@ pub struct Config {
     pub transport: Transport,
     /// Where the admin credential is read from (at start and on SIGHUP).
     pub admin_token_file: PathBuf,
+    pub state_budget_bytes: u64,
 }
 
 /// How the node's ports are served.
@@ -201,22 +211,6 @@ impl Transport {
     pub fn is_plaintext(&self) -> bool {
         *self == Transport::Plaintext
     }
-}
-
-/// Reads the admin credential from its file: the first line, trimmed.
-pub fn read_admin_token(path: &std::path::Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| format!("cannot read the admin token file {}: {error}", path.display()))?;
-    let token = text.lines().next().unwrap_or("").trim().to_string();
-    if token.len() < ADMIN_TOKEN_BYTES_MIN || token.len() > ADMIN_TOKEN_BYTES_MAX {
-        return Err(format!(
-            "the admin token in {} is {} bytes on its first line; it must be {ADMIN_TOKEN_BYTES_MIN} to \
-             {ADMIN_TOKEN_BYTES_MAX} (ADMIN_TOKEN_BYTES_MIN, ADMIN_TOKEN_BYTES_MAX)",
-            path.display(),
-            token.len()
-        ));
-    }
-    Ok(token)
 }
 
 /// The transport the TLS flags describe; their files are read once here, so that a
@@ -422,6 +416,13 @@ impl Config {
             }
         };
 
+        let state_budget_bytes = raw.state_budget_bytes.unwrap_or(STATE_BUDGET_BYTES_DEFAULT);
+        if state_budget_bytes < STATE_BUDGET_BYTES_MIN {
+            return fail(format!(
+                "--state-budget-bytes {state_budget_bytes} is below the minimum of {STATE_BUDGET_BYTES_MIN}"
+            ));
+        }
+
         Ok(Config {
             node_id,
             client_addr,
@@ -440,6 +441,7 @@ impl Config {
             test_clock_knob: raw.test_clock_knob,
             transport,
             admin_token_file,
+            state_budget_bytes,
         })
     }
 

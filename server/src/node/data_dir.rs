@@ -14,7 +14,9 @@ use crate::raft::types::NodeId;
 pub const IDENTITY_FILE: &str = "LEASEHOLD";
 /// The RocksDB directory inside the data directory.
 pub const DATABASE_DIR: &str = "db";
-const IDENTITY_FORMAT: u32 = 1;
+/// 2: tenants, session secrets and callers in every log entry and snapshot (format 1
+/// had none, and this build cannot read its log).
+const IDENTITY_FORMAT: u32 = 2;
 
 #[derive(Serialize, Deserialize, Debug, PartialEq, Eq)]
 struct Identity {
@@ -87,7 +89,12 @@ pub fn inspect(path: &Path, cluster_name: &str, node_id: NodeId) -> Result<Claim
     if identity.format != IDENTITY_FORMAT {
         return refuse(
             path,
-            format!("was written in format {} but this build reads format {IDENTITY_FORMAT}", identity.format),
+            format!(
+                "was written in format {} but this build reads format {IDENTITY_FORMAT} (its log and snapshots \
+                 differ); run the version that wrote it, or start this node on an empty directory and add it to \
+                 the cluster again",
+                identity.format
+            ),
         );
     }
     if identity.cluster_name != cluster_name {

@@ -11,6 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::machine::Usage;
 use crate::raft::replica::Replica;
 use crate::shell::wait_histograms::escape_label;
 
@@ -19,14 +20,18 @@ pub const SCRAPE_REQUEST_BYTES_MAX: usize = 8 * 1024;
 
 pub fn render(replica: &Replica) -> String {
     let metrics = replica.raft.metrics().borrow().clone();
-    let (sessions, locks, elections, semaphores) = {
+    let (sessions, locks, elections, semaphores, tenants) = {
         let applied = replica.shared.applied.read().unwrap();
         let machine = &applied.machine;
-        let semaphores: Vec<(String, u32, usize, usize)> = machine
+        let semaphores: Vec<(String, String, u32, usize, usize)> = machine
             .semaphore_stats()
-            .map(|(name, limit, holders, waiters)| (name.to_string(), limit, holders, waiters))
+            .map(|(tenant, name, limit, holders, waiters)| {
+                (tenant.to_string(), name.to_string(), limit, holders, waiters)
+            })
             .collect();
-        (machine.session_count(), machine.lock_count(), machine.election_count(), semaphores)
+        let tenants: Vec<(String, Usage)> =
+            machine.tenants().map(|(_, tenant)| (tenant.name.to_string(), tenant.usage)).collect();
+        (machine.session_count(), machine.lock_count(), machine.election_count(), semaphores, tenants)
     };
     let mut text = String::new();
     let mut gauge = |name: &str, help: &str, value: u64| {
@@ -48,6 +53,14 @@ pub fn render(replica: &Replica) -> String {
     gauge("leasehold_elections", "Elections with a leader in the applied state.", elections as u64);
     gauge("leasehold_semaphores", "Semaphores with holders or waiters in the applied state.", semaphores.len() as u64);
     gauge("leasehold_lease_deadlines", "Session deadlines this node tracks.", replica.shared.deadlines.len() as u64);
+    let state_bytes: u64 = tenants.iter().map(|(_, usage)| usage.bytes).sum();
+    gauge("leasehold_state_bytes", "The replicated state's estimated size.", state_bytes);
+    gauge(
+        "leasehold_state_budget_bytes",
+        "The size past which the leader refuses new state (--state-budget-bytes).",
+        replica.state_budget_bytes(),
+    );
+    gauge("leasehold_observers", "Open Observe streams on this node.", replica.shared.observers.open() as u64);
     gauge(
         "leasehold_heap_free_bytes",
         "Free heap in malloc's arenas, resident or already given back by a trim.",
@@ -66,6 +79,11 @@ pub fn render(replica: &Replica) -> String {
             &counters.commands_proposed,
         ),
         ("leasehold_leadership_rounds_total", "Leadership confirmations with a quorum.", &counters.leadership_rounds),
+        (
+            "leasehold_budget_refusals_total",
+            "Requests this node refused because the state was at its budget.",
+            &counters.budget_refusals,
+        ),
         (
             "leasehold_leadership_checks_total",
             "Keepalives and linearizable reads those rounds answered.",
@@ -87,9 +105,23 @@ pub fn render(replica: &Replica) -> String {
         ("leasehold_semaphore_limit", "The limit K, per semaphore.", 2),
     ] {
         let _ = writeln!(text, "# HELP {metric} {help}\n# TYPE {metric} gauge");
-        for (name, limit, holders, waiters) in &semaphores {
+        for (tenant, name, limit, holders, waiters) in &semaphores {
             let value = [*holders as u64, *waiters as u64, *limit as u64][pick];
-            let _ = writeln!(text, "{metric}{{semaphore=\"{}\"}} {value}", escape_label(name));
+            let (tenant, name) = (escape_label(tenant), escape_label(name));
+            let _ = writeln!(text, "{metric}{{tenant=\"{tenant}\",semaphore=\"{name}\"}} {value}");
+        }
+    }
+    for (metric, help, pick) in [
+        ("leasehold_tenant_sessions", "Sessions, per tenant.", 0usize),
+        ("leasehold_tenant_holds", "Locks, permits and leaderships held, per tenant.", 1),
+        ("leasehold_tenant_waiters", "Waits in queues, per tenant.", 2),
+        ("leasehold_tenant_state_bytes", "The replicated state a tenant takes, estimated.", 3),
+    ] {
+        let _ = writeln!(text, "# HELP {metric} {help}\n# TYPE {metric} gauge");
+        for (tenant, usage) in &tenants {
+            let value =
+                [u64::from(usage.sessions), u64::from(usage.holds), u64::from(usage.waiters), usage.bytes][pick];
+            let _ = writeln!(text, "{metric}{{tenant=\"{}\"}} {value}", escape_label(tenant));
         }
     }
     replica.shared.semaphore_waits.render(&mut text);

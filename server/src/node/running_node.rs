@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::admin_service::AdminService;
+use crate::api::auth::Auth;
 use crate::api::elections_service::ElectionsService;
 use crate::api::leasehold_service::LeaseholdService;
 use crate::api::semaphores_service::SemaphoresService;
@@ -104,7 +105,15 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         bootstrap(&raft, &config.initial_members).await;
     }
 
-    let replica = Replica::new(raft.clone(), shared, config.node_id, config.cluster_name.clone(), clock.clone());
+    let auth = Arc::new(Auth::new(config.admin_token_file.clone(), shared.clone()).map_err(StartError)?);
+    let replica = Replica::new(
+        raft.clone(),
+        shared,
+        config.node_id,
+        config.cluster_name.clone(),
+        clock.clone(),
+        config.state_budget_bytes,
+    );
     let (stop, stopped) = watch::channel(false);
     let (retired_sender, retired) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -126,27 +135,28 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     };
     // Registered before anything could send it: SIGHUP's default action ends the process.
     let hangups = signal(SignalKind::hangup()).map_err(|error| StartError(format!("SIGHUP handler: {error}")))?;
-    tasks.push(tokio::spawn(reload_on_hangup(hangups, node_tls.clone(), stopped.clone())));
+    tasks.push(tokio::spawn(reload_on_hangup(hangups, node_tls.clone(), auth.clone(), stopped.clone())));
 
     let client_server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(5)))
         .max_concurrent_streams(Some(CLIENT_STREAMS_PER_CONNECTION_MAX))
         .add_service(
-            LeaseholdServer::new(LeaseholdService { replica: replica.clone() })
+            LeaseholdServer::new(LeaseholdService { replica: replica.clone(), auth: auth.clone() })
                 .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
         )
         .add_service(
-            SemaphoresServer::new(SemaphoresService { replica: replica.clone() })
+            SemaphoresServer::new(SemaphoresService { replica: replica.clone(), auth: auth.clone() })
                 .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
         )
         .add_service(
-            ElectionsServer::new(ElectionsService { replica: replica.clone() })
+            ElectionsServer::new(ElectionsService { replica: replica.clone(), auth: auth.clone() })
                 .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
         )
         .add_service(
             AdminServer::new(AdminService {
                 replica: replica.clone(),
+                auth: auth.clone(),
                 network: network.clone(),
                 clock_knob: config.test_clock_knob,
                 insecure_plaintext: config.transport.is_plaintext(),
@@ -252,14 +262,25 @@ pub const CLIENT_MESSAGE_BYTES_MAX: usize = 64 * 1024;
 /// HTTP/2 streams one peer connection may have open (replication, votes, snapshots).
 pub const PEER_STREAMS_PER_CONNECTION_MAX: u32 = 64;
 
-/// Re-reads the certificates, keys and CAs on SIGHUP. New handshakes use them; open
-/// connections keep theirs, so no session is dropped. A set of files that does not
-/// load changes nothing.
-async fn reload_on_hangup(mut hangups: Signal, tls: Option<Arc<NodeTls>>, mut stopped: watch::Receiver<bool>) {
+/// Re-reads the certificates, keys and CAs, and the admin token, on SIGHUP. New
+/// handshakes use them; open connections keep theirs, so no session is dropped. A set
+/// of files that does not load changes nothing.
+async fn reload_on_hangup(
+    mut hangups: Signal,
+    tls: Option<Arc<NodeTls>>,
+    auth: Arc<Auth>,
+    mut stopped: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             hangup = hangups.recv() => if hangup.is_none() { return },
             _ = stopped.wait_for(|stop| *stop) => return,
+        }
+        match auth.reload_admin_token() {
+            Ok(()) => tracing::info!(target: "audit", "SIGHUP: the admin token file was read again"),
+            Err(error) => {
+                tracing::error!(target: "audit", %error, "SIGHUP: the admin token did not load; the old one stays")
+            }
         }
         match &tls {
             None => tracing::info!("SIGHUP: plaintext, no certificates to reload"),

@@ -5,8 +5,10 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-/// The format version written in front of every stored blob and peer message.
-pub const FORMAT_VERSION: u8 = 1;
+/// The format version written in front of every stored blob and peer message. 2:
+/// log entries carry each command's caller, sessions their tenant and secret, and
+/// the state its tenants.
+pub const FORMAT_VERSION: u8 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {

@@ -375,12 +375,14 @@ mod tests {
     use openraft::CommittedLeaderId;
 
     use super::*;
-    use crate::machine::Command;
+    use crate::machine::{Caller, Command, Submission};
     use crate::raft::types::Proposal;
 
     /// An entry at `index` carrying `commands` commands.
     fn entry(index: u64, commands: usize) -> Entry {
-        let commands: Vec<Command> = (0..commands).map(|_| Command::ExpireSessions { sessions: vec![index] }).collect();
+        let commands: Vec<Submission> = (0..commands)
+            .map(|_| Submission { caller: Caller::Cluster, command: Command::ExpireSessions { sessions: vec![index] } })
+            .collect();
         Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
             payload: EntryPayload::Normal(Proposal { stamp_ms: 0, commands: commands.into() }),

@@ -15,10 +15,11 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
-use crate::machine::{Command, Response, StateMachine};
+use crate::machine::{Caller, Command, Response, StateMachine, Submission};
 use crate::raft::state_machine_store::Shared;
 use crate::raft::types::{Node, NodeId, Proposal, Raft};
 use crate::shell::clock::Clock;
+use crate::shell::tls::LogLimiter;
 
 /// The metadata key that carries the leader's client address on a not-leader error.
 pub const LEADER_METADATA_KEY: &str = "leasehold-leader";
@@ -50,7 +51,7 @@ pub const ALONE_ENTRY_COMMANDS_MIN: u64 = 8;
 
 /// A command waiting for its entry, and who waits for its answer.
 struct Pending {
-    command: Command,
+    submission: Submission,
     reply: oneshot::Sender<Result<Response, Status>>,
 }
 
@@ -66,6 +67,8 @@ pub struct Counters {
     pub leadership_rounds: AtomicU64,
     /// Requests those rounds answered (keepalives and linearizable reads).
     pub leadership_checks: AtomicU64,
+    /// Requests refused because the state was at its budget.
+    pub budget_refusals: AtomicU64,
 }
 
 pub struct Replica {
@@ -75,32 +78,97 @@ pub struct Replica {
     pub cluster_name: String,
     pub clock: Clock,
     pub counters: Arc<Counters>,
+    /// The estimated size of the replicated state past which new state is refused.
+    state_budget_bytes: u64,
+    /// Budget refusals are logged at most once a second.
+    budget_refusals_logged: LogLimiter,
     leader_checks: mpsc::Sender<LeaderCheckReply>,
     proposals: mpsc::Sender<Pending>,
 }
 
 impl Replica {
-    pub fn new(raft: Raft, shared: Arc<Shared>, node_id: NodeId, cluster_name: String, clock: Clock) -> Arc<Self> {
+    pub fn new(
+        raft: Raft,
+        shared: Arc<Shared>,
+        node_id: NodeId,
+        cluster_name: String,
+        clock: Clock,
+        state_budget_bytes: u64,
+    ) -> Arc<Self> {
         let counters = Arc::new(Counters::default());
         let (leader_checks, queue) = mpsc::channel(LEADER_CHECKS_QUEUED_MAX);
         tokio::spawn(run_leader_checks(raft.clone(), queue, counters.clone()));
         let (proposals, pending) = mpsc::channel(PROPOSALS_QUEUED_MAX);
         tokio::spawn(run_proposals(raft.clone(), clock.clone(), pending, counters.clone()));
-        Arc::new(Self { raft, shared, node_id, cluster_name, clock, counters, leader_checks, proposals })
+        Arc::new(Self {
+            raft,
+            shared,
+            node_id,
+            cluster_name,
+            clock,
+            counters,
+            state_budget_bytes,
+            budget_refusals_logged: LogLimiter::new(Duration::from_secs(1)),
+            leader_checks,
+            proposals,
+        })
     }
 
-    /// Appends `command` to the log and returns what applying it answered.
-    /// Concurrent commands share log entries (see `run_proposals`).
-    pub async fn propose(&self, command: Command) -> Result<Response, Status> {
+    /// Appends `command`, sent by `caller`, to the log and returns what applying it
+    /// answered. Concurrent commands share log entries (see `run_proposals`).
+    pub async fn propose(&self, caller: Caller, command: Command) -> Result<Response, Status> {
         let (reply, answer) = oneshot::channel();
-        let shutting_down = shutting_down;
-        self.proposals.send(Pending { command, reply }).await.map_err(|_| shutting_down())?;
+        let submission = Submission { caller, command };
+        self.proposals.send(Pending { submission, reply }).await.map_err(|_| shutting_down())?;
         answer.await.map_err(|_| shutting_down())?
     }
 
     /// Proposes a command on behalf of the cluster (session expiry): no client waits.
     pub async fn propose_quietly(&self, command: Command) -> Result<Response, String> {
-        self.propose(command).await.map_err(|status| status.message().to_string())
+        self.propose(Caller::Cluster, command).await.map_err(|status| status.message().to_string())
+    }
+
+    pub fn state_budget_bytes(&self) -> u64 {
+        self.state_budget_bytes
+    }
+
+    /// Refuses a request that would add state (a session, a hold, a wait, a tenant)
+    /// while the replicated state is at its budget; releases, closes and expiries are
+    /// never refused, so the cluster can always shrink back. The check reads the size
+    /// as last applied, so commands already in flight may take it a little past.
+    pub fn check_budget(&self) -> Result<(), Status> {
+        let used = self.shared.state_bytes.load(Ordering::Relaxed);
+        if used < self.state_budget_bytes {
+            return Ok(());
+        }
+        self.counters.budget_refusals.fetch_add(1, Ordering::Relaxed);
+        let (largest, largest_bytes) = {
+            let applied = self.shared.applied.read().unwrap();
+            let (_, largest) = applied.machine.state_bytes();
+            largest.map(|(name, bytes)| (name.to_string(), bytes)).unwrap_or_default()
+        };
+        if self.budget_refusals_logged.allow() {
+            tracing::warn!(
+                used_bytes = used,
+                budget_bytes = self.state_budget_bytes,
+                largest_tenant = %largest,
+                largest_tenant_bytes = largest_bytes,
+                "the replicated state is at its budget: refusing new sessions, locks and waits (logged at most once a second)"
+            );
+        }
+        Err(error_status(
+            ErrorReason::BudgetExceeded,
+            format!(
+                "the replicated state is at its budget ({used} of {} estimated bytes); the tenant using most is \
+                 {largest:?} ({largest_bytes} bytes). Releases, closes and expiries still work",
+                self.state_budget_bytes
+            ),
+            &[
+                ("budget_bytes", self.state_budget_bytes.to_string()),
+                ("used_bytes", used.to_string()),
+                ("largest_tenant", largest),
+            ],
+        ))
     }
 
     pub fn member_client_addr(&self, node_id: NodeId) -> Option<String> {
@@ -195,11 +263,11 @@ impl EntryLoad {
 /// Adds to `batch` the deferred and then the queued commands that may share its
 /// entry; those that may not are deferred, in their order.
 fn fill(batch: &mut Vec<Pending>, deferred: &mut VecDeque<Pending>, queue: &mut mpsc::Receiver<Pending>) {
-    if batch[0].command.batch_key().is_none() {
+    if batch[0].submission.command.batch_key().is_none() {
         return;
     }
     let fits = |pending: &Pending, batch_len: usize| {
-        batch_len < COMMANDS_PER_ENTRY_MAX && pending.command.batch_key().is_some()
+        batch_len < COMMANDS_PER_ENTRY_MAX && pending.submission.command.batch_key().is_some()
     };
     let mut still_deferred = VecDeque::new();
     while let Some(pending) = deferred.pop_front() {
@@ -254,8 +322,8 @@ async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pendi
         let raft = raft.clone();
         let stamp_ms = clock.unix_ms();
         tokio::spawn(async move {
-            let (commands, replies): (Vec<Command>, Vec<_>) =
-                batch.into_iter().map(|pending| (pending.command, pending.reply)).unzip();
+            let (commands, replies): (Vec<Submission>, Vec<_>) =
+                batch.into_iter().map(|pending| (pending.submission, pending.reply)).unzip();
             let count = commands.len();
             match raft.client_write(Proposal { stamp_ms, commands: commands.into() }).await {
                 Ok(written) if written.data.len() == count => {

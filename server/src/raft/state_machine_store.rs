@@ -6,6 +6,7 @@
 //! committed entries after it from the log, so nothing acknowledged is lost.
 
 use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use openraft::storage::RaftStateMachine;
@@ -19,6 +20,7 @@ use crate::raft::applier::Applier;
 use crate::raft::codec;
 use crate::raft::storage::{self, COLUMN_FAMILY_META, KEY_SNAPSHOT};
 use crate::raft::types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::shell::credentials::Credentials;
 use crate::shell::observers::{Change, Observers};
 use crate::shell::session_deadlines::SessionDeadlines;
 use crate::shell::wait_histograms::WaitHistograms;
@@ -70,6 +72,10 @@ pub struct Shared {
     pub semaphore_waits: WaitHistograms,
     /// The last applied index, for handlers that wait for the state to catch up.
     pub applied_index: watch::Sender<u64>,
+    /// The tenants' credentials as last applied.
+    pub credentials: Credentials,
+    /// The replicated state's estimated size as last applied, for the budget check.
+    pub state_bytes: AtomicU64,
 }
 
 impl Shared {
@@ -155,7 +161,11 @@ impl StateMachineStore {
             deadlines,
             semaphore_waits: WaitHistograms::default(),
             applied_index: watch::Sender::new(last_index),
+            credentials: Credentials::default(),
+            state_bytes: AtomicU64::new(0),
         });
+        shared.state_bytes.store(shared.applied.read().unwrap().machine.state_bytes().0, Ordering::Relaxed);
+        shared.credentials.refresh(&shared.applied.read().unwrap().machine);
         Ok(Self { shared, db, applier })
     }
 
@@ -176,7 +186,9 @@ impl StateMachineStore {
                     };
                     self.shared.wait_registry.wake(kind, session, &name, outcome)
                 }
-                Event::LeaderChanged { name, leader } => self.shared.observers.publish(&name, Change { index, leader }),
+                Event::LeaderChanged { tenant, name, leader } => {
+                    self.shared.observers.publish(tenant, &name, Change { index, leader })
+                }
                 Event::SessionEnded { session, .. } => self.shared.deadlines.session_ended(session),
                 Event::Released { .. } => {}
             }
@@ -222,6 +234,7 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
     let mut responses = Vec::with_capacity(entries.len());
     let mut events = Vec::new();
     let mut created = Vec::new();
+    let mut tenants_changed = false;
     let last_index;
     {
         let mut applied = shared.applied.write().unwrap();
@@ -242,8 +255,12 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
                     let results = applied.machine.apply_batch(index, proposal.stamp_ms, &proposal.commands);
                     let mut entry_responses = Vec::with_capacity(results.len());
                     for (response, entry_events) in results {
-                        if let Response::SessionCreated { session, ttl_ms } = &response {
-                            created.push((*session, *ttl_ms));
+                        match &response {
+                            Response::SessionCreated { session, ttl_ms } => created.push((*session, *ttl_ms)),
+                            Response::TenantAdded { .. }
+                            | Response::TenantTokenRotated { .. }
+                            | Response::TenantRemoved { .. } => tenants_changed = true,
+                            _ => {}
                         }
                         events.extend(entry_events.into_iter().map(|event| (index, event)));
                         entry_responses.push(response);
@@ -260,9 +277,13 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
             "the applied log id and the machine's last applied index disagree"
         );
         last_index = applied.last_applied.map(|log_id| log_id.index).unwrap_or(0);
+        shared.state_bytes.store(applied.machine.bytes_total(), Ordering::Relaxed);
     }
     for (session, ttl_ms) in created {
         shared.deadlines.session_created(session, ttl_ms);
+    }
+    if tenants_changed {
+        shared.credentials.refresh(&shared.applied.read().unwrap().machine);
     }
     AppliedRun { responses, events, last_index }
 }
@@ -344,6 +365,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             crate::shell::wait_registry::decision(&applied.machine, kind, session, name)
         });
         self.shared.observers.reset();
+        {
+            let applied = self.shared.applied.read().unwrap();
+            self.shared.credentials.refresh(&applied.machine);
+            self.shared.state_bytes.store(applied.machine.bytes_total(), Ordering::Relaxed);
+        }
         self.shared.applied_index.send_replace(last_index);
         Ok(())
     }

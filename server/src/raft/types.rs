@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::{Command, Response};
+use crate::machine::{Response, Submission};
 
 /// A cluster member as Raft's membership records it. Both addresses travel with the
 /// membership so that every node can tell a client where the leader is and reach
@@ -35,7 +35,8 @@ pub struct Proposal {
     pub stamp_ms: u64,
     /// Shared, so that the log store's recent entries are handed out without copying
     /// the commands. Encoded like a `Vec`: the stored format does not depend on it.
-    pub commands: Arc<[Command]>,
+    /// Each command comes with its caller, which the machine checks as it applies.
+    pub commands: Arc<[Submission]>,
 }
 
 impl fmt::Display for Proposal {
@@ -74,20 +75,27 @@ pub type RaftMetrics = openraft::RaftMetrics<NodeId, Node>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machine::{Caller, Command};
     use crate::raft::codec;
 
-    /// The layout entries had when `commands` was a `Vec`.
+    /// The layout entries would have with `commands` a `Vec`.
     #[derive(Serialize)]
     struct VecProposal {
         stamp_ms: u64,
-        commands: Vec<Command>,
+        commands: Vec<Submission>,
     }
 
     #[test]
     fn shared_commands_are_stored_exactly_as_a_vec_was() {
         let commands = vec![
-            Command::ExpireSessions { sessions: vec![3, 4] },
-            Command::CloseSession { request: crate::machine::RequestId { client_id: 7, sequence: 9 }, session: 3 },
+            Submission { caller: Caller::Cluster, command: Command::ExpireSessions { sessions: vec![3, 4] } },
+            Submission {
+                caller: Caller::Tenant { tenant: 3, secret: [7; 16] },
+                command: Command::CloseSession {
+                    request: crate::machine::RequestId { client_id: 7, sequence: 9 },
+                    session: 3,
+                },
+            },
         ];
         let proposal = Proposal { stamp_ms: 1_700_000_000_000, commands: commands.clone().into() };
         let bytes = codec::encode(&proposal);

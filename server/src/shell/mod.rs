@@ -7,6 +7,8 @@
 //! # Layout
 //!
 //! * `clock` — the only place that reads a clock, with the test-only skew knob.
+//! * `credentials` — the tenants' token hashes and names as last applied, for
+//!   authenticating requests without reading the replicated state.
 //! * `session_deadlines` — `SessionDeadlines`: every session's deadline on this node's
 //!   monotonic clock; the leader renews them on keepalives and proposes expiry.
 //! * `wait_registry` — `WaitRegistry`: RPCs waiting in a FIFO queue, woken by the
@@ -18,6 +20,7 @@
 //!   identities read from their certificates.
 
 pub mod clock;
+pub mod credentials;
 pub mod memory;
 pub mod observers;
 pub mod session_deadlines;

@@ -21,16 +21,22 @@ struct Histogram {
 
 /// How long semaphore acquires waited before they were granted, per semaphore: the
 /// figure to alert on when one tenant waits too long.
+/// A semaphore: its tenant's name and its own.
+type Key = (String, String);
+
 #[derive(Default)]
 pub struct WaitHistograms {
-    by_name: Mutex<BTreeMap<String, Histogram>>,
+    by_name: Mutex<BTreeMap<Key, Histogram>>,
 }
 
 impl WaitHistograms {
-    pub fn record(&self, name: &str, waited: Duration) {
+    pub fn record(&self, tenant: &str, name: &str, waited: Duration) {
         let mut by_name = self.by_name.lock().unwrap();
-        let key = if by_name.contains_key(name) || by_name.len() < WAIT_HISTOGRAM_NAMES_MAX { name } else { "_other" };
-        let histogram = by_name.entry(key.to_string()).or_default();
+        let mut key = (tenant.to_string(), name.to_string());
+        if !by_name.contains_key(&key) && by_name.len() >= WAIT_HISTOGRAM_NAMES_MAX {
+            key = (String::new(), "_other".to_string());
+        }
+        let histogram = by_name.entry(key).or_default();
         let seconds = waited.as_secs_f64();
         for (bucket, bound) in histogram.buckets.iter_mut().zip(WAIT_BUCKETS_SECONDS) {
             if seconds <= bound {
@@ -48,14 +54,14 @@ impl WaitHistograms {
             text,
             "# HELP {name} Time semaphore acquires waited before they were granted.\n# TYPE {name} histogram"
         );
-        for (semaphore, histogram) in self.by_name.lock().unwrap().iter() {
-            let label = escape_label(semaphore);
+        for ((tenant, semaphore), histogram) in self.by_name.lock().unwrap().iter() {
+            let labels = format!("tenant=\"{}\",semaphore=\"{}\"", escape_label(tenant), escape_label(semaphore));
             for (count, bound) in histogram.buckets.iter().zip(WAIT_BUCKETS_SECONDS) {
-                let _ = writeln!(text, "{name}_bucket{{semaphore=\"{label}\",le=\"{bound}\"}} {count}");
+                let _ = writeln!(text, "{name}_bucket{{{labels},le=\"{bound}\"}} {count}");
             }
-            let _ = writeln!(text, "{name}_bucket{{semaphore=\"{label}\",le=\"+Inf\"}} {}", histogram.count);
-            let _ = writeln!(text, "{name}_sum{{semaphore=\"{label}\"}} {}", histogram.sum_seconds);
-            let _ = writeln!(text, "{name}_count{{semaphore=\"{label}\"}} {}", histogram.count);
+            let _ = writeln!(text, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", histogram.count);
+            let _ = writeln!(text, "{name}_sum{{{labels}}} {}", histogram.sum_seconds);
+            let _ = writeln!(text, "{name}_count{{{labels}}} {}", histogram.count);
         }
     }
 }

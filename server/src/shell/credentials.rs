@@ -1,0 +1,83 @@
+//! Who a request's credential is, answered without touching the replicated state: the
+//! tenants' token hashes and names as of the last applied entry, swapped whole when a
+//! tenant is added, rotated or removed (rare), read by every request (often).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use crate::machine::{SecretHash, StateMachine, TenantId, ADMIN_TENANT};
+
+/// The admin credential is a secret like any other: at least 128 bits' worth of text.
+pub const ADMIN_TOKEN_BYTES_MIN: usize = 16;
+pub const ADMIN_TOKEN_BYTES_MAX: usize = 4_096;
+
+/// Reads the admin credential from its file: the first line, trimmed.
+pub fn read_admin_token(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("cannot read the admin token file {}: {error}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim().to_string();
+    if token.len() < ADMIN_TOKEN_BYTES_MIN || token.len() > ADMIN_TOKEN_BYTES_MAX {
+        return Err(format!(
+            "the admin token in {} is {} bytes on its first line; it must be {ADMIN_TOKEN_BYTES_MIN} to \
+             {ADMIN_TOKEN_BYTES_MAX} (ADMIN_TOKEN_BYTES_MIN, ADMIN_TOKEN_BYTES_MAX)",
+            path.display(),
+            token.len()
+        ));
+    }
+    Ok(token)
+}
+
+/// A tenant as requests are checked against it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownTenant {
+    pub id: TenantId,
+    pub name: Arc<str>,
+}
+
+#[derive(Debug, Default)]
+struct Index {
+    by_token: BTreeMap<SecretHash, KnownTenant>,
+    by_name: BTreeMap<Arc<str>, KnownTenant>,
+}
+
+#[derive(Debug, Default)]
+pub struct Credentials {
+    index: RwLock<Arc<Index>>,
+}
+
+impl Credentials {
+    /// Rebuilds the index from `machine`'s tenants (after an entry that changed them, or
+    /// a snapshot).
+    pub fn refresh(&self, machine: &StateMachine) {
+        let mut index = Index::default();
+        for (id, tenant) in machine.tenants() {
+            let known = KnownTenant { id, name: Arc::from(&*tenant.name) };
+            if let Some(token_hash) = tenant.token_hash {
+                index.by_token.insert(token_hash, known.clone());
+            }
+            if id != ADMIN_TENANT {
+                index.by_name.insert(known.name.clone(), known);
+            }
+        }
+        *self.index.write().unwrap() = Arc::new(index);
+    }
+
+    /// The tenant whose token hashes to `token_hash`.
+    pub fn by_token(&self, token_hash: &SecretHash) -> Option<KnownTenant> {
+        self.index.read().unwrap().by_token.get(token_hash).cloned()
+    }
+
+    /// The tenant named `name` (as a client certificate names it).
+    pub fn by_name(&self, name: &str) -> Option<KnownTenant> {
+        self.index.read().unwrap().by_name.get(name).cloned()
+    }
+}
+
+/// The hash a secret is kept and compared as: SHA-256, truncated to 128 bits.
+pub fn secret_hash(secret: &[u8]) -> SecretHash {
+    let digest = ring::digest::digest(&ring::digest::SHA256, secret);
+    let mut hash = SecretHash::default();
+    let length = hash.len();
+    hash.copy_from_slice(&digest.as_ref()[..length]);
+    hash
+}
