@@ -1888,3 +1888,314 @@ fn a_leadership_cannot_end_in_the_entry_that_made_it() {
 fn as_cluster(commands: &[Command]) -> Vec<Submission> {
     commands.iter().map(|command| Submission { caller: Caller::Cluster, command: command.clone() }).collect()
 }
+
+// ---------------------------------------------------------------- tenants and callers
+
+/// A harness whose commands come from callers: the admin makes tenants, tenants make
+/// sessions with secrets.
+struct Tenants {
+    harness: Harness,
+}
+
+const ADMIN: Caller = Caller::Admin { secret: [0; 16] };
+
+fn token(byte: u8) -> SecretHash {
+    [byte; 16]
+}
+
+impl Tenants {
+    fn new() -> Tenants {
+        Tenants { harness: Harness::new() }
+    }
+
+    fn apply(&mut self, caller: &Caller, command: Command) -> (Response, Vec<Event>) {
+        let index = self.harness.next_index();
+        let before = self.harness.machine.clone();
+        let (response, events) = self.harness.machine.apply_as(index, stamp_ms(index), caller, &command);
+        self.harness.index = index;
+        self.harness.machine.check_invariants();
+        if matches!(response, Response::Rejected(_)) {
+            assert!(events.is_empty());
+            let mut unchanged = before;
+            unchanged.last_applied = Some(index);
+            assert_eq!(unchanged, self.harness.machine, "a refused command changed the state");
+        }
+        (response, events)
+    }
+
+    fn refused(&mut self, caller: &Caller, command: Command) -> CommandError {
+        match self.apply(caller, command).0 {
+            Response::Rejected(error) => error,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    fn add_tenant(&mut self, name: &str, quotas: Quotas) -> TenantId {
+        let request = self.harness.request();
+        let command = Command::AddTenant { request, name: name.into(), token_hash: token(name.as_bytes()[0]), quotas };
+        match self.apply(&ADMIN, command).0 {
+            Response::TenantAdded { tenant } => tenant,
+            other => panic!("add tenant {name}: {other:?}"),
+        }
+    }
+
+    fn session(&mut self, tenant: TenantId, secret: u8) -> SessionId {
+        let command = self.harness.create_command("worker");
+        match self.apply(&Caller::Tenant { tenant, secret: [secret; 16] }, command).0 {
+            Response::SessionCreated { session, .. } => session,
+            other => panic!("create session: {other:?}"),
+        }
+    }
+
+    fn acquire(&mut self, tenant: TenantId, secret: u8, session: SessionId, name: &str, wait: bool) -> Response {
+        let command = self.harness.acquire_command(session, name, wait);
+        self.apply(&Caller::Tenant { tenant, secret: [secret; 16] }, command).0
+    }
+}
+
+fn metadata(error: &CommandError, key: &str) -> Option<String> {
+    error.metadata.iter().find(|(name, _)| name == key).map(|(_, value)| value.clone())
+}
+
+#[test]
+fn two_tenants_hold_locks_of_one_name_in_their_own_namespaces() {
+    let mut tenants = Tenants::new();
+    let a = tenants.add_tenant("alpha", Quotas::default());
+    let b = tenants.add_tenant("beta", Quotas::default());
+    let session_a = tenants.session(a, 1);
+    let session_b = tenants.session(b, 2);
+    let Response::Acquire(AcquireOutcome::Granted { token: token_a }) =
+        tenants.acquire(a, 1, session_a, "orders/42", false)
+    else {
+        panic!("alpha's lock is free")
+    };
+    let Response::Acquire(AcquireOutcome::Granted { token: token_b }) =
+        tenants.acquire(b, 2, session_b, "orders/42", false)
+    else {
+        panic!("beta's orders/42 is another lock, free too")
+    };
+    assert!(token_b > token_a, "tokens are log indexes: one order across tenants");
+    let machine = &tenants.harness.machine;
+    assert_eq!(machine.describe_lock(a, "orders/42").unwrap().holder.session, session_a);
+    assert_eq!(machine.describe_lock(b, "orders/42").unwrap().holder.session, session_b);
+    assert_eq!(machine.check_fence(a, "orders/42", token_b), FenceStatus::Superseded, "a fence is per namespace");
+    assert!(machine.describe_lock(ADMIN_TENANT, "orders/42").is_none());
+}
+
+#[test]
+fn a_session_acts_only_for_its_tenant_with_its_secret() {
+    let mut tenants = Tenants::new();
+    let a = tenants.add_tenant("alpha", Quotas::default());
+    let b = tenants.add_tenant("beta", Quotas::default());
+    let session = tenants.session(a, 1);
+    let Response::Acquire(AcquireOutcome::Granted { token }) = tenants.acquire(a, 1, session, "x", false) else {
+        panic!("free")
+    };
+
+    // The right tenant without the secret: refused, whatever the command.
+    let release = Command::Release { request: tenants.harness.request(), session, name: "x".into(), token };
+    let error = tenants.refused(&Caller::Tenant { tenant: a, secret: [9; 16] }, release.clone());
+    assert_eq!(error.kind, ErrorKind::WrongSessionSecret);
+    assert_eq!(metadata(&error, "session_id"), Some(session.to_string()));
+    let close = Command::CloseSession { request: tenants.harness.request(), session };
+    assert_eq!(
+        tenants.refused(&Caller::Tenant { tenant: a, secret: [0; 16] }, close).kind,
+        ErrorKind::WrongSessionSecret
+    );
+
+    // Another tenant, even with the secret: refused, naming both.
+    let error = tenants.refused(&Caller::Tenant { tenant: b, secret: [1; 16] }, release);
+    assert_eq!(error.kind, ErrorKind::PermissionDenied);
+    assert!(error.message.contains("\"beta\"") && error.message.contains("\"alpha\""), "{}", error.message);
+
+    // The admin is not the session's tenant either.
+    let acquire = tenants.harness.acquire_command(session, "y", false);
+    assert_eq!(tenants.refused(&Caller::Admin { secret: [1; 16] }, acquire).kind, ErrorKind::PermissionDenied);
+    assert_eq!(tenants.harness.machine.describe_lock(a, "x").unwrap().holder.token, token);
+}
+
+#[test]
+fn tenant_management_and_expiry_are_not_a_tenants_to_send() {
+    let mut tenants = Tenants::new();
+    let a = tenants.add_tenant("alpha", Quotas::default());
+    let caller = Caller::Tenant { tenant: a, secret: [1; 16] };
+    let add = Command::AddTenant {
+        request: tenants.harness.request(),
+        name: "mallory".into(),
+        token_hash: token(7),
+        quotas: Quotas::default(),
+    };
+    assert_eq!(tenants.refused(&caller, add).kind, ErrorKind::PermissionDenied);
+    let remove = Command::RemoveTenant { request: tenants.harness.request(), name: "alpha".into() };
+    assert_eq!(tenants.refused(&caller, remove).kind, ErrorKind::PermissionDenied);
+    let session = tenants.session(a, 1);
+    let expire = Command::ExpireSessions { sessions: vec![session] };
+    assert_eq!(tenants.refused(&caller, expire).kind, ErrorKind::PermissionDenied);
+    assert!(tenants.harness.machine.session_of(session).is_some());
+}
+
+#[test]
+fn quotas_refuse_new_sessions_holds_and_waits_and_free_up_as_they_end() {
+    let mut tenants = Tenants::new();
+    let quotas = Quotas { sessions: 2, holds: 1, waiters: 1 };
+    let a = tenants.add_tenant("alpha", quotas);
+    let first = tenants.session(a, 1);
+    let second = tenants.session(a, 1);
+    let create = tenants.harness.create_command("third");
+    let error = tenants.refused(&Caller::Tenant { tenant: a, secret: [1; 16] }, create);
+    assert_eq!(error.kind, ErrorKind::QuotaExceeded);
+    assert_eq!(
+        (metadata(&error, "quota"), metadata(&error, "limit"), metadata(&error, "usage")),
+        (Some("sessions".into()), Some("2".into()), Some("2".into()))
+    );
+
+    assert!(matches!(tenants.acquire(a, 1, first, "x", false), Response::Acquire(AcquireOutcome::Granted { .. })));
+    let error = match tenants.acquire(a, 1, first, "y", false) {
+        Response::Rejected(error) => error,
+        other => panic!("a second hold is over the quota: {other:?}"),
+    };
+    assert_eq!((error.kind, metadata(&error, "quota")), (ErrorKind::QuotaExceeded, Some("holds".into())));
+    // A wait is counted apart from the holds.
+    assert!(matches!(tenants.acquire(a, 1, second, "x", true), Response::Acquire(AcquireOutcome::Queued { .. })));
+    let third = {
+        let close = Command::CloseSession { request: tenants.harness.request(), session: first };
+        tenants.apply(&Caller::Tenant { tenant: a, secret: [1; 16] }, close);
+        tenants.session(a, 1)
+    };
+    // Closing `first` handed x to `second` (its wait became the tenant's one hold)
+    // and freed a session slot.
+    let usage = tenants.harness.machine.tenant_by_name("alpha").unwrap().1.usage;
+    assert_eq!((usage.sessions, usage.holds, usage.waiters), (2, 1, 0));
+    assert!(matches!(tenants.acquire(a, 1, third, "x", true), Response::Acquire(AcquireOutcome::Queued { .. })));
+    let error = match tenants.acquire(a, 1, third, "z", true) {
+        Response::Rejected(error) => error,
+        other => panic!("z is free, but a new hold is over the quota: {other:?}"),
+    };
+    assert_eq!(metadata(&error, "quota"), Some("holds".into()));
+}
+
+#[test]
+fn a_retried_add_tenant_takes_the_retrys_token_and_another_request_is_refused() {
+    let mut tenants = Tenants::new();
+    let request = tenants.harness.request();
+    let add = |token_hash| Command::AddTenant { request, name: "alpha".into(), token_hash, quotas: Quotas::default() };
+    let Response::TenantAdded { tenant } = tenants.apply(&ADMIN, add(token(1))).0 else { panic!("added") };
+    // The answer was lost; the retry made another token, which replaces the first.
+    assert_eq!(tenants.apply(&ADMIN, add(token(2))).0, Response::TenantAdded { tenant });
+    let machine = &tenants.harness.machine;
+    assert!(machine.tenant_by_token(&token(1)).is_none(), "the lost answer's token does not work");
+    assert_eq!(machine.tenant_by_token(&token(2)).map(|(id, _)| id), Some(tenant));
+    let again = Command::AddTenant {
+        request: tenants.harness.request(),
+        name: "alpha".into(),
+        token_hash: token(3),
+        quotas: Quotas::default(),
+    };
+    assert_eq!(tenants.refused(&ADMIN, again).kind, ErrorKind::TenantExists);
+}
+
+#[test]
+fn rotating_a_token_replaces_it_and_removing_a_tenant_ends_its_sessions() {
+    let mut tenants = Tenants::new();
+    let a = tenants.add_tenant("alpha", Quotas::default());
+    let b = tenants.add_tenant("beta", Quotas::default());
+    let rotate =
+        Command::RotateTenantToken { request: tenants.harness.request(), name: "alpha".into(), token_hash: token(9) };
+    tenants.apply(&ADMIN, rotate);
+    assert!(tenants.harness.machine.tenant_by_token(&token(b'a')).is_none(), "the old token stops working");
+    assert_eq!(tenants.harness.machine.tenant_by_token(&token(9)).map(|(id, _)| id), Some(a));
+
+    let holder = tenants.session(a, 1);
+    tenants.acquire(a, 1, holder, "x", false);
+    let other = tenants.session(b, 2);
+    tenants.acquire(b, 2, other, "x", false);
+    let remove = Command::RemoveTenant { request: tenants.harness.request(), name: "alpha".into() };
+    let (response, events) = tenants.apply(&ADMIN, remove);
+    assert_eq!(response, Response::TenantRemoved { tenant: a, sessions_ended: 1 });
+    assert!(events.contains(&Event::SessionEnded { session: holder, expired: false }));
+    let machine = &tenants.harness.machine;
+    assert!(machine.session_of(holder).is_none() && machine.tenant_by_token(&token(9)).is_none());
+    assert!(machine.describe_lock(b, "x").is_some(), "another tenant's lock of the same name stays");
+    let unknown = Command::RemoveTenant { request: tenants.harness.request(), name: "alpha".into() };
+    assert_eq!(tenants.refused(&ADMIN, unknown).kind, ErrorKind::UnknownTenant);
+    let admin = Command::RemoveTenant { request: tenants.harness.request(), name: "admin".into() };
+    assert_eq!(tenants.refused(&ADMIN, admin).kind, ErrorKind::UnknownTenant, "the admin namespace stays");
+}
+
+#[test]
+fn a_retried_create_session_takes_the_retrys_secret_unless_another_tenant_retries() {
+    let mut tenants = Tenants::new();
+    let a = tenants.add_tenant("alpha", Quotas::default());
+    let b = tenants.add_tenant("beta", Quotas::default());
+    let create = tenants.harness.create_command("worker");
+    let Response::SessionCreated { session, .. } =
+        tenants.apply(&Caller::Tenant { tenant: a, secret: [1; 16] }, create.clone()).0
+    else {
+        panic!("created")
+    };
+    let retried = tenants.apply(&Caller::Tenant { tenant: a, secret: [2; 16] }, create.clone()).0;
+    assert!(matches!(retried, Response::SessionCreated { session: again, .. } if again == session));
+    assert!(tenants.harness.machine.session_of(session).unwrap().has_secret(&[2; 16]));
+    let stolen = tenants.refused(&Caller::Tenant { tenant: b, secret: [3; 16] }, create);
+    assert_eq!(stolen.kind, ErrorKind::RequestIdReused);
+    assert!(tenants.harness.machine.session_of(session).unwrap().has_secret(&[2; 16]));
+}
+
+#[test]
+fn tenant_names_are_dns_labels_and_admin_is_reserved() {
+    let mut tenants = Tenants::new();
+    for bad in ["", "Upper", "has space", "-edge", "edge-", "a.b", "admin", &"x".repeat(64)] {
+        let command = Command::AddTenant {
+            request: tenants.harness.request(),
+            name: bad.into(),
+            token_hash: token(5),
+            quotas: Quotas::default(),
+        };
+        assert_eq!(tenants.refused(&ADMIN, command).kind, ErrorKind::InvalidArgument, "{bad:?}");
+    }
+}
+
+#[test]
+fn the_state_budget_counts_sessions_holds_and_names() {
+    let mut tenants = Tenants::new();
+    let a = tenants.add_tenant("alpha", Quotas::default());
+    let (empty, _) = tenants.harness.machine.state_bytes();
+    let session = tenants.session(a, 1);
+    let (with_session, largest) = tenants.harness.machine.state_bytes();
+    assert_eq!(with_session - empty, u64::from(crate::machine::limits::SESSION_STATE_BYTES) + "worker".len() as u64);
+    assert_eq!(largest.map(|(name, _)| name), Some("alpha"));
+    tenants.acquire(a, 1, session, "orders/42", false);
+    let (with_lock, _) = tenants.harness.machine.state_bytes();
+    assert_eq!(
+        with_lock - with_session,
+        u64::from(crate::machine::limits::CLAIM_STATE_BYTES) + "orders/42".len() as u64
+    );
+    let close = Command::CloseSession { request: tenants.harness.request(), session };
+    tenants.apply(&Caller::Tenant { tenant: a, secret: [1; 16] }, close);
+    assert_eq!(tenants.harness.machine.state_bytes().0, empty);
+}
+
+#[test]
+#[should_panic(expected = "usage is not what its sessions have")]
+fn invariants_catch_a_tenant_usage_that_does_not_count_its_sessions() {
+    let mut tenants = Tenants::new();
+    let a = tenants.add_tenant("alpha", Quotas::default());
+    let session = tenants.session(a, 1);
+    tenants.acquire(a, 1, session, "x", false);
+    tenants.harness.machine.tenants.get_mut(&a).unwrap().usage.holds = 0;
+    tenants.harness.machine.check_invariants();
+}
+
+#[test]
+#[should_panic(expected = "held by another tenant's session")]
+fn invariants_catch_a_lock_in_another_tenants_namespace() {
+    let mut tenants = Tenants::new();
+    let a = tenants.add_tenant("alpha", Quotas::default());
+    let b = tenants.add_tenant("beta", Quotas::default());
+    let session = tenants.session(a, 1);
+    tenants.acquire(a, 1, session, "x", false);
+    let machine = &mut tenants.harness.machine;
+    let namespace = machine.namespaces.remove(&a).unwrap();
+    machine.namespaces.insert(b, namespace);
+    machine.check_invariants();
+}
