@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Runs every Leasehold test: unit and property tests, in-process and real-process
-# cluster tests, the CLI tests and the fenced-write stories. Installs what it needs.
+# Runs every Leasehold test: the state machine's table, property and scenario tests
+# and the other unit tests; real-process cluster tests (replication, sessions, locks,
+# semaphores, elections, trust, metrics, bad configurations, the CLI and its exit
+# codes); the fault suite's short runs; the benchmark tool's smoke test; the payments
+# stories against a real PostgreSQL; and the documentation examples. Installs what it
+# needs.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$LEASEHOLD_ROOT/scripts/setup.sh"

@@ -16,8 +16,9 @@ use tonic::{Request, Status};
 
 use crate::machine::{Caller, SecretHash, TenantId, ADMIN_TENANT, ADMIN_TENANT_NAME};
 use crate::raft::state_machine_store::Shared;
+use crate::shell::clock::LogLimiter;
 use crate::shell::credentials::{read_admin_token, secret_hash, KnownTenant};
-use crate::shell::tls::{tenant_presented, LogLimiter};
+use crate::shell::tls::tenant_presented;
 
 /// The metadata key of the bearer credential: `authorization: Bearer <token>`.
 pub const AUTHORIZATION_METADATA_KEY: &str = "authorization";

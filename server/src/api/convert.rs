@@ -245,6 +245,47 @@ pub fn command_error(error: CommandError) -> Status {
 mod tests {
     use super::*;
 
+    /// The proto's comments name the limits they quote (`NAME = value`): each value
+    /// must be the constant's, so the documented API cannot drift from the code.
+    #[test]
+    fn the_limits_the_proto_quotes_are_the_codes() {
+        use crate::api::leasehold_service::{LIST_SESSIONS_PAGE_MAX, SESSION_SECRET_BYTES};
+        use crate::machine::limits::*;
+        let known: Vec<(&str, u64)> = vec![
+            ("REQUESTS_REMEMBERED_PER_SESSION_MAX", REQUESTS_REMEMBERED_PER_SESSION_MAX as u64),
+            ("SESSION_TTL_MS_MIN", SESSION_TTL_MS_MIN),
+            ("SESSION_TTL_MS_MAX", SESSION_TTL_MS_MAX),
+            ("CLIENT_NAME_BYTES_MAX", CLIENT_NAME_BYTES_MAX as u64),
+            ("LOCK_NAME_BYTES_MAX", LOCK_NAME_BYTES_MAX as u64),
+            ("SEMAPHORE_LIMIT_MAX", u64::from(SEMAPHORE_LIMIT_MAX)),
+            ("ELECTION_VALUE_BYTES_MAX", ELECTION_VALUE_BYTES_MAX as u64),
+            ("LIST_SESSIONS_PAGE_MAX", LIST_SESSIONS_PAGE_MAX as u64),
+            ("SESSION_SECRET_BYTES", SESSION_SECRET_BYTES as u64),
+            ("SESSIONS_PER_TENANT_DEFAULT", u64::from(SESSIONS_PER_TENANT_DEFAULT)),
+            ("HOLDS_PER_TENANT_DEFAULT", u64::from(HOLDS_PER_TENANT_DEFAULT)),
+            ("WAITERS_PER_TENANT_DEFAULT", u64::from(WAITERS_PER_TENANT_DEFAULT)),
+            ("TENANT_NAME_BYTES_MAX", TENANT_NAME_BYTES_MAX as u64),
+        ];
+        let proto = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../proto/proto/leasehold.proto"))
+            .expect("read the proto");
+        let mut quoted = 0;
+        for line in proto.lines().filter(|line| line.trim_start().starts_with("//")) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            for window in words.windows(3) {
+                if window[1] != "=" || !window[0].chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+                    continue;
+                }
+                let value: String = window[2].chars().take_while(char::is_ascii_digit).collect();
+                let Some((_, constant)) = known.iter().find(|(name, _)| *name == window[0]) else {
+                    panic!("the proto quotes {} = {value}, which this test does not know", window[0]);
+                };
+                assert_eq!(value.parse::<u64>().ok(), Some(*constant), "the proto says {} = {value}", window[0]);
+                quoted += 1;
+            }
+        }
+        assert!(quoted >= known.len(), "only {quoted} limits quoted");
+    }
+
     fn id() -> Option<pb::RequestId> {
         Some(pb::RequestId { client_id: 9, sequence: 1 })
     }

@@ -1,4 +1,4 @@
-//! Named limits of the replicated state.
+//! Named limits of the replicated state, and the index of every other limit.
 //!
 //! The state machine rejects a command that would cross one of these, and the gRPC
 //! conversion layer checks the same constants on the way in, so that a client gets a
@@ -6,6 +6,30 @@
 //! entry, grow without bound. Every replica must agree on these values: changing one
 //! changes which commands are rejected, so it must be rolled out like a change of the
 //! state machine itself.
+//!
+//! Limits of one node (they may differ between nodes) live beside what they bound:
+//!
+//! | where | limits |
+//! |---|---|
+//! | `api::convert` | `ACQUIRE_WAIT_MS_MAX` (one request's wait) |
+//! | `api::leasehold_service` | `KEEPALIVES_PER_ROUND_MAX`, `LIST_SESSIONS_PAGE_MAX`, `SESSION_SECRET_BYTES` |
+//! | `api::elections_service` | `OBSERVE_REPLIES_QUEUED_MAX` |
+//! | `api::auth` | `REFUSAL_LOG_INTERVAL_MS` |
+//! | `shell::observers` | `OBSERVE_CHANGES_QUEUED_MAX`, `OBSERVERS_MAX` |
+//! | `shell::session_deadlines` | `EXPIRY_SCAN_INTERVAL_MS` |
+//! | `shell::tls` | `HANDSHAKE_TIMEOUT_MS`, `HANDSHAKES_IN_PROGRESS_MAX`, `HANDSHAKEN_QUEUED_MAX` |
+//! | `shell::credentials` | `ADMIN_TOKEN_BYTES_MIN`, `ADMIN_TOKEN_BYTES_MAX` |
+//! | `shell::wait_histograms` | `WAIT_HISTOGRAM_NAMES_MAX` |
+//! | `shell::memory` | `TRIM_AFTER_FREED_BYTES`, `MMAP_THRESHOLD_BYTES` |
+//! | `shell::clock` | `RATE_PER_MILLE_MAX` (the clock knob) |
+//! | `raft::replica` | `PROPOSALS_QUEUED_MAX`, `COMMANDS_PER_ENTRY_MAX`, `ENTRIES_IN_FLIGHT_MAX`, `LEADER_CHECKS_QUEUED_MAX`, `READ_APPLY_WAIT_MS_MAX` |
+//! | `raft::log_store` | `FLUSH_QUEUE_APPENDS_MAX`, `RECENT_ENTRIES_MAX`, `RECENT_COMMANDS_MAX` |
+//! | `raft::network` | `PEER_MESSAGE_BYTES_MAX` (an AppendEntries batch over it is cut), `PEER_CONNECT_TIMEOUT_MS` |
+//! | `raft::types` | `MEMBERS_MAX` |
+//! | `raft::storage` | `WRITE_BUFFER_BYTES`, `BLOCK_CACHE_BYTES` |
+//! | `node::config` | timings, `CLUSTER_NAME_BYTES_MAX`, `WORKER_THREADS_MAX`, `STATE_BUDGET_BYTES_MIN` (the budget itself is `--state-budget-bytes`) |
+//! | `node::running_node` | `CLIENT_MESSAGE_BYTES_MAX`, `CLIENT_STREAMS_PER_CONNECTION_MAX`, `PEER_STREAMS_PER_CONNECTION_MAX` |
+//! | `node::metrics` | `SCRAPE_REQUEST_BYTES_MAX` |
 
 /// A lock name is kept twice per grant (in the lock table and in the holder's list) and
 /// is echoed in every event and error about it; 256 bytes fits a path-like resource name.

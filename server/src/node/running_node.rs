@@ -38,8 +38,9 @@ use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::storage;
 use crate::raft::types::{Node, NodeId, Raft};
 use crate::shell::clock::Clock;
+use crate::shell::clock::LogLimiter;
 use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
-use crate::shell::tls::{tls_incoming, ClientCertificates, LogLimiter, NodeTls, PeerClientTls, ServerTls};
+use crate::shell::tls::{tls_incoming, ClientCertificates, NodeTls, PeerClientTls, ServerTls};
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

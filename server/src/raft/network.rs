@@ -17,7 +17,9 @@ use tokio::net::TcpSocket;
 
 use leasehold_proto::peer_client::PeerClient;
 use leasehold_proto::RaftMessage;
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
@@ -193,12 +195,26 @@ impl PeerConnection {
         Response: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        self.send(kind, codec::encode(request), option).await
+    }
+
+    /// Sends one encoded Raft message and decodes the answer.
+    async fn send<Response, E>(
+        &mut self,
+        kind: RpcKind,
+        payload: Vec<u8>,
+        option: &RPCOption,
+    ) -> Result<Response, RPCError<NodeId, Node, RaftError<NodeId, E>>>
+    where
+        Response: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
         let address = self.address.clone();
         let error = |message: String| PeerError { address: address.clone(), message };
         let Some(client) = self.client.as_mut() else {
             return Err(RPCError::Unreachable(Unreachable::new(&error("the peer address is not valid".into()))));
         };
-        let mut message = tonic::Request::new(RaftMessage { payload: codec::encode(request) });
+        let mut message = tonic::Request::new(RaftMessage { payload });
         message.set_timeout(option.hard_ttl());
         message.metadata_mut().insert(CLUSTER_HEADER, self.cluster.clone());
         let reply = match kind {
@@ -219,6 +235,24 @@ impl PeerConnection {
     }
 }
 
+/// The room a Raft message leaves for everything around its payload (gRPC framing,
+/// headers); a payload up to the rest is sent as it is.
+pub const PEER_MESSAGE_HEADROOM_BYTES: usize = 64 * 1024;
+
+/// `None` when an AppendEntries payload of `bytes` with `entries` entries fits in one
+/// peer message; else how many entries a smaller batch may carry (at least one: a
+/// single entry is far below the limit, see `COMMANDS_PER_ENTRY_MAX`).
+fn entries_that_fit(bytes: usize, entries: usize) -> Option<u64> {
+    let room = PEER_MESSAGE_BYTES_MAX - PEER_MESSAGE_HEADROOM_BYTES;
+    if bytes <= room || entries <= 1 {
+        return None;
+    }
+    // The entries' share of the bytes, scaled to the room, with a margin for entries
+    // larger than the average.
+    let fitting = (entries as u128 * room as u128 / bytes as u128) as u64 * 3 / 4;
+    Some(fitting.max(1))
+}
+
 #[derive(Clone, Copy)]
 enum RpcKind {
     Vote,
@@ -232,7 +266,13 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         request: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.call(RpcKind::AppendEntries, &request, &option).await
+        let payload = codec::encode(&request);
+        if let Some(entries) = entries_that_fit(payload.len(), request.entries.len()) {
+            // Too big for one peer message: openraft sends the batch again in smaller
+            // pieces of at most this many entries, instead of retrying it forever.
+            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(entries)));
+        }
+        self.send(RpcKind::AppendEntries, payload, &option).await
     }
 
     async fn install_snapshot(
@@ -249,5 +289,20 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         self.call(RpcKind::Vote, &request, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_too_big_for_one_message_is_cut_to_what_fits() {
+        let room = PEER_MESSAGE_BYTES_MAX - PEER_MESSAGE_HEADROOM_BYTES;
+        assert_eq!(entries_that_fit(room, 1_000), None);
+        assert_eq!(entries_that_fit(room * 4, 1), None, "one entry is sent as it is");
+        let hint = entries_that_fit(room * 4, 1_000).expect("four times too big");
+        assert!((1..=250).contains(&hint), "{hint}");
+        assert_eq!(entries_that_fit(room * 1_000, 10), Some(1));
     }
 }

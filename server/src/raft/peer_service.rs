@@ -2,7 +2,7 @@
 //! node it removed. Served on the peer address only.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_proto::errors::error_status;
 use leasehold_proto::peer_server::Peer;
@@ -15,7 +15,8 @@ use tonic::{Request, Response, Status};
 use crate::raft::codec;
 use crate::raft::network::CLUSTER_HEADER;
 use crate::raft::types::{NodeId, Raft, TypeConfig};
-use crate::shell::tls::{node_id_presented, LogLimiter};
+use crate::shell::clock::{LogLimiter, Stopwatch};
+use crate::shell::tls::node_id_presented;
 
 pub struct PeerService {
     pub raft: Raft,
@@ -57,7 +58,7 @@ pub struct Takeover {
     lease: Duration,
     /// The least time between two takeovers: the minimum election timeout.
     pause: Duration,
-    started: Instant,
+    started: Stopwatch,
     /// Milliseconds after `started` at which an AppendEntries last arrived.
     heard_leader_ms: AtomicU64,
     /// Milliseconds after `started` of the last takeover (`NEVER` before the first).
@@ -69,14 +70,14 @@ impl Takeover {
         Takeover {
             lease: Duration::from_millis(election_timeout_max_ms),
             pause: Duration::from_millis(election_timeout_min_ms),
-            started: Instant::now(),
+            started: Stopwatch::start(),
             heard_leader_ms: AtomicU64::new(0),
             took_over_ms: AtomicU64::new(NEVER),
         }
     }
 
     fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
+        self.started.elapsed_ms()
     }
 
     fn heard_leader(&self) {

@@ -19,7 +19,7 @@ use crate::machine::{Caller, Command, Response, StateMachine, Submission};
 use crate::raft::state_machine_store::Shared;
 use crate::raft::types::{Node, NodeId, Proposal, Raft};
 use crate::shell::clock::Clock;
-use crate::shell::tls::LogLimiter;
+use crate::shell::clock::LogLimiter;
 
 /// The metadata key that carries the leader's client address on a not-leader error.
 pub const LEADER_METADATA_KEY: &str = "leasehold-leader";

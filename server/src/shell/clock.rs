@@ -1,10 +1,13 @@
 //! The only place where Leasehold reads a clock.
 //!
-//! Session deadlines use a monotonic clock. For the fault-injection suite the clock
+//! Session deadlines use a monotonic `Clock`. For the fault-injection suite the clock
 //! can be skewed through a test-only knob: a rate (how fast this node's time passes
 //! relative to real time) and an offset (a forward jump). Everything else is handed
 //! a `Clock` and never calls `Instant::now()` itself, so tests drive time instead of
-//! sleeping.
+//! sleeping. A `Stopwatch` reads real time for what must agree with openraft's and
+//! tokio's timers (the takeover of `raft::peer_service`) or does not matter to leases
+//! (the rate limit of log lines), and so must not follow the knob. (tokio's own timers,
+//! `sleep` and `timeout`, run on real time too.)
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -126,5 +129,50 @@ mod tests {
         assert_eq!(clock.now_ms(), 1_700);
         clock.advance(Duration::from_millis(100));
         assert_eq!(clock.now_ms(), 1_750);
+    }
+}
+
+/// Real monotonic time since the stopwatch was made, in milliseconds; the clock knob
+/// does not touch it.
+#[derive(Debug, Clone, Copy)]
+pub struct Stopwatch {
+    started: Instant,
+}
+
+impl Stopwatch {
+    pub fn start() -> Stopwatch {
+        Stopwatch { started: Instant::now() }
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}
+
+/// Lets one log line through per interval: refusals are logged, but a client that
+/// retries a refused request without end cannot flood the log.
+pub struct LogLimiter {
+    interval_ms: u64,
+    /// When a line was let through last, in ms on `stopwatch` plus `interval_ms` (so
+    /// that 0 means never).
+    last_ms: AtomicU64,
+    stopwatch: Stopwatch,
+}
+
+impl LogLimiter {
+    pub fn new(interval: Duration) -> LogLimiter {
+        LogLimiter {
+            interval_ms: interval.as_millis() as u64,
+            last_ms: AtomicU64::new(0),
+            stopwatch: Stopwatch::start(),
+        }
+    }
+
+    /// Whether a line may be logged now.
+    pub fn allow(&self) -> bool {
+        let now_ms = self.stopwatch.elapsed_ms() + self.interval_ms;
+        let last = self.last_ms.load(Ordering::Relaxed);
+        now_ms >= last + self.interval_ms
+            && self.last_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 }

@@ -12,9 +12,8 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_proto::identity;
 use rustls::crypto::CryptoProvider;
@@ -27,6 +26,8 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
+
+use crate::shell::clock::LogLimiter;
 
 /// How long a client or peer may take to complete its TLS handshake.
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
@@ -134,30 +135,6 @@ impl ServerTls {
                 "refused a TLS handshake (logged at most once a second per port)"
             );
         }
-    }
-}
-
-/// Lets one log line through per interval: refusals are logged, but a client that
-/// retries a refused request without end cannot flood the log.
-pub struct LogLimiter {
-    interval_ms: u64,
-    /// When a line was let through last, in ms since `started` plus `interval_ms`
-    /// (so that 0 means never).
-    last_ms: AtomicU64,
-    started: Instant,
-}
-
-impl LogLimiter {
-    pub fn new(interval: Duration) -> LogLimiter {
-        LogLimiter { interval_ms: interval.as_millis() as u64, last_ms: AtomicU64::new(0), started: Instant::now() }
-    }
-
-    /// Whether a line may be logged now.
-    pub fn allow(&self) -> bool {
-        let now_ms = self.started.elapsed().as_millis() as u64 + self.interval_ms;
-        let last = self.last_ms.load(Ordering::Relaxed);
-        now_ms >= last + self.interval_ms
-            && self.last_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 }
 
