@@ -509,7 +509,8 @@ impl Client {
         Ok(response.token)
     }
 
-    /// Changes a tenant's quotas (admin credential).
+    /// Changes some of a tenant's quotas (admin credential); a quota given as 0 keeps
+    /// its value.
     pub async fn set_tenant_quotas(&self, name: &str, quotas: pb::Quotas) -> Result<pb::TenantInfo> {
         let request = pb::SetTenantQuotasRequest {
             request_id: Some(self.next_request_id()),

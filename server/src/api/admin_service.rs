@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::{Auth, Who};
 use crate::api::convert;
-use crate::machine::{Command, Quotas, Response as MachineResponse, Tenant};
+use crate::machine::{Command, QuotaChange, Quotas, Response as MachineResponse, Tenant};
 use crate::raft::network::Network;
 use crate::raft::replica::Replica;
 use crate::raft::types::{Node, RaftMetrics, MEMBERS_MAX};
@@ -56,6 +56,17 @@ fn quotas(requested: Option<pb::Quotas>) -> Quotas {
         sessions: or_default(requested.max_sessions, default.sessions),
         holds: or_default(requested.max_holds, default.holds),
         waiters: or_default(requested.max_waiters, default.waiters),
+    }
+}
+
+/// The quotas a `SetTenantQuotas` changes: those given as 0 keep their values.
+fn quota_change(requested: Option<pb::Quotas>) -> QuotaChange {
+    let requested = requested.unwrap_or_default();
+    let given = |value: u32| (value != 0).then_some(value);
+    QuotaChange {
+        sessions: given(requested.max_sessions),
+        holds: given(requested.max_holds),
+        waiters: given(requested.max_waiters),
     }
 }
 
@@ -363,7 +374,7 @@ impl Admin for AdminService {
         let command = Command::SetTenantQuotas {
             request: convert::request_id(request.request_id)?,
             name: request.name.clone(),
-            quotas: quotas(request.quotas),
+            quotas: quota_change(request.quotas),
         };
         match self.replica.propose(who.caller(&[]), command).await? {
             MachineResponse::TenantQuotasSet { .. } => {

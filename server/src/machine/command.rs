@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::tenant::{Quotas, SecretHash};
+use super::tenant::{QuotaChange, Quotas, SecretHash};
 use super::{ResourceKind, SessionId, Token};
 
 /// Names one mutating request of one client, so that a retry after a lost response gets
@@ -137,7 +137,7 @@ pub enum Command {
     SetTenantQuotas {
         request: RequestId,
         name: String,
-        quotas: Quotas,
+        quotas: QuotaChange,
     },
     /// The admin removes a tenant: its token stops working and its sessions end in this
     /// entry.
@@ -351,7 +351,9 @@ impl Command {
             Command::SetTenantQuotas { request: _, name, quotas } => {
                 hasher.write_tag(17);
                 hasher.write_str(name);
-                hasher.write_quotas(quotas);
+                for quota in [quotas.sessions, quotas.holds, quotas.waiters] {
+                    hasher.write_u64(quota.map_or(0, |quota| u64::from(quota) + 1));
+                }
             }
             Command::RemoveTenant { request: _, name } => {
                 hasher.write_tag(18);

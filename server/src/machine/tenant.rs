@@ -103,6 +103,25 @@ impl Default for Quotas {
     }
 }
 
+/// The quotas a `SetTenantQuotas` changes; those it leaves as `None` keep their
+/// values, so two admins changing different quotas at once do not undo each other.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaChange {
+    pub sessions: Option<u32>,
+    pub holds: Option<u32>,
+    pub waiters: Option<u32>,
+}
+
+impl QuotaChange {
+    pub fn applied_to(self, quotas: Quotas) -> Quotas {
+        Quotas {
+            sessions: self.sessions.unwrap_or(quotas.sessions),
+            holds: self.holds.unwrap_or(quotas.holds),
+            waiters: self.waiters.unwrap_or(quotas.waiters),
+        }
+    }
+}
+
 /// What a tenant has now.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
@@ -293,11 +312,12 @@ impl StateMachine {
         Ok(Response::TenantTokenRotated { tenant: id })
     }
 
-    pub(super) fn set_tenant_quotas(&mut self, name: &str, quotas: Quotas) -> Result<Response, CommandError> {
+    pub(super) fn set_tenant_quotas(&mut self, name: &str, change: QuotaChange) -> Result<Response, CommandError> {
         let Some((id, _)) = self.tenant_by_name(name).filter(|(id, _)| *id != ADMIN_TENANT) else {
             return Err(unknown_tenant(name));
         };
-        self.tenants.get_mut(&id).expect("found above").quotas = quotas;
+        let tenant = self.tenants.get_mut(&id).expect("found above");
+        tenant.quotas = change.applied_to(tenant.quotas);
         Ok(Response::TenantQuotasSet { tenant: id })
     }
 

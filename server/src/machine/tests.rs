@@ -2123,6 +2123,36 @@ fn rotating_a_token_replaces_it_and_removing_a_tenant_ends_its_sessions() {
 }
 
 #[test]
+fn setting_some_quotas_keeps_the_others_and_lowering_one_takes_nothing_away() {
+    let mut tenants = Tenants::new();
+    let a = tenants.add_tenant("alpha", Quotas { sessions: 5, holds: 50, waiters: 500 });
+    let first = tenants.session(a, 1);
+    let second = tenants.session(a, 1);
+    let set = |tenants: &mut Tenants, quotas: QuotaChange| {
+        let command = Command::SetTenantQuotas { request: tenants.harness.request(), name: "alpha".into(), quotas };
+        assert_eq!(tenants.apply(&ADMIN, command).0, Response::TenantQuotasSet { tenant: a });
+        tenants.harness.machine.tenant_by_name("alpha").unwrap().1.quotas
+    };
+    // Two admins, each changing one quota: neither undoes the other.
+    set(&mut tenants, QuotaChange { holds: Some(7), ..QuotaChange::default() });
+    let quotas = set(&mut tenants, QuotaChange { waiters: Some(9), ..QuotaChange::default() });
+    assert_eq!(quotas, Quotas { sessions: 5, holds: 7, waiters: 9 });
+    // Below the usage: both sessions stay, a third is refused.
+    set(&mut tenants, QuotaChange { sessions: Some(1), ..QuotaChange::default() });
+    let machine = &tenants.harness.machine;
+    assert!(machine.session_of(first).is_some() && machine.session_of(second).is_some());
+    let create = tenants.harness.create_command("third");
+    let error = tenants.refused(&Caller::Tenant { tenant: a, secret: [1; 16] }, create);
+    assert_eq!(error.kind, ErrorKind::QuotaExceeded);
+    let unknown = Command::SetTenantQuotas {
+        request: tenants.harness.request(),
+        name: "gamma".into(),
+        quotas: QuotaChange { sessions: Some(1), ..QuotaChange::default() },
+    };
+    assert_eq!(tenants.refused(&ADMIN, unknown).kind, ErrorKind::UnknownTenant);
+}
+
+#[test]
 fn a_retried_create_session_takes_the_retrys_secret_unless_another_tenant_retries() {
     let mut tenants = Tenants::new();
     let a = tenants.add_tenant("alpha", Quotas::default());
