@@ -6,7 +6,6 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use leasehold::Error;
 
 use cli::arguments::{Arguments, Command, FenceAction, SessionAction};
@@ -21,7 +20,7 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     // clap exits 2 on its own; a wrong command line is EX_USAGE (64) here.
-    let arguments = match Arguments::try_parse() {
+    let arguments = match Arguments::parse_command_line() {
         Ok(arguments) => arguments,
         Err(error) => {
             let _ = error.print();
@@ -48,6 +47,7 @@ async fn run(arguments: Arguments) -> Result<u8, Error> {
         Command::NewToken { prefix } => cli::cert::new_token(&prefix),
         Command::Status { json } => cli::status::run(&client(Role::AdminIfGiven)?, json).await,
         Command::Member { action } => cli::member::run(&client(Role::Admin)?, action).await,
+        Command::Tenant { action } => cli::tenant::run(&client(Role::Admin)?, action).await,
         Command::Lock { name, hold } => cli::hold::lock(&client(Role::Tenant)?, &name, hold).await,
         Command::Sem { name, limit, hold } => cli::hold::semaphore(&client(Role::Tenant)?, &name, limit, hold).await,
         Command::Elect { name, value, hold } => cli::hold::elect(&client(Role::Tenant)?, &name, &value, hold).await,

@@ -347,3 +347,129 @@ async fn session_list_shows_permits_leaderships_and_campaigns() {
     assert_eq!(holder_json["leading"][0]["name"], "scheduler");
     campaign.abort();
 }
+
+/// `tenant list --json`'s row for `name`, if it is listed.
+async fn tenant_row(cluster: &TestCluster, name: &str) -> Option<serde_json::Value> {
+    let (stdout, _) = expect_exit(leasehold(cluster), &["tenant", "list", "--json"], 0).await;
+    let tenants: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    tenants.as_array().unwrap().iter().find(|tenant| tenant["name"] == name).cloned()
+}
+
+/// The CLI acting as the tenant whose token is in `token_file`.
+fn leasehold_as(cluster: &TestCluster, token_file: &std::path::Path) -> Command {
+    let mut command = leasehold(cluster);
+    command.env("LEASEHOLD_TOKEN_FILE", token_file);
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_added_by_the_admin_locks_with_its_token_until_rotated_and_removed() {
+    let cluster = single_node_cluster().await;
+    let directory = tempfile::tempdir().unwrap();
+    let token_file = directory.path().join("payments.token");
+    let token_file_text = token_file.display().to_string();
+
+    let (stdout, _) = expect_exit(
+        leasehold(&cluster),
+        &["tenant", "add", "payments", "--max-sessions", "5", "--token-file", &token_file_text],
+        0,
+    )
+    .await;
+    assert_eq!(stdout, format!("{token_file_text}\n"), "only the path is printed, never the token");
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the token file is readable by its owner only");
+    let first_token = std::fs::read_to_string(&token_file).unwrap();
+    assert!(first_token.starts_with("tenant_"), "{first_token}");
+    expect_exit(leasehold_as(&cluster, &token_file), &["lock", "payments/1", "--try", "--", "true"], 0).await;
+
+    // Rotated: the old token is refused, the new one (written over the file) works.
+    let old_token_file = directory.path().join("old.token");
+    std::fs::write(&old_token_file, &first_token).unwrap();
+    let (stdout, _) =
+        expect_exit(leasehold(&cluster), &["tenant", "rotate-token", "payments", "--token-file", &token_file_text], 0)
+            .await;
+    assert_eq!(stdout, format!("{token_file_text}\n"));
+    assert_ne!(std::fs::read_to_string(&token_file).unwrap(), first_token);
+    let (_, stderr) =
+        expect_exit(leasehold_as(&cluster, &old_token_file), &["lock", "payments/1", "--try", "--", "true"], 77).await;
+    assert!(stderr.contains("unauthenticated"), "{stderr}");
+    expect_exit(leasehold_as(&cluster, &token_file), &["lock", "payments/1", "--try", "--", "true"], 0).await;
+
+    // Held: the list counts its session and hold against the quotas.
+    let mut holder = leasehold_as(&cluster, &token_file)
+        .args(["lock", "payments/1", "--ttl", "3s", "--", "sleep", "60"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let row = leasehold_jepsen::wait::until(Duration::from_secs(20), "the holder's session to be listed", || async {
+        tenant_row(&cluster, "payments").await.filter(|row| row["sessions"] == 1 && row["holds"] == 1)
+    })
+    .await;
+    assert_eq!(row["quotas"]["max_sessions"], 5);
+    assert!(row["state_bytes"].as_u64().unwrap() > 0, "{row}");
+    let (table, _) = expect_exit(leasehold(&cluster), &["tenant", "list"], 0).await;
+    let header = table.lines().next().unwrap();
+    for column in ["TENANT", "SESSIONS", "HOLDS", "WAITERS", "STATE BYTES"] {
+        assert!(header.contains(column), "{table}");
+    }
+    let payments = table.lines().find(|line| line.starts_with("payments ")).expect("a row for payments");
+    let cells: Vec<&str> = payments.split_whitespace().collect();
+    assert_eq!(cells[1..4], ["1/5", "1/100000", "0/100000"], "{table}");
+
+    let (stdout, _) =
+        expect_exit(leasehold(&cluster), &["tenant", "set-quotas", "payments", "--max-holds", "7"], 0).await;
+    let cells: Vec<&str> = stdout.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(cells[..4], ["payments", "1/5", "1/7", "0/100000"], "the other quotas stay: {stdout}");
+
+    // Removed: its session ends, the holder's command is stopped, the token is refused.
+    let (stdout, _) = expect_exit(leasehold(&cluster), &["tenant", "remove", "payments"], 0).await;
+    assert_eq!(stdout, "tenant payments removed: 1 session ended\n");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = holder.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the holder did not end with its tenant");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(70), "the lock was lost with the session: {status:?}");
+    assert!(tenant_row(&cluster, "payments").await.is_none(), "removed tenants are not listed");
+    expect_exit(leasehold_as(&cluster, &token_file), &["lock", "payments/1", "--try", "--", "true"], 77).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_token_is_printed_once_and_never_written_to_the_token_file_of_the_environment() {
+    let cluster = single_node_cluster().await;
+    // LEASEHOLD_TOKEN_FILE names the test tenant's token (the CLI reads it); `tenant
+    // add` must not write there.
+    let own_token_before = std::fs::read_to_string(&cluster.credentials.token_file).unwrap();
+    let (stdout, stderr) = expect_exit(leasehold(&cluster), &["tenant", "add", "reports"], 0).await;
+    assert_eq!(std::fs::read_to_string(&cluster.credentials.token_file).unwrap(), own_token_before);
+    let token = stdout.trim_end();
+    assert!(token.starts_with("tenant_") && stdout.lines().count() == 1, "only the token: {stdout}");
+    assert!(stderr.contains("only time"), "{stderr}");
+
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), format!("{token}\n")).unwrap();
+    expect_exit(leasehold_as(&cluster, token_file.path()), &["lock", "reports/weekly", "--try", "--", "true"], 0).await;
+    let (_, stderr) = expect_exit(leasehold(&cluster), &["tenant", "add", "reports"], 76).await;
+    assert!(stderr.contains("reports"), "the refusal names the tenant: {stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_commands_without_the_admin_credential_exit_77() {
+    let cluster = single_node_cluster().await;
+    let token_file = cluster.credentials.token_file.display().to_string();
+    // A tenant's token where the admin's should be: the server refuses it.
+    let mut as_tenant = leasehold(&cluster);
+    as_tenant.env("LEASEHOLD_ADMIN_TOKEN_FILE", &token_file);
+    let (_, stderr) = expect_exit(as_tenant, &["tenant", "list"], 77).await;
+    assert!(stderr.contains("permission denied"), "{stderr}");
+    // No admin credential at all: refused before anything is sent.
+    let mut without_admin = leasehold(&cluster);
+    without_admin.env_remove("LEASEHOLD_ADMIN_TOKEN_FILE");
+    let (_, stderr) = expect_exit(without_admin, &["tenant", "remove", "test"], 77).await;
+    assert!(stderr.contains("--admin-token-file"), "{stderr}");
+    // Nothing was removed.
+    expect_exit(leasehold(&cluster), &["lock", "still-here", "--try", "--", "true"], 0).await;
+}

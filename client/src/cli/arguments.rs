@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use leasehold::duration;
 
 use super::exit;
@@ -37,6 +38,36 @@ pub struct Arguments {
     pub command: Command,
 }
 
+impl Arguments {
+    /// Parses this process's command line (see `from_matches`).
+    pub fn parse_command_line() -> Result<Arguments, clap::Error> {
+        Arguments::from_matches(Arguments::command().try_get_matches()?)
+    }
+
+    /// The arguments in `matches`. `tenant add` and `tenant rotate-token` keep their
+    /// --token-file (where the new token is written) only when the command line gave
+    /// it: clap hands a subcommand the global flag's value, LEASEHOLD_TOKEN_FILE
+    /// included, and that file is the one the tenant's own token is read from.
+    pub fn from_matches(mut matches: ArgMatches) -> Result<Arguments, clap::Error> {
+        let token_file_given = matches
+            .subcommand_matches("tenant")
+            .and_then(|tenant| tenant.subcommand())
+            .filter(|(name, _)| ["add", "rotate-token"].contains(name))
+            .and_then(|(_, action)| action.value_source("token_file"))
+            == Some(ValueSource::CommandLine);
+        let mut arguments = Arguments::from_arg_matches_mut(&mut matches)?;
+        if let Command::Tenant {
+            action: TenantAction::Add { token_file, .. } | TenantAction::RotateToken { token_file, .. },
+        } = &mut arguments.command
+        {
+            if !token_file_given {
+                *token_file = None;
+            }
+        }
+        Ok(arguments)
+    }
+}
+
 /// How the CLI connects and who it is; each flag has its LEASEHOLD_* variable (see
 /// `leasehold::settings`), which is how `./cluster.sh env` sets them.
 #[derive(Args, Debug, Clone, Default)]
@@ -53,8 +84,8 @@ pub struct CredentialArguments {
     /// The private key of --cert-file.
     #[arg(long, env = "LEASEHOLD_KEY_FILE", value_name = "FILE", global = true, requires = "cert_file")]
     pub key_file: Option<PathBuf>,
-    /// The admin credential's file: `member`, `tenant` and `status --all` use it
-    /// instead of the tenant's credential.
+    /// The admin credential's file: `member` and `tenant` need it; `status` and
+    /// `session list` use it, when given, instead of the tenant's credential.
     #[arg(long, env = "LEASEHOLD_ADMIN_TOKEN_FILE", value_name = "FILE", global = true)]
     pub admin_token_file: Option<PathBuf>,
     /// Speak plaintext, to a cluster started with --insecure-plaintext.
@@ -149,6 +180,12 @@ pub enum Command {
         #[command(subcommand)]
         action: SessionAction,
     },
+    /// Tenants: add one, list them with their usage, rotate a token, set quotas,
+    /// remove one. Admin credential only (--admin-token-file).
+    Tenant {
+        #[command(subcommand)]
+        action: TenantAction,
+    },
     /// Make certificates for a local or test cluster (a CA, nodes, tenants).
     Cert {
         #[command(subcommand)]
@@ -240,6 +277,77 @@ pub enum MemberAction {
     Remove {
         node_id: u64,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TenantAction {
+    /// Add a tenant and print its bearer token. The token is shown only this once
+    /// (the cluster keeps a hash of it): keep it, or give --token-file.
+    Add {
+        /// The tenant's name: 1 to 63 lowercase letters, digits and inner '-' (its
+        /// client certificates name `<NAME>.tenant.leasehold`); "admin" is reserved.
+        name: String,
+        #[command(flatten)]
+        quotas: QuotaArguments,
+        /// Write the token to FILE (mode 0600, replacing it) and print only the path,
+        /// instead of printing the token. Taken from the command line only, never
+        /// from LEASEHOLD_TOKEN_FILE.
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+    },
+    /// Every tenant with its usage against its quotas and the replicated state it
+    /// takes (the admin namespace first, without quotas).
+    List {
+        /// One JSON array instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a tenant a new token and print it; the old one stops working at once.
+    /// The new token is shown only this once: keep it, or give --token-file.
+    RotateToken {
+        /// The tenant's name.
+        name: String,
+        /// Write the new token to FILE (mode 0600, replacing it) and print only the
+        /// path, instead of printing the token. Taken from the command line only,
+        /// never from LEASEHOLD_TOKEN_FILE.
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+    },
+    /// Change some of a tenant's quotas; those not given keep their values. Lowering
+    /// one takes nothing away: it refuses new sessions, holds or waits until the
+    /// usage is below it.
+    #[command(group(
+        clap::ArgGroup::new("some_quota").required(true).multiple(true).args(["max_sessions", "max_holds", "max_waiters"])
+    ))]
+    SetQuotas {
+        /// The tenant's name.
+        name: String,
+        #[command(flatten)]
+        quotas: QuotaArguments,
+    },
+    /// Remove a tenant: its token stops working, its sessions end (what they held is
+    /// released) and the number ended is printed.
+    Remove {
+        /// The tenant's name.
+        name: String,
+    },
+}
+
+/// A tenant's quotas on the command line; each one not given is the cluster's
+/// default (`tenant add`) or stays as it is (`tenant set-quotas`).
+#[derive(Args, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QuotaArguments {
+    /// The most sessions the tenant may have at once (the cluster's default: 10000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_sessions: Option<u32>,
+    /// The most locks, semaphore permits and leaderships it may hold at once (the
+    /// cluster's default: 100000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_holds: Option<u32>,
+    /// The most waits in lock, semaphore and election queues it may have at once (the
+    /// cluster's default: 100000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_waiters: Option<u32>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -354,6 +462,55 @@ mod tests {
                 }
                 let documented = argument.get_help().is_some();
                 assert!(documented, "`{name}`'s {id} has no help text");
+            }
+        }
+    }
+
+    fn tenant_action_of(line: &[&str]) -> Result<TenantAction, clap::Error> {
+        let command = Arguments::command();
+        let matches = command.try_get_matches_from(std::iter::once("leasehold").chain(line.iter().copied()))?;
+        match Arguments::from_matches(matches)?.command {
+            Command::Tenant { action } => Ok(action),
+            other => panic!("not a tenant command: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tenant_commands_take_quotas_and_a_token_file_to_write() {
+        let action = tenant_action_of(&["tenant", "add", "payments", "--max-holds", "9", "--token-file", "p.token"]);
+        match action.unwrap() {
+            TenantAction::Add { name, quotas, token_file } => {
+                assert_eq!(name, "payments");
+                assert_eq!(quotas, QuotaArguments { max_sessions: None, max_holds: Some(9), max_waiters: None });
+                assert_eq!(token_file, Some(PathBuf::from("p.token")));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Given before the subcommand, it is still given on the command line.
+        match tenant_action_of(&["--token-file", "q.token", "tenant", "rotate-token", "payments"]).unwrap() {
+            TenantAction::RotateToken { token_file, .. } => assert_eq!(token_file, Some(PathBuf::from("q.token"))),
+            other => panic!("{other:?}"),
+        }
+        let error = tenant_action_of(&["tenant", "set-quotas", "payments"]).unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::MissingRequiredArgument, "set-quotas sets at least one");
+        let error = tenant_action_of(&["tenant", "add", "payments", "--max-sessions", "0"]).unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::ValueValidation, "0 is no quota");
+        assert_eq!(exit::code_of_parse(&error), exit::EXIT_USAGE);
+    }
+
+    #[test]
+    fn every_tenant_flag_is_documented() {
+        let mut command = Arguments::command();
+        let tenant = command.find_subcommand_mut("tenant").unwrap();
+        for action in tenant.get_subcommands().filter(|action| action.get_name() != "help") {
+            assert!(action.get_about().is_some(), "`tenant {}` has no help text", action.get_name());
+            for argument in action.get_arguments() {
+                let id = argument.get_id().as_str();
+                assert!(
+                    id == "help" || argument.get_help().is_some(),
+                    "`tenant {}`'s {id} has no help",
+                    action.get_name()
+                );
             }
         }
     }

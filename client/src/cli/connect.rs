@@ -1,5 +1,7 @@
 //! The client a command runs with: the endpoints and credentials of the command line
 //! (or their LEASEHOLD_* variables), as the tenant or, for admin commands, as the admin.
+//! A command without the credential it needs is refused here, as not permitted (exit
+//! 77, as the server would), before anything is sent.
 
 use std::time::Duration;
 
@@ -30,7 +32,7 @@ pub fn client(
         Role::AdminIfGiven => credentials.admin_token_file.is_some(),
         Role::Admin => {
             if credentials.admin_token_file.is_none() {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::Unauthenticated(format!(
                     "this command needs the admin credential: give --admin-token-file (or {ENV_ADMIN_TOKEN_FILE})"
                 )));
             }
@@ -47,7 +49,7 @@ pub fn client(
         insecure_plaintext: credentials.insecure_plaintext,
     };
     if !admin && settings.token_file.is_none() && settings.cert_file.is_none() {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::Unauthenticated(format!(
             "no credential: give --token-file (or {ENV_TOKEN_FILE}) with the tenant's token, or --cert-file and \
              --key-file with its client certificate"
         )));

@@ -11,6 +11,7 @@
 //! * `hold` — `lock`, `sem` and `elect`: acquire, then supervise, then give back.
 //! * `supervise` — running the command; jeopardy stops it (SIGTERM, then SIGKILL).
 //! * `render` — what the read commands print: text tables and JSON.
+//! * `tenant` — tenants, their quotas and tokens (admin credential).
 //! * `status`, `member`, `describe`, `fence`, `session`, `leader` — one file per
 //!   remaining command family.
 
@@ -27,3 +28,4 @@ pub mod render;
 pub mod session;
 pub mod status;
 pub mod supervise;
+pub mod tenant;

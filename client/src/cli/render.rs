@@ -167,6 +167,60 @@ pub fn fence_check(name: &str, token: u64, answer: &pb::CheckFenceResponse) -> S
     }
 }
 
+/// The quota the server gives the admin namespace: none.
+const QUOTA_NONE: u32 = u32::MAX;
+
+/// A quota for JSON: null for none.
+fn quota_json(quota: u32) -> Value {
+    if quota == QUOTA_NONE {
+        Value::Null
+    } else {
+        json!(quota)
+    }
+}
+
+/// "3/10000": a usage against its quota; "3" when there is none.
+fn usage_text(usage: u64, quota: u32) -> String {
+    if quota == QUOTA_NONE {
+        usage.to_string()
+    } else {
+        format!("{usage}/{quota}")
+    }
+}
+
+/// `tenant list` and `tenant set-quotas`: per tenant, its usage against its quotas and
+/// the replicated state it takes (as the server estimates it).
+pub fn tenants(tenants: &[pb::TenantInfo], as_json: bool) -> String {
+    if as_json {
+        let rows: Vec<Value> = tenants
+            .iter()
+            .map(|tenant| {
+                let quotas = tenant.quotas.unwrap_or_default();
+                json!({"name": tenant.name, "sessions": tenant.sessions, "holds": tenant.holds, "waiters": tenant.waiters,
+                       "state_bytes": tenant.state_bytes,
+                       "quotas": {"max_sessions": quota_json(quotas.max_sessions), "max_holds": quota_json(quotas.max_holds),
+                                  "max_waiters": quota_json(quotas.max_waiters)}})
+            })
+            .collect();
+        return format!("{}\n", Value::Array(rows));
+    }
+    let header = ["TENANT", "SESSIONS", "HOLDS", "WAITERS", "STATE BYTES"];
+    let rows: Vec<Vec<String>> = tenants
+        .iter()
+        .map(|tenant| {
+            let quotas = tenant.quotas.unwrap_or_default();
+            vec![
+                tenant.name.clone(),
+                usage_text(tenant.sessions, quotas.max_sessions),
+                usage_text(tenant.holds, quotas.max_holds),
+                usage_text(tenant.waiters, quotas.max_waiters),
+                tenant.state_bytes.to_string(),
+            ]
+        })
+        .collect();
+    table(&header, &[1, 2, 3, 4], &rows)
+}
+
 fn held_json(held: &[pb::HeldLock]) -> Vec<Value> {
     held.iter().map(|held| json!({"name": held.name, "token": held.token})).collect()
 }
@@ -307,6 +361,33 @@ SESSION     TTL  CLIENT  LOCKS (token)                 PERMITS (token)  LEADS (t
             "\n"
         );
         assert_eq!(text, expected);
+    }
+
+    fn tenant(name: &str, quota: u32, sessions: u64, state_bytes: u64) -> pb::TenantInfo {
+        pb::TenantInfo {
+            name: name.to_string(),
+            quotas: Some(pb::Quotas { max_sessions: quota, max_holds: quota, max_waiters: quota }),
+            sessions,
+            holds: 2 * sessions,
+            waiters: 0,
+            state_bytes,
+        }
+    }
+
+    #[test]
+    fn the_tenant_table_shows_usage_against_quotas_and_none_for_the_admin() {
+        let tenants = [tenant("admin", QUOTA_NONE, 0, 0), tenant("payments", 10_000, 12, 4_096)];
+        let expected = "\
+TENANT    SESSIONS     HOLDS  WAITERS  STATE BYTES
+admin            0         0        0            0
+payments  12/10000  24/10000  0/10000         4096
+";
+        assert_eq!(super::tenants(&tenants, false), expected);
+        let json: Value = serde_json::from_str(&super::tenants(&tenants, true)).unwrap();
+        assert_eq!(json[0]["quotas"]["max_sessions"], Value::Null, "no quota is null");
+        assert_eq!(json[1]["quotas"]["max_holds"], 10_000);
+        assert_eq!(json[1]["sessions"], 12);
+        assert_eq!(json[1]["state_bytes"], 4_096);
     }
 
     #[test]
