@@ -1,30 +1,42 @@
 #!/usr/bin/env bash
-# A local Leasehold cluster on 127.0.0.1.
+# A local Leasehold cluster on 127.0.0.1, with TLS on every port and credentials.
 #
 #   ./cluster.sh start [N]     build if needed, start N nodes (3 by default, 5 allowed),
-#                              wait for a leader, print the endpoints, take a fenced lock
+#                              wait for a leader, add the tenant `demo`, take a fenced lock
+#   ./cluster.sh env           the exports a shell needs: eval "$(./cluster.sh env)"
 #   ./cluster.sh stop          stop every node (SIGTERM, then SIGKILL)
 #   ./cluster.sh status        node processes and `leasehold status`
 #   ./cluster.sh kill I        SIGKILL node I
 #   ./cluster.sh restart I     start node I again on its data directory (stopping it first)
 #   ./cluster.sh pause I       SIGSTOP node I
 #   ./cluster.sh resume I      SIGCONT node I
+#   ./cluster.sh reload I      SIGHUP node I: it re-reads its certificates and the admin token
 #   ./cluster.sh logs I        the last lines of node I's log
-#   ./cluster.sh clean         stop and delete the cluster's data
+#   ./cluster.sh clean         stop and delete the cluster's data and credentials
 #
 # Ports of node I: client 127.0.0.1:710I, peer 127.0.0.1:720I, metrics 127.0.0.1:730I.
 # LEASEHOLD_SERVER_FLAGS adds flags to every node (e.g. "--election-timeout-min-ms 300").
 # The nodes share this machine's cores: each gets --worker-threads cores/N (at least
 # 1) unless LEASEHOLD_SERVER_FLAGS sets it.
+# Credentials, made by the first `start` and kept until `clean`, under .cluster/:
+# certs/ (a CA, and node-I.pem for both ports of node I, which accept client
+# certificates from the same CA), admin.token (the admin credential), demo.token
+# (the token of the tenant `demo`, as which `env` makes the CLI act).
 # Data, logs and process ids live under .cluster/ in the checkout. The script acts
 # only on the process ids it recorded, never on process names.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/scripts/env.sh"
 
-CLUSTER_DIR="${LEASEHOLD_CLUSTER_DIR:-$LEASEHOLD_ROOT/.cluster}"
+# Absolute, so that the nodes, `restart` and `env` name the same files from any directory.
+CLUSTER_DIR="$(realpath -m "${LEASEHOLD_CLUSTER_DIR:-$LEASEHOLD_ROOT/.cluster}")"
 CLUSTER_NAME="local"
 SERVER="$LEASEHOLD_BIN/leasehold-server"
 CLI="$LEASEHOLD_BIN/leasehold"
+CERTS_DIR="$CLUSTER_DIR/certs"
+CA_FILE="$CERTS_DIR/ca.pem"
+ADMIN_TOKEN_FILE="$CLUSTER_DIR/admin.token"
+DEMO_TENANT="demo"
+DEMO_TOKEN_FILE="$CLUSTER_DIR/$DEMO_TENANT.token"
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
@@ -49,6 +61,16 @@ live_pid() {
   echo "$pid"
 }
 
+# The CLI against this cluster. The flags name its files, and the caller's LEASEHOLD_*
+# variables (another cluster's, say) are left out, so that nothing else is mixed in.
+leasehold_cli() {
+  env -u LEASEHOLD_ENDPOINTS -u LEASEHOLD_CA_FILE -u LEASEHOLD_TOKEN_FILE -u LEASEHOLD_TOKEN \
+    -u LEASEHOLD_ADMIN_TOKEN_FILE -u LEASEHOLD_CERT_FILE -u LEASEHOLD_KEY_FILE -u LEASEHOLD_INSECURE_PLAINTEXT \
+    "$CLI" --endpoints "$(endpoints)" --ca-file "$CA_FILE" "$@"
+}
+as_admin() { leasehold_cli --admin-token-file "$ADMIN_TOKEN_FILE" "$@"; }
+as_demo() { leasehold_cli --token-file "$DEMO_TOKEN_FILE" "$@"; }
+
 check_node() {
   [[ "${1:-}" =~ ^[1-5]$ ]] || die "node number must be 1 to 5, got '${1:-}'"
   [ "$1" -le "$(size)" ] || die "node $1 is not part of this $(size)-node cluster"
@@ -59,6 +81,50 @@ build() {
     "$LEASEHOLD_ROOT/scripts/setup.sh"
     echo "cluster.sh: building (release; the first build compiles RocksDB and takes about 25 minutes on 2 cores)…"
     leasehold_build
+  fi
+}
+
+# The CA, a certificate for each of the $1 nodes and the admin token, each made
+# only if missing: a restart keeps them, and `clean` removes them.
+make_credentials() {
+  local n=$1 i
+  mkdir -p "$CERTS_DIR"
+  if [ ! -f "$CERTS_DIR/ca.key" ]; then
+    # Certificates of another CA would not verify against this one.
+    rm -f "$CERTS_DIR"/node-*.pem "$CERTS_DIR"/node-*.key
+    "$CLI" cert ca "$CERTS_DIR" >/dev/null
+    echo "made a CA: $CA_FILE"
+  fi
+  for i in $(seq 1 "$n"); do
+    if [ ! -f "$CERTS_DIR/node-$i.pem" ] || [ ! -f "$CERTS_DIR/node-$i.key" ]; then
+      "$CLI" cert node "$CERTS_DIR" --id "$i" --host 127.0.0.1 --host localhost >/dev/null
+      echo "made node $i's certificate: $CERTS_DIR/node-$i.pem (node-$i.leasehold, 127.0.0.1, localhost)"
+    fi
+  done
+  if [ ! -s "$ADMIN_TOKEN_FILE" ]; then
+    (umask 077 && "$CLI" new-token --prefix admin >"$ADMIN_TOKEN_FILE.tmp")
+    chmod 600 "$ADMIN_TOKEN_FILE.tmp"
+    mv "$ADMIN_TOKEN_FILE.tmp" "$ADMIN_TOKEN_FILE"
+    echo "made the admin token: $ADMIN_TOKEN_FILE"
+  fi
+}
+
+# The tenant `demo` with its token in $DEMO_TOKEN_FILE: added by the first start; a
+# later one finds it and keeps its token (or gives it a new one if the file is gone).
+ensure_demo_tenant() {
+  local tenants
+  tenants=$(as_admin tenant list --json) || die "cannot list the tenants; see ./cluster.sh logs 1"
+  if python3 -c 'import json,sys; sys.exit(0 if any(t["name"] == sys.argv[1] for t in json.load(sys.stdin)) else 1)' \
+    "$DEMO_TENANT" <<<"$tenants"; then
+    if [ -s "$DEMO_TOKEN_FILE" ]; then
+      echo "tenant $DEMO_TENANT: exists, token in $DEMO_TOKEN_FILE"
+    else
+      as_admin tenant rotate-token "$DEMO_TENANT" --token-file "$DEMO_TOKEN_FILE" >/dev/null
+      echo "tenant $DEMO_TENANT: exists, its token file was missing: gave it a new token in $DEMO_TOKEN_FILE"
+    fi
+  else
+    as_admin tenant add "$DEMO_TENANT" --token-file "$DEMO_TOKEN_FILE" >/dev/null
+    echo "tenant $DEMO_TENANT: added, token in $DEMO_TOKEN_FILE"
   fi
 }
 
@@ -83,8 +149,16 @@ start_node() {
     threads=(--worker-threads "$(( $(nproc) / n > 1 ? $(nproc) / n : 1 ))")
   fi
   mkdir -p "$CLUSTER_DIR"
+  # One certificate for both ports: it names node-I.leasehold (what peers check) and
+  # 127.0.0.1 (what clients dial). Clients may also authenticate with a tenant
+  # certificate from the same CA (`leasehold cert tenant .cluster/certs NAME`).
+  local tls=(
+    --tls-cert "$CERTS_DIR/node-$i.pem" --tls-key "$CERTS_DIR/node-$i.key" --client-ca "$CA_FILE"
+    --peer-cert "$CERTS_DIR/node-$i.pem" --peer-key "$CERTS_DIR/node-$i.key" --peer-ca "$CA_FILE"
+    --admin-token-file "$ADMIN_TOKEN_FILE"
+  )
   setsid "$SERVER" --node-id "$i" --cluster-name "$CLUSTER_NAME" --data-dir "$CLUSTER_DIR/node$i" \
-    --metrics-addr "$(metrics_addr "$i")" "${members[@]}" "${threads[@]}" ${LEASEHOLD_SERVER_FLAGS:-} \
+    --metrics-addr "$(metrics_addr "$i")" "${members[@]}" "${tls[@]}" "${threads[@]}" ${LEASEHOLD_SERVER_FLAGS:-} \
     >>"$CLUSTER_DIR/node$i.log" 2>&1 </dev/null &
   echo $! >"$CLUSTER_DIR/node$i.pid"
   echo "node $i started (pid $!): client $(client_addr "$i"), peer $(peer_addr "$i"), metrics http://$(metrics_addr "$i")/metrics"
@@ -107,7 +181,7 @@ wait_listening() {
 wait_for_leader() {
   local deadline=$((SECONDS + ${1:-20})) leader
   while [ $SECONDS -lt $deadline ]; do
-    leader=$("$CLI" --endpoints "$(endpoints)" status --json 2>/dev/null |
+    leader=$(as_admin status --json 2>/dev/null |
       python3 -c 'import json,sys; d=json.load(sys.stdin); l=[n["node_id"] for n in d["nodes"] if n.get("state")=="leader"]; print(l[0] if l else "")' 2>/dev/null || true)
     if [ -n "$leader" ]; then echo "$leader"; return 0; fi
     sleep 0.2
@@ -128,11 +202,44 @@ stop_node() {
 
 demo() {
   echo
-  echo "== a fenced lock =="
+  echo "== a fenced lock, as tenant $DEMO_TENANT =="
   echo "\$ leasehold lock demo/orders-42 --try -- sh -c 'echo \"charging order 42 with fencing token \$LEASEHOLD_FENCING_TOKEN\"'"
-  "$CLI" --endpoints "$(endpoints)" lock demo/orders-42 --try -- sh -c 'echo "charging order 42 with fencing token $LEASEHOLD_FENCING_TOKEN"'
-  "$CLI" --endpoints "$(endpoints)" lock demo/orders-42 --try -- sh -c 'echo "a later holder gets a larger token: $LEASEHOLD_FENCING_TOKEN"'
+  as_demo lock demo/orders-42 --try -- sh -c 'echo "charging order 42 with fencing token $LEASEHOLD_FENCING_TOKEN"'
+  as_demo lock demo/orders-42 --try -- sh -c 'echo "a later holder gets a larger token: $LEASEHOLD_FENCING_TOKEN"'
   echo "A storage that keeps the highest token per order rejects a write that carries an older one."
+}
+
+# What a shell needs to use the cluster as tenant `demo` (and as the admin for
+# `member` and `tenant`), as eval-able lines.
+print_env() {
+  echo "unset LEASEHOLD_CERT_FILE LEASEHOLD_KEY_FILE LEASEHOLD_INSECURE_PLAINTEXT LEASEHOLD_TOKEN"
+  echo "export LEASEHOLD_ENDPOINTS=$(endpoints)"
+  printf 'export LEASEHOLD_CA_FILE=%q\n' "$CA_FILE"
+  printf 'export LEASEHOLD_TOKEN_FILE=%q\n' "$DEMO_TOKEN_FILE"
+  printf 'export LEASEHOLD_ADMIN_TOKEN_FILE=%q\n' "$ADMIN_TOKEN_FILE"
+  if [[ ":$PATH:" != *":$LEASEHOLD_BIN:"* ]]; then
+    printf 'export PATH=%q:"$PATH"\n' "$LEASEHOLD_BIN"
+  fi
+}
+
+# Sends SIGHUP to node $1 and shows what its log says about the reload; fails if
+# something did not load (the node then keeps what it had).
+reload_node() {
+  local i=$1 pid log offset deadline lines
+  pid=$(live_pid "$i") || die "node $i is not running"
+  log="$CLUSTER_DIR/node$i.log"
+  offset=$(stat -c %s "$log")
+  kill -HUP "$pid"
+  echo "node $i: SIGHUP sent (pid $pid)"
+  # It logs one line for the admin token and one for the certificates.
+  deadline=$((SECONDS + 5))
+  while lines=$(tail -c +"$((offset + 1))" "$log" | sed 's/\x1b\[[0-9;]*m//g' | grep 'SIGHUP' || true)
+    [ "$(grep -c . <<<"$lines")" -lt 2 ]; do
+    [ $SECONDS -lt "$deadline" ] || die "node $i logged no reload within 5 s; see ./cluster.sh logs $i"
+    sleep 0.1
+  done
+  echo "$lines"
+  ! grep -q 'did not load' <<<"$lines" || die "node $i kept its old files; fix them and reload again"
 }
 
 command=${1:-help}
@@ -146,13 +253,22 @@ case "$command" in
     build
     mkdir -p "$CLUSTER_DIR"
     echo "$n" >"$CLUSTER_DIR/size"
+    make_credentials "$n"
     for i in $(seq 1 "$n"); do start_node "$i"; done
     for i in $(seq 1 "$n"); do wait_listening "$i" 30; done
     leader=$(wait_for_leader 30) || die "no leader after 30 s; see ./cluster.sh logs 1"
     echo "leader: node $leader"
-    echo "endpoints: $(endpoints)   (export LEASEHOLD_ENDPOINTS=$(endpoints))"
+    ensure_demo_tenant
+    echo "endpoints: $(endpoints)"
     echo "CLI: $CLI"
     demo
+    echo
+    echo "To use the cluster from this shell (as tenant $DEMO_TENANT; admin commands as the admin):"
+    echo "  eval \"\$(./cluster.sh env)\""
+    ;;
+  env)
+    [ -f "$CLUSTER_DIR/size" ] || die "no cluster in $CLUSTER_DIR; start one with ./cluster.sh start"
+    print_env
     ;;
   stop)
     for i in $(seq 1 "$(size)"); do stop_node "$i"; done
@@ -167,7 +283,7 @@ case "$command" in
       fi
     done
     echo
-    "$CLI" --endpoints "$(endpoints)" status
+    as_admin status
     ;;
   kill)
     check_node "${2:-}"
@@ -179,6 +295,7 @@ case "$command" in
     check_node "${2:-}"
     stop_node "$2" >/dev/null
     build
+    make_credentials "$(size)"
     start_node "$2"
     wait_listening "$2" 30
     ;;
@@ -193,6 +310,10 @@ case "$command" in
     pid=$(live_pid "$2") || die "node $2 is not running"
     kill -CONT "$pid"
     echo "node $2 resumed (SIGCONT, pid $pid)"
+    ;;
+  reload)
+    check_node "${2:-}"
+    reload_node "$2"
     ;;
   logs)
     check_node "${2:-}"
@@ -209,7 +330,7 @@ case "$command" in
     demo
     ;;
   *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^set -euo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
     [ "$command" = help ] || exit 2
     ;;
 esac
