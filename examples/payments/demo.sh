@@ -87,14 +87,22 @@ done
 "$PAYMENTS" --database-url "$FENCED_URL" setup --order-ids 42,43 --users "$USERS"
 "$PAYMENTS" --database-url "$UNFENCED_URL" setup --order-ids 42
 
-if "$CLI" --endpoints "$ENDPOINTS" status >/dev/null 2>&1; then
+# The workers act as cluster.sh's tenant `demo`, over TLS: `cluster.sh env` names the
+# CA, the tenant's token and the admin token.
+cluster_is_up() {
+  local exports
+  exports=$("$LEASEHOLD_ROOT/cluster.sh" env 2>/dev/null) || return 1
+  (eval "$exports" && "$CLI" --endpoints "$ENDPOINTS" status >/dev/null 2>&1)
+}
+if cluster_is_up; then
   echo "Leasehold: the running cluster at $ENDPOINTS"
 else
   started_cluster=1
   "$LEASEHOLD_ROOT/cluster.sh" start >"$WORK/cluster-start.log" 2>&1 ||
     { cat "$WORK/cluster-start.log" >&2; die "the cluster did not start"; }
-  echo "Leasehold: started a 3-node cluster at $ENDPOINTS"
+  echo "Leasehold: started a 3-node cluster at $ENDPOINTS (TLS, tenant demo)"
 fi
+eval "$("$LEASEHOLD_ROOT/cluster.sh" env)"
 export LEASEHOLD_ENDPOINTS="$ENDPOINTS"
 
 # ---- workers ------------------------------------------------------------------------
