@@ -17,8 +17,8 @@ pub const KEEPALIVE_ANSWER_TIMEOUT_MS: u64 = 2_000;
 pub const KEEPALIVE_RETRY_PAUSE_MS: u64 = 50;
 
 pub struct EtcdWorker {
-    endpoints: Vec<String>,
-    /// Index in `endpoints` of the member this client talks to.
+    members: EtcdMembers,
+    /// Index in `members.endpoints` of the member this client talks to.
     current: usize,
     connection: Option<EtcdConnection>,
     lease_id: i64,
@@ -42,10 +42,10 @@ impl Drop for EtcdWorker {
 }
 
 impl EtcdWorker {
-    /// A client on member `index % endpoints.len()` with a fresh lease of `ttl`.
-    pub async fn open(endpoints: &[String], index: usize, ttl: Duration) -> anyhow::Result<EtcdWorker> {
-        let current = index % endpoints.len();
-        let mut connection = EtcdConnection::connect(&endpoints[current]).await.context("connect to etcd")?;
+    /// A client on member `index % members.endpoints.len()` with a fresh lease of `ttl`.
+    pub async fn open(members: &EtcdMembers, index: usize, ttl: Duration) -> anyhow::Result<EtcdWorker> {
+        let current = index % members.endpoints.len();
+        let mut connection = members.connect(current).await.context("connect to etcd")?;
         let ttl_seconds = ttl.as_secs().max(1) as i64;
         let granted: LeaseGrantResponse =
             connection.unary(LEASE_GRANT, LeaseGrantRequest { ttl_seconds, id: 0 }).await?;
@@ -53,13 +53,13 @@ impl EtcdWorker {
             bail!("lease grant refused: {}", granted.error);
         }
         let background_keepalive = tokio::spawn(keep_lease_alive(
-            endpoints.to_vec(),
+            members.clone(),
             current,
             granted.id,
             Duration::from_secs(ttl_seconds as u64),
         ));
         Ok(EtcdWorker {
-            endpoints: endpoints.to_vec(),
+            members: members.clone(),
             current,
             connection: Some(connection),
             lease_id: granted.id,
@@ -70,7 +70,7 @@ impl EtcdWorker {
 
     async fn connection(&mut self) -> anyhow::Result<&mut EtcdConnection> {
         if self.connection.is_none() {
-            self.connection = Some(EtcdConnection::connect(&self.endpoints[self.current]).await?);
+            self.connection = Some(self.members.connect(self.current).await?);
         }
         Ok(self.connection.as_mut().expect("connected above"))
     }
@@ -79,7 +79,7 @@ impl EtcdWorker {
     fn move_on(&mut self) {
         self.connection = None;
         self.keepalive = None;
-        self.current = (self.current + 1) % self.endpoints.len();
+        self.current = (self.current + 1) % self.members.endpoints.len();
     }
 
     fn failed<T>(&mut self, result: Result<T, tonic::Status>) -> anyhow::Result<T> {
@@ -168,11 +168,12 @@ impl EtcdWorker {
 
 /// Keeps lease `id` alive: one keepalive per TTL/3 on a stream of its own, moving to
 /// the next member when the stream fails. Runs until aborted.
-async fn keep_lease_alive(endpoints: Vec<String>, mut current: usize, id: i64, ttl: Duration) {
+async fn keep_lease_alive(members: EtcdMembers, mut current: usize, id: i64, ttl: Duration) {
     let interval = ttl / 3;
+    let endpoints = &members.endpoints;
     loop {
         let opened = async {
-            let mut connection = EtcdConnection::connect(&endpoints[current]).await?;
+            let mut connection = members.connect(current).await?;
             anyhow::Ok(connection.keep_alive_stream(LeaseKeepAliveRequest { id }).await?)
         };
         let Ok((requests, mut answers)) = opened.await else {
@@ -196,13 +197,13 @@ async fn keep_lease_alive(endpoints: Vec<String>, mut current: usize, id: i64, t
     }
 }
 
-/// The index in `endpoints` of the member that leads, asking each member's status.
-pub async fn leader_index(endpoints: &[String]) -> anyhow::Result<Option<usize>> {
+/// The index in `etcd.endpoints` of the member that leads, asking each member's status.
+pub async fn leader_index(etcd: &EtcdMembers) -> anyhow::Result<Option<usize>> {
     let mut members = Vec::new();
     let mut leader = None;
-    for endpoint in endpoints {
+    for index in 0..etcd.endpoints.len() {
         let status = async {
-            let mut connection = EtcdConnection::connect(endpoint).await?;
+            let mut connection = etcd.connect(index).await?;
             anyhow::Ok(connection.unary::<_, StatusResponse>(MAINTENANCE_STATUS, StatusRequest {}).await?)
         };
         match tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS * 2), status).await {

@@ -10,7 +10,9 @@
 use std::time::Duration;
 
 use tonic::codegen::http::uri::PathAndQuery;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+use crate::target::Transport;
 
 /// How long connecting to one member may take.
 pub const CONNECT_TIMEOUT_MS: u64 = 1_000;
@@ -127,6 +129,42 @@ pub const MAINTENANCE_STATUS: &str = "/etcdserverpb.Maintenance/Status";
 pub const LOCK: &str = "/v3lockpb.Lock/Lock";
 pub const UNLOCK: &str = "/v3lockpb.Lock/Unlock";
 
+/// The members of one etcd cluster and how to reach them.
+#[derive(Debug, Clone)]
+pub struct EtcdMembers {
+    /// Each member's client address, host:port (no scheme).
+    pub endpoints: Vec<String>,
+    /// The CA that signed the members' client-port certificates: with it every
+    /// connection is TLS (https) and trusts that CA only; without it, plaintext.
+    pub ca: Option<Certificate>,
+}
+
+impl EtcdMembers {
+    pub fn transport(&self) -> Transport {
+        if self.ca.is_some() {
+            Transport::Tls
+        } else {
+            Transport::Plaintext
+        }
+    }
+
+    /// A new connection to member `index` (its own TCP connection and, with TLS, its
+    /// own handshake), as an etcd client process would have.
+    pub async fn connect(&self, index: usize) -> Result<EtcdConnection, tonic::transport::Error> {
+        let endpoint = &self.endpoints[index];
+        let scheme = if self.ca.is_some() { "https" } else { "http" };
+        let mut builder = Endpoint::from_shared(format!("{scheme}://{endpoint}"))?
+            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+            .tcp_nodelay(true);
+        if let Some(ca) = &self.ca {
+            // The members' certificates name 127.0.0.1 (an IP SAN), which is what is dialled.
+            builder = builder.tls_config(ClientTlsConfig::new().ca_certificate(ca.clone()))?;
+        }
+        let channel = builder.connect().await?;
+        Ok(EtcdConnection { grpc: tonic::client::Grpc::new(channel) })
+    }
+}
+
 /// A connection to one etcd member.
 #[derive(Clone)]
 pub struct EtcdConnection {
@@ -134,15 +172,6 @@ pub struct EtcdConnection {
 }
 
 impl EtcdConnection {
-    pub async fn connect(endpoint: &str) -> Result<EtcdConnection, tonic::transport::Error> {
-        let channel = Endpoint::from_shared(format!("http://{endpoint}"))?
-            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
-            .tcp_nodelay(true)
-            .connect()
-            .await?;
-        Ok(EtcdConnection { grpc: tonic::client::Grpc::new(channel) })
-    }
-
     pub async fn unary<Request, Response>(
         &mut self,
         path: &'static str,

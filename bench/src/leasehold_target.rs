@@ -2,12 +2,15 @@
 //! semaphores; the `KeepAlive` gRPC stream directly for the keepalive workload (the
 //! library sends one keepalive per TTL/3, the workload sends them back to back).
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use leasehold::proto as pb;
 use leasehold::{Acquired, Client, LockGuard, PermitGuard, Session};
 use tokio::sync::mpsc;
+
+use crate::target::Transport;
 
 /// How long one keepalive may wait for its answer.
 pub const KEEPALIVE_ANSWER_TIMEOUT_MS: u64 = 2_000;
@@ -36,6 +39,45 @@ pub enum LeaseholdHeld {
 pub fn client(endpoints: &[String]) -> anyhow::Result<Client> {
     let settings = leasehold::Settings { endpoints: endpoints.to_vec(), ..leasehold::Settings::from_env() };
     settings.client().context("Leasehold client settings (LEASEHOLD_CA_FILE, LEASEHOLD_TOKEN_FILE)")
+}
+
+/// Whether the clients `client` builds speak TLS: plaintext only with
+/// LEASEHOLD_INSECURE_PLAINTEXT=1 (the library refuses a client with neither that
+/// nor a CA, so every other run is TLS).
+pub fn transport() -> Transport {
+    if leasehold::Settings::from_env().insecure_plaintext {
+        Transport::Plaintext
+    } else {
+        Transport::Tls
+    }
+}
+
+/// Adds tenant `name` with `quotas` through the admin credential in
+/// `admin_token_file`, and returns its token. An earlier attempt whose answer was
+/// lost (or a tenant of that name made before) is found as a refusal; the tenant then
+/// gets a new token, since the old one is not shown again.
+pub async fn add_tenant(
+    endpoints: &[String],
+    admin_token_file: &Path,
+    name: &str,
+    quotas: pb::Quotas,
+) -> anyhow::Result<String> {
+    let settings = leasehold::Settings {
+        endpoints: endpoints.to_vec(),
+        token_file: Some(admin_token_file.to_path_buf()),
+        token: None,
+        cert_file: None,
+        key_file: None,
+        ..leasehold::Settings::from_env()
+    };
+    let admin = settings.client().context("Leasehold admin client settings (LEASEHOLD_CA_FILE, --admin-token-file)")?;
+    match admin.add_tenant(name, quotas).await {
+        Ok(added) => Ok(added.token),
+        Err(leasehold::Error::Refused(_)) => {
+            admin.rotate_tenant_token(name).await.with_context(|| format!("give tenant {name} a new token"))
+        }
+        Err(error) => Err(error).with_context(|| format!("add tenant {name}")),
+    }
 }
 
 impl LeaseholdWorker {

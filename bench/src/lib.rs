@@ -7,11 +7,14 @@
 //!
 //! * `workload` — the workloads and the client loop: warm-up, measured window,
 //!   latencies, errors, the leader kill of `failover`.
-//! * `target` — the systems behind one worker interface.
+//! * `target` — the systems behind one worker interface, and whether a run's
+//!   clients spoke TLS to them (`Transport`).
 //! * `leasehold_target` — Leasehold through the `leasehold` library (and the
-//!   `KeepAlive` stream for back-to-back keepalives).
+//!   `KeepAlive` stream for back-to-back keepalives), as a tenant, over TLS unless
+//!   LEASEHOLD_INSECURE_PLAINTEXT=1; `add_tenant` makes that tenant.
 //! * `etcd_target` — etcd: a lease per client, v3lock `Lock`/`Unlock`.
-//! * `etcd_wire` — the few etcd v3 messages used, declared by hand.
+//! * `etcd_wire` — the few etcd v3 messages used, declared by hand, and the
+//!   connections to the members (TLS with --etcd-ca-file, else plaintext).
 //! * `redis_target` — Redis: `SET NX PX`, compare-and-delete, compare-and-pexpire.
 //! * `server_process` — CPU and resident memory of server processes from `/proc`.
 //! * `scale` — memory per idle session with a lock; restart time with many locks.

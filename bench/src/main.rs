@@ -1,5 +1,6 @@
 //! `leasehold-bench run …` measures one workload against one system;
-//! `leasehold-bench summarize FILE…` prints medians and ratios over rounds.
+//! `leasehold-bench summarize FILE…` prints medians and ratios over rounds;
+//! `leasehold-bench add-tenant …` makes the tenant a benchmark runs as.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -53,6 +54,30 @@ enum Command {
         /// Files of JSON lines written by `run --json-out`.
         files: Vec<PathBuf>,
     },
+    /// Adds a tenant with the admin credential and writes its token to --token-file:
+    /// Leasehold's clients act as a tenant, so a benchmark does too. TLS comes from
+    /// the LEASEHOLD_* variables, like `run`'s.
+    AddTenant {
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        /// The tenant's name.
+        #[arg(long, default_value = "bench")]
+        name: String,
+        /// The admin credential's file (the nodes' --admin-token-file).
+        #[arg(long, env = leasehold::settings::ENV_ADMIN_TOKEN_FILE)]
+        admin_token_file: PathBuf,
+        /// Where to write the tenant's token (readable by its owner only).
+        #[arg(long)]
+        token_file: PathBuf,
+        /// Quotas above what any workload takes (every client is a session; keepalive
+        /// and scale-sessions hold a lock per session).
+        #[arg(long, default_value_t = 1_000_000)]
+        max_sessions: u32,
+        #[arg(long, default_value_t = 10_000_000)]
+        max_holds: u32,
+        #[arg(long, default_value_t = 10_000_000)]
+        max_waiters: u32,
+    },
 }
 
 #[derive(clap::Args)]
@@ -96,6 +121,11 @@ struct RunArguments {
     /// Appends the JSON line to this file too.
     #[arg(long)]
     json_out: Option<PathBuf>,
+    /// etcd over TLS: the CA (PEM) that signed the members' client-port certificates
+    /// (https, trusting that CA only). Without it etcd is reached in plaintext.
+    /// Leasehold's TLS and credential come from the LEASEHOLD_* variables instead.
+    #[arg(long, value_name = "FILE")]
+    etcd_ca_file: Option<PathBuf>,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -106,6 +136,12 @@ fn main() -> anyhow::Result<()> {
     let arguments = Arguments::parse();
     match arguments.command {
         Command::Run(run) => {
+            let etcd_ca = match &run.etcd_ca_file {
+                Some(path) => Some(tonic::transport::Certificate::from_pem(
+                    std::fs::read(path).with_context(|| format!("read the etcd CA {}", path.display()))?,
+                )),
+                None => None,
+            };
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let report = runtime.block_on(workload::run(&Settings {
                 target: run.target,
@@ -121,6 +157,7 @@ fn main() -> anyhow::Result<()> {
                 semaphore_limit: run.limit,
                 kill_after: run.kill_after.unwrap_or(run.duration / 3),
                 label: run.label,
+                etcd_ca,
             }))?;
             // Clients still closing in the background are not waited for.
             runtime.shutdown_timeout(Duration::from_millis(workload::CLOSE_TIMEOUT_MS));
@@ -184,6 +221,20 @@ fn main() -> anyhow::Result<()> {
                 drop(sessions);
                 anyhow::Ok(())
             })?;
+            runtime.shutdown_timeout(Duration::from_secs(5));
+        }
+        Command::AddTenant { endpoints, name, admin_token_file, token_file, max_sessions, max_holds, max_waiters } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let quotas = leasehold::proto::Quotas { max_sessions, max_holds, max_waiters };
+            let token = runtime.block_on(leasehold_bench::leasehold_target::add_tenant(
+                &endpoints,
+                &admin_token_file,
+                &name,
+                quotas,
+            ))?;
+            leasehold::certs::write_file(&token_file, &token, true)
+                .with_context(|| format!("write {}", token_file.display()))?;
+            println!("tenant {name}: token in {}", token_file.display());
             runtime.shutdown_timeout(Duration::from_secs(5));
         }
         Command::Summarize { files } => {

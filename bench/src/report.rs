@@ -1,12 +1,13 @@
 //! Results: one JSON line per run, a table per run, and the summary over rounds
-//! (medians per system and the ratios Leasehold/etcd and Leasehold/Redis).
+//! (medians per system and transport, the ratios Leasehold/etcd and Leasehold/Redis,
+//! and each system's TLS/plaintext ratio when it was measured both ways).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::target::TargetKind;
+use crate::target::{System, TargetKind, Transport};
 use crate::workload::Workload;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -14,6 +15,10 @@ pub struct Report {
     /// Free text from the caller, e.g. the round number.
     pub label: String,
     pub target: TargetKind,
+    /// How the clients reached the system; runs of one system over TLS and in
+    /// plaintext are summarized apart.
+    #[serde(default)]
+    pub transport: Transport,
     pub workload: Workload,
     pub clients: usize,
     pub duration_s: f64,
@@ -61,17 +66,21 @@ fn cell(value: Option<f64>, decimals: usize) -> String {
 }
 
 impl Report {
+    pub fn system(&self) -> System {
+        System { target: self.target, transport: self.transport }
+    }
+
     pub fn table(&self) -> String {
         let mut text = String::new();
         let _ = writeln!(
             text,
-            "{:<10} {:<11} {:>7} {:>12} {:>9} {:>9} {:>9} {:>7} {:>12}",
+            "{:<21} {:<11} {:>7} {:>12} {:>9} {:>9} {:>9} {:>7} {:>12}",
             "target", "workload", "clients", "ops/s", "p50 ms", "p99 ms", "p999 ms", "errors", "cpu ms/op"
         );
         let _ = writeln!(
             text,
-            "{:<10} {:<11} {:>7} {:>12.1} {:>9} {:>9} {:>9} {:>7} {:>12}",
-            self.target.name(),
+            "{:<21} {:<11} {:>7} {:>12.1} {:>9} {:>9} {:>9} {:>7} {:>12}",
+            self.system().name(),
             self.workload.name(),
             self.clients,
             self.operations_per_s,
@@ -148,43 +157,89 @@ fn ratio(numerator: Option<f64>, denominator: Option<f64>) -> Option<f64> {
     }
 }
 
-/// The table of medians over rounds, per workload and metric, with the ratios
-/// Leasehold/etcd and Leasehold/Redis, as Markdown.
-pub fn summarize(reports: &[Report]) -> String {
-    let mut grouped: BTreeMap<(Workload, usize), BTreeMap<TargetKind, Vec<&Report>>> = BTreeMap::new();
-    for report in reports {
-        grouped.entry((report.workload, report.clients)).or_default().entry(report.target).or_default().push(report);
+/// A ratio column of the summary: `numerator`'s median over `denominator`'s.
+struct RatioColumn {
+    header: String,
+    numerator: System,
+    denominator: System,
+}
+
+/// The ratio columns for the systems measured: Leasehold over etcd and over Redis
+/// (Leasehold over TLS when it was measured so, against etcd over the same transport
+/// when there is one), then each system's TLS over its plaintext.
+fn ratio_columns(systems: &[System]) -> Vec<RatioColumn> {
+    let of = |target: TargetKind| systems.iter().copied().filter(move |system| system.target == target);
+    let mut columns = Vec::new();
+    // `systems` is sorted, TLS before plaintext: the first of a kind is its TLS run if any.
+    if let Some(leasehold) = of(TargetKind::Leasehold).next() {
+        for other in [TargetKind::Etcd, TargetKind::Redis] {
+            let same_transport = of(other).find(|system| system.transport == leasehold.transport);
+            if let Some(denominator) = same_transport.or_else(|| of(other).next()) {
+                let header = if same_transport.is_some() {
+                    format!("leasehold/{} ({})", other.name(), leasehold.transport.name())
+                } else {
+                    format!("{}/{}", leasehold.name(), denominator.name())
+                };
+                columns.push(RatioColumn { header, numerator: leasehold, denominator });
+            }
+        }
     }
+    for target in [TargetKind::Leasehold, TargetKind::Etcd, TargetKind::Redis] {
+        let tls = System { target, transport: Transport::Tls };
+        let plaintext = System { target, transport: Transport::Plaintext };
+        if systems.contains(&tls) && systems.contains(&plaintext) {
+            columns.push(RatioColumn {
+                header: format!("{} TLS/plaintext", target.name()),
+                numerator: tls,
+                denominator: plaintext,
+            });
+        }
+    }
+    columns
+}
+
+/// The table of medians over rounds, per workload and metric, one column per system
+/// and transport measured, with the ratios of `ratio_columns`, as Markdown.
+pub fn summarize(reports: &[Report]) -> String {
+    let mut grouped: BTreeMap<(Workload, usize), BTreeMap<System, Vec<&Report>>> = BTreeMap::new();
+    for report in reports {
+        grouped.entry((report.workload, report.clients)).or_default().entry(report.system()).or_default().push(report);
+    }
+    let mut systems: Vec<System> = reports.iter().map(Report::system).collect();
+    systems.sort();
+    systems.dedup();
+    let ratios = ratio_columns(&systems);
     let mut text = String::new();
-    let _ = writeln!(
-        text,
-        "| workload | clients | metric | leasehold | etcd | redis | leasehold/etcd | leasehold/redis | rounds |"
-    );
-    let _ = writeln!(text, "|---|---:|---|---:|---:|---:|---:|---:|---:|");
-    for ((workload, clients), by_target) in &grouped {
-        let rounds = by_target.values().map(Vec::len).max().unwrap_or(0);
+    let mut header = String::from("| workload | clients | metric |");
+    let mut rule = String::from("|---|---:|---|");
+    for system in &systems {
+        let _ = write!(header, " {} |", system.name());
+        rule.push_str("---:|");
+    }
+    for column in &ratios {
+        let _ = write!(header, " {} |", column.header);
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(text, "{header} rounds |");
+    let _ = writeln!(text, "{rule}---:|");
+    for ((workload, clients), by_system) in &grouped {
+        let rounds = by_system.values().map(Vec::len).max().unwrap_or(0);
         for (metric, read) in metrics(*workload) {
-            let median_of = |target: TargetKind| {
-                by_target
-                    .get(&target)
+            let median_of = |system: System| {
+                by_system
+                    .get(&system)
                     .and_then(|reports| median(reports.iter().filter_map(|report| read(report)).collect()))
             };
-            let (leasehold, etcd, redis) =
-                (median_of(TargetKind::Leasehold), median_of(TargetKind::Etcd), median_of(TargetKind::Redis));
             let decimals = if metric.ends_with("/s") { 0 } else { 3 };
-            let _ = writeln!(
-                text,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                workload.name(),
-                clients,
-                metric,
-                cell(leasehold, decimals),
-                cell(etcd, decimals),
-                cell(redis, decimals),
-                cell(ratio(leasehold, etcd), 2),
-                cell(ratio(leasehold, redis), 2),
-                rounds,
-            );
+            let mut row = format!("| {} | {} | {} |", workload.name(), clients, metric);
+            for system in &systems {
+                let _ = write!(row, " {} |", cell(median_of(*system), decimals));
+            }
+            for column in &ratios {
+                let _ =
+                    write!(row, " {} |", cell(ratio(median_of(column.numerator), median_of(column.denominator)), 2));
+            }
+            let _ = writeln!(text, "{row} {rounds} |");
         }
     }
     text
@@ -201,6 +256,58 @@ mod tests {
         assert_eq!(percentile_ms(&sorted, 0.99), Some(990.0));
         assert_eq!(percentile_ms(&sorted, 0.999), Some(999.0));
         assert_eq!(percentile_ms(&[], 0.5), None);
+    }
+
+    fn report(target: TargetKind, transport: Transport, operations_per_s: f64) -> Report {
+        Report {
+            label: String::new(),
+            target,
+            transport,
+            workload: Workload::LockCycle,
+            clients: 64,
+            duration_s: 1.0,
+            operations: operations_per_s as u64,
+            operations_per_s,
+            p50_ms: None,
+            p99_ms: None,
+            p999_ms: None,
+            errors: 0,
+            server_cpu_s: None,
+            server_cpu_ms_per_op: None,
+            server_cpu_complete: true,
+            failover: None,
+            error_samples: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn summary_separates_tls_from_plaintext_and_prints_their_ratio() {
+        let reports = [
+            report(TargetKind::Leasehold, Transport::Tls, 900.0),
+            report(TargetKind::Leasehold, Transport::Plaintext, 1000.0),
+            report(TargetKind::Etcd, Transport::Tls, 300.0),
+            report(TargetKind::Redis, Transport::Plaintext, 4500.0),
+        ];
+        let summary = summarize(&reports);
+        let mut lines = summary.lines();
+        assert_eq!(
+            lines.next().unwrap(),
+            "| workload | clients | metric | leasehold (TLS) | leasehold (plaintext) | etcd (TLS) | redis (plaintext) \
+             | leasehold/etcd (TLS) | leasehold (TLS)/redis (plaintext) | leasehold TLS/plaintext | rounds |"
+        );
+        lines.next();
+        assert_eq!(
+            lines.next().unwrap(),
+            "| lock-cycle | 64 | ops/s | 900 | 1000 | 300 | 4500 | 3.00 | 0.20 | 0.90 | 1 |"
+        );
+    }
+
+    #[test]
+    fn a_line_without_a_transport_is_plaintext() {
+        let mut line = serde_json::to_value(report(TargetKind::Etcd, Transport::Tls, 1.0)).unwrap();
+        line.as_object_mut().unwrap().remove("transport");
+        let read: Report = serde_json::from_value(line).unwrap();
+        assert_eq!(read.transport, Transport::Plaintext);
     }
 
     #[test]

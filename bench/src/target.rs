@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::etcd_target::{self, EtcdWorker};
 use crate::leasehold_target::{self, LeaseholdHeld, LeaseholdWorker};
 use crate::redis_target::{RedisHeld, RedisWorker};
-use crate::workload::Workload;
+use crate::workload::{Settings, Workload};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -15,6 +15,41 @@ pub enum TargetKind {
     Leasehold,
     Etcd,
     Redis,
+}
+
+/// Whether the benchmark's clients spoke TLS to the system: the same system is
+/// measured both ways to show what TLS costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    Tls,
+    /// Also what a JSON line written before this field existed means: every system
+    /// was measured in plaintext then.
+    #[default]
+    Plaintext,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tls => "TLS",
+            Transport::Plaintext => "plaintext",
+        }
+    }
+}
+
+/// One column of the results: a system and how its clients reached it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct System {
+    pub target: TargetKind,
+    pub transport: Transport,
+}
+
+impl System {
+    /// E.g. `leasehold (TLS)`.
+    pub fn name(self) -> String {
+        format!("{} ({})", self.target.name(), self.transport.name())
+    }
 }
 
 impl TargetKind {
@@ -37,19 +72,34 @@ impl TargetKind {
         )
     }
 
-    pub async fn open_worker(self, endpoints: &[String], index: usize, ttl: Duration) -> anyhow::Result<Worker> {
+    /// How the clients of a run with `settings` reach this system: Leasehold's from
+    /// the LEASEHOLD_* variables its library reads, etcd's from --etcd-ca-file;
+    /// Redis is measured in plaintext.
+    pub fn transport(self, settings: &Settings) -> Transport {
+        match self {
+            TargetKind::Leasehold => leasehold_target::transport(),
+            TargetKind::Etcd => settings.etcd_members().transport(),
+            TargetKind::Redis => Transport::Plaintext,
+        }
+    }
+
+    /// Client number `index` of a run with `settings`, connected, with its own session
+    /// (lease) of `settings.ttl`.
+    pub async fn open_worker(self, settings: &Settings, index: usize) -> anyhow::Result<Worker> {
+        let (endpoints, ttl) = (&settings.endpoints, settings.ttl);
         Ok(match self {
             TargetKind::Leasehold => Worker::Leasehold(LeaseholdWorker::open(endpoints, ttl).await?),
-            TargetKind::Etcd => Worker::Etcd(EtcdWorker::open(endpoints, index, ttl).await?),
+            TargetKind::Etcd => Worker::Etcd(EtcdWorker::open(&settings.etcd_members(), index, ttl).await?),
             TargetKind::Redis => Worker::Redis(RedisWorker::open(endpoints, index, ttl).await?),
         })
     }
 
-    /// The index in `endpoints` of the current leader, for the failover workload.
-    pub async fn leader_index(self, endpoints: &[String]) -> anyhow::Result<Option<usize>> {
+    /// The index in `settings.endpoints` of the current leader, for the failover
+    /// workload.
+    pub async fn leader_index(self, settings: &Settings) -> anyhow::Result<Option<usize>> {
         match self {
-            TargetKind::Leasehold => leasehold_target::leader_index(endpoints).await,
-            TargetKind::Etcd => etcd_target::leader_index(endpoints).await,
+            TargetKind::Leasehold => leasehold_target::leader_index(&settings.endpoints).await,
+            TargetKind::Etcd => etcd_target::leader_index(&settings.etcd_members()).await,
             TargetKind::Redis => Ok(None),
         }
     }

@@ -9,6 +9,7 @@ use anyhow::Context;
 use futures::StreamExt;
 use tokio::sync::watch;
 
+use crate::etcd_wire::EtcdMembers;
 use crate::report::{percentile_ms, Failover, Report};
 use crate::server_process;
 use crate::target::{TargetKind, Worker};
@@ -67,6 +68,17 @@ pub struct Settings {
     /// When, after the warm-up, the failover workload kills the leader.
     pub kill_after: Duration,
     pub label: String,
+    /// etcd: the CA that signed the members' client-port certificates; with it the
+    /// clients speak TLS (https), without it plaintext. Leasehold's clients take
+    /// theirs from the LEASEHOLD_* variables instead (see `leasehold::settings`).
+    pub etcd_ca: Option<tonic::transport::Certificate>,
+}
+
+impl Settings {
+    /// The etcd members at `endpoints`, reached as `etcd_ca` says.
+    pub fn etcd_members(&self) -> EtcdMembers {
+        EtcdMembers { endpoints: self.endpoints.clone(), ca: self.etcd_ca.clone() }
+    }
 }
 
 /// What one client saw.
@@ -90,7 +102,7 @@ pub async fn run(settings: &Settings) -> anyhow::Result<Report> {
     );
     anyhow::ensure!(settings.clients > 0, "--clients must be at least 1");
     let workers: Vec<anyhow::Result<Worker>> = futures::stream::iter(0..settings.clients)
-        .map(|index| settings.target.open_worker(&settings.endpoints, index, settings.ttl))
+        .map(|index| settings.target.open_worker(settings, index))
         .buffered(OPENING_CONCURRENCY_MAX)
         .collect()
         .await;
@@ -157,6 +169,7 @@ pub async fn run(settings: &Settings) -> anyhow::Result<Report> {
     Ok(Report {
         label: settings.label.clone(),
         target: settings.target,
+        transport: settings.target.transport(settings),
         workload: settings.workload,
         clients: settings.clients,
         duration_s: measured_seconds,
@@ -180,7 +193,7 @@ pub async fn run(settings: &Settings) -> anyhow::Result<Report> {
 
 /// Kills the leader's process with SIGKILL; its index in `endpoints` and when.
 async fn kill_leader(settings: &Settings) -> anyhow::Result<(usize, Instant)> {
-    let leader = settings.target.leader_index(&settings.endpoints).await?.context("no leader to kill")?;
+    let leader = settings.target.leader_index(settings).await?.context("no leader to kill")?;
     let pid = *settings.pids.get(leader).context("--pids must name every endpoint's process, in order")?;
     // SAFETY: signalling a process id the caller handed us as a server it started.
     let killed = unsafe { libc::kill(pid, libc::SIGKILL) };

@@ -6,12 +6,18 @@ use std::process::Command;
 use std::time::Duration;
 
 use leasehold_bench::report::Report;
+use leasehold_bench::target::Transport;
 use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
 
 /// How long a test waits for the cluster to elect a leader.
 const LEADER_WAIT_MS: u64 = 30_000;
 
 fn run_bench(cluster: &TestCluster, workload: &str, extra: &[&str]) -> Report {
+    run_bench_with_env(cluster, workload, extra, &[])
+}
+
+/// `run_bench` with `env` over the cluster's client variables.
+fn run_bench_with_env(cluster: &TestCluster, workload: &str, extra: &[&str], env: &[(&str, String)]) -> Report {
     let pids: Vec<String> = cluster.nodes.keys().map(|id| cluster.pid(*id).expect("node runs").to_string()).collect();
     let output = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
         .args(["run", "--target", "leasehold", "--workload", workload, "--clients", "2"])
@@ -19,6 +25,7 @@ fn run_bench(cluster: &TestCluster, workload: &str, extra: &[&str]) -> Report {
         .args(["--endpoints", &cluster.endpoints().join(","), "--pids", &pids.join(",")])
         .args(extra)
         .envs(cluster.client_env())
+        .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
         .output()
         .expect("run leasehold-bench");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -41,7 +48,33 @@ async fn every_workload_runs_against_a_cluster() {
         assert_eq!(report.errors, 0, "{workload}: {:?}", report.error_samples);
         assert!(report.p99_ms.is_some(), "{workload}: no latency");
         assert!(report.server_cpu_ms_per_op.is_some_and(|cpu| cpu > 0.0), "{workload}: no server CPU: {report:?}");
+        assert_eq!(report.transport, Transport::Tls, "{workload}: the cluster's clients speak TLS");
     }
+}
+
+/// What compare.sh does: `add-tenant` with the admin credential (here from
+/// LEASEHOLD_ADMIN_TOKEN_FILE), then a run as that tenant.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_added_by_the_bench_runs_a_workload() {
+    let cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(Duration::from_millis(LEADER_WAIT_MS)).await;
+    let token_file = cluster.credentials.directory.join("bench.token");
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
+        .args(["add-tenant", "--name", "bench", "--max-sessions", "10", "--endpoints", &cluster.endpoints().join(",")])
+        .arg("--token-file")
+        .arg(&token_file)
+        .envs(cluster.client_env())
+        .output()
+        .expect("run leasehold-bench add-tenant");
+    assert!(output.status.success(), "add-tenant failed: {}", String::from_utf8_lossy(&output.stderr));
+    let tenants = cluster.admin_client().list_tenants().await.expect("list the tenants");
+    let bench = tenants.iter().find(|tenant| tenant.name == "bench").expect("the tenant bench exists");
+    assert_eq!(bench.quotas.map(|quotas| quotas.max_sessions), Some(10));
+
+    let env = [("LEASEHOLD_TOKEN_FILE", token_file.display().to_string())];
+    let report = run_bench_with_env(&cluster, "lock-cycle", &["--duration", "1s"], &env);
+    assert!(report.operations > 0, "no operation completed as the tenant bench: {report:?}");
+    assert_eq!(report.errors, 0, "{:?}", report.error_samples);
 }
 
 #[tokio::test(flavor = "multi_thread")]
