@@ -230,6 +230,7 @@ pub fn command_error(error: CommandError) -> Status {
         ErrorKind::NotHolder => ErrorReason::NotHolder,
         ErrorKind::LimitMismatch => ErrorReason::LimitMismatch,
         ErrorKind::NotElectionLeader => ErrorReason::NotElectionLeader,
+        ErrorKind::Unauthenticated => ErrorReason::Unauthenticated,
         ErrorKind::PermissionDenied => ErrorReason::PermissionDenied,
         ErrorKind::WrongSessionSecret => ErrorReason::WrongSessionSecret,
         ErrorKind::QuotaExceeded => ErrorReason::QuotaExceeded,

@@ -43,6 +43,9 @@ pub enum ErrorKind {
     /// of the election. (Not the Raft leader: a node that does not lead the cluster
     /// refuses a request before any command is proposed.)
     NotElectionLeader,
+    /// The caller's tenant no longer exists: it was removed after the request was
+    /// authenticated and before its command was applied.
+    Unauthenticated,
     /// A known caller acting outside its rights: another tenant's session, tenant
     /// management without the admin credential.
     PermissionDenied,
@@ -321,6 +324,14 @@ pub(super) fn not_leader(
              {state}; only the leader can, with the token of its current leadership"
         ),
     )
+}
+
+pub(super) fn tenant_removed(tenant: u32) -> CommandError {
+    CommandError::new(
+        ErrorKind::Unauthenticated,
+        "the request's tenant was removed before its command was applied; its credential no longer works".into(),
+    )
+    .with("tenant_id", tenant)
 }
 
 pub(super) fn permission_denied(tenant: &str, what: &str) -> CommandError {

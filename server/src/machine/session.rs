@@ -304,7 +304,7 @@ impl StateMachine {
             Caller::Admin { secret } => (ADMIN_TENANT, secret),
             Caller::Tenant { tenant, secret } => (tenant, secret),
         };
-        let entry = self.tenants.get_mut(&tenant).expect("the gRPC layer authenticated a live tenant");
+        let entry = self.tenants.get_mut(&tenant).expect("`authorize` refuses the callers of a removed tenant");
         if entry.usage.sessions >= entry.quotas.sessions {
             return Err(quota_exceeded(&entry.name, "sessions", entry.quotas.sessions, entry.usage.sessions));
         }

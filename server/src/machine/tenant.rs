@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use super::election::Election;
 use super::error::{
-    permission_denied, quota_exceeded, tenant_exists, unknown_tenant, validate_tenant_name, wrong_session_secret,
+    permission_denied, quota_exceeded, tenant_exists, tenant_removed, unknown_tenant, validate_tenant_name,
+    wrong_session_secret,
 };
 use super::lock::Lock;
 use super::semaphore::Semaphore;
@@ -190,6 +191,11 @@ impl StateMachine {
         let Some(tenant) = caller.tenant() else {
             return Ok(());
         };
+        // The gRPC layer authenticated the caller against the tenants as they were
+        // then; a RemoveTenant may have been applied since.
+        if !self.tenants.contains_key(&tenant) {
+            return Err(tenant_removed(tenant));
+        }
         let tenant_name = self.tenant_name(tenant);
         match command {
             Command::ExpireSessions { .. } => {

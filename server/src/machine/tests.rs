@@ -2123,6 +2123,24 @@ fn rotating_a_token_replaces_it_and_removing_a_tenant_ends_its_sessions() {
 }
 
 #[test]
+fn a_tenant_removed_between_authentication_and_apply_is_refused_and_changes_nothing() {
+    // The gRPC layer authenticates against the tenants as last applied; RemoveTenant
+    // can be applied before the command it let through.
+    let mut tenants = Tenants::new();
+    let a = tenants.add_tenant("alpha", Quotas::default());
+    let holder = tenants.session(a, 1);
+    let remove = Command::RemoveTenant { request: tenants.harness.request(), name: "alpha".into() };
+    tenants.apply(&ADMIN, remove);
+    let caller = Caller::Tenant { tenant: a, secret: [1; 16] };
+    let create = tenants.harness.create_command("late");
+    assert_eq!(tenants.refused(&caller, create).kind, ErrorKind::Unauthenticated);
+    let acquire = tenants.harness.acquire_command(holder, "x", false);
+    assert_eq!(tenants.refused(&caller, acquire).kind, ErrorKind::Unauthenticated);
+    let close = Command::CloseSession { request: tenants.harness.request(), session: holder };
+    assert_eq!(tenants.refused(&caller, close).kind, ErrorKind::Unauthenticated);
+}
+
+#[test]
 fn setting_some_quotas_keeps_the_others_and_lowering_one_takes_nothing_away() {
     let mut tenants = Tenants::new();
     let a = tenants.add_tenant("alpha", Quotas { sessions: 5, holds: 50, waiters: 500 });
