@@ -34,6 +34,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    leasehold_server::shell::fail_stop::install();
     let raw = match &arguments.config {
         Some(path) => match RawConfig::from_toml_file(path) {
             Ok(file) => arguments.settings.merged_over(file),

@@ -38,8 +38,9 @@ impl Applier {
         Ok(Applier { jobs })
     }
 
-    /// Runs `work` on the applier thread and returns its result; a panic in `work`
-    /// resumes here.
+    /// Runs `work` on the applier thread and returns its result. A panic in `work`
+    /// resumes here, where no fail-stop hook is installed (unit tests); in a node the
+    /// hook has stopped the process first (`shell::fail_stop`).
     pub async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> T {
         let (reply, answer) = oneshot::channel();
         self.send(move || {

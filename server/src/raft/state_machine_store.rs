@@ -21,6 +21,7 @@ use crate::raft::codec;
 use crate::raft::storage::{self, COLUMN_FAMILY_META, KEY_SNAPSHOT};
 use crate::raft::types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::shell::credentials::Credentials;
+use crate::shell::fail_stop;
 use crate::shell::observers::{Change, Observers};
 use crate::shell::session_deadlines::SessionDeadlines;
 use crate::shell::wait_histograms::WaitHistograms;
@@ -112,14 +113,8 @@ fn check_loaded(machine: &StateMachine, last_applied: Option<LogId>) -> Result<(
             machine.last_applied()
         ));
     }
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| machine.check_invariants())).map_err(|panic| {
-        let reason = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
-            .unwrap_or_else(|| "a broken invariant".to_string());
-        format!("the snapshot's state breaks an invariant: {reason}")
-    })
+    fail_stop::catching(|| machine.check_invariants())
+        .map_err(|reason| format!("the snapshot's state breaks an invariant: {reason}"))
 }
 
 fn snapshot_error(error: impl std::error::Error + 'static) -> StorageError {

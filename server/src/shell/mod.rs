@@ -6,6 +6,7 @@
 //!
 //! # Layout
 //!
+//! * `fail_stop` — a panic anywhere stops the process, unless it is `catching`.
 //! * `clock` — the only place that reads a clock, with the test-only skew knob.
 //! * `credentials` — the tenants' token hashes and names as last applied, for
 //!   authenticating requests without reading the replicated state.
@@ -21,6 +22,7 @@
 
 pub mod clock;
 pub mod credentials;
+pub mod fail_stop;
 pub mod memory;
 pub mod observers;
 pub mod session_deadlines;
