@@ -78,7 +78,9 @@ pub use view::{
     ElectionView, FenceStatus, HeldLock, HolderView, LeaderView, LockView, SemaphoreView, SessionView, WaiterView,
 };
 
-pub use tenant::{Caller, QuotaChange, Quotas, SecretHash, Submission, Tenant, TenantId, Usage, ADMIN_TENANT, ADMIN_TENANT_NAME};
+pub use tenant::{
+    Caller, QuotaChange, Quotas, SecretHash, Submission, Tenant, TenantId, Usage, ADMIN_TENANT, ADMIN_TENANT_NAME,
+};
 
 use error::{request_id_reused, token_not_yet_applied};
 use session::{push_compact, Answer, ClientName, Remembered, Role};
