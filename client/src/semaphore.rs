@@ -100,22 +100,35 @@ impl Semaphore {
 
     /// Changes the limit. Lowering it revokes nobody; it only holds back new grants.
     pub async fn set_limit(&self, limit: u32) -> Result<u32> {
-        let client = self.session.client();
-        let request = pb::SemSetLimitRequest {
-            request_id: Some(client.next_request_id()),
-            session_id: self.session.id(),
-            name: self.name.clone(),
-            limit,
-            session_secret: self.session.secret(),
-        };
-        let response = client
-            .with_leader("semaphore set limit", client.inner.request_deadline, |channel| {
-                let request = request.clone();
-                async move { Client::semaphores(channel).set_limit(request).await.map(|response| response.into_inner()) }
-            })
-            .await?;
-        Ok(response.previous_limit)
+        set_limit(&self.session, &self.name, "", limit).await
     }
+}
+
+impl Session {
+    /// The admin only (a session made with the admin credential): changes the limit
+    /// of `tenant`'s semaphore `name`, and returns the one it had.
+    pub async fn set_tenant_semaphore_limit(&self, tenant: &str, name: &str, limit: u32) -> Result<u32> {
+        set_limit(self, name, tenant, limit).await
+    }
+}
+
+async fn set_limit(session: &Session, name: &str, tenant: &str, limit: u32) -> Result<u32> {
+    let client = session.client();
+    let request = pb::SemSetLimitRequest {
+        request_id: Some(client.next_request_id()),
+        session_id: session.id(),
+        name: name.to_string(),
+        limit,
+        session_secret: session.secret(),
+        tenant: tenant.to_string(),
+    };
+    let response = client
+        .with_leader("semaphore set limit", client.inner.request_deadline, |channel| {
+            let request = request.clone();
+            async move { Client::semaphores(channel).set_limit(request).await.map(|response| response.into_inner()) }
+        })
+        .await?;
+    Ok(response.previous_limit)
 }
 
 impl PermitGuard {

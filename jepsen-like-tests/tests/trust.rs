@@ -739,6 +739,30 @@ async fn tenants_share_no_lock_session_or_election() {
 /// same tenant that knows the session's id but not its secret cannot keep it alive
 /// (answered alive = false, and the session expires after its TTL once its owner
 /// stops), cannot close it, and cannot release or take locks with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_a_semaphores_tenant_or_the_admin_changes_its_limit() {
+    let cluster = started(ClusterOptions::default()).await;
+    let token_a = add_tenant(&cluster, "a", pb::Quotas::default()).await;
+    let token_b = add_tenant(&cluster, "b", pb::Quotas::default()).await;
+    let client_a = tenant_client(&cluster, &token_a);
+    let session_a = client_a.session(Duration::from_secs(60)).await.expect("A's session");
+    let _permit = session_a.semaphore("jobs", 3).try_acquire().await.expect("acquire").expect("a free permit");
+    let session_b = tenant_client(&cluster, &token_b).session(Duration::from_secs(60)).await.expect("B's session");
+
+    let error = session_b.set_tenant_semaphore_limit("a", "jobs", 1).await.expect_err("B names A's semaphore");
+    assert!(matches!(error, leasehold::Error::PermissionDenied(_)), "{error:?}");
+    let error = session_b.semaphore("jobs", 1).set_limit(1).await.expect_err("B's own jobs is unused");
+    assert!(matches!(error, leasehold::Error::InvalidArgument(_)), "{error:?}");
+    assert_eq!(client_a.describe_semaphore("jobs").await.expect("describe").limit, 3, "B changed nothing");
+
+    let admin_session = cluster.admin_client().session(Duration::from_secs(60)).await.expect("the admin's session");
+    let previous = admin_session.set_tenant_semaphore_limit("a", "jobs", 5).await.expect("the admin sets A's limit");
+    assert_eq!(previous, 3);
+    assert_eq!(client_a.describe_semaphore("jobs").await.expect("describe").limit, 5);
+    let error = admin_session.set_tenant_semaphore_limit("nobody", "jobs", 5).await.expect_err("an unknown tenant");
+    assert!(matches!(error, leasehold::Error::NotFound(_)), "{error:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_id_without_its_secret_cannot_keep_close_or_release_the_session() {
     const LOCK: &str = "secret/held";

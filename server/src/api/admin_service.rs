@@ -10,7 +10,7 @@ use leasehold_proto::ErrorReason;
 use openraft::{ChangeMembers, ServerState};
 use tonic::{Request, Response, Status};
 
-use crate::api::auth::{Auth, Who};
+use crate::api::auth::{audit, Auth};
 use crate::api::convert;
 use crate::machine::{Command, QuotaChange, Quotas, Response as MachineResponse, Tenant};
 use crate::raft::network::Network;
@@ -86,10 +86,6 @@ fn tenant_info(tenant: &Tenant) -> pb::TenantInfo {
 }
 
 /// One audit line for an admin action (the secrets it makes are never logged).
-fn audit(rpc: &str, who: &Who, what: &str) {
-    tracing::info!(target: "audit", rpc, caller = who.name(), what, "admin action");
-}
-
 fn unexpected(response: MachineResponse) -> Status {
     error_status(ErrorReason::Internal, format!("unexpected answer from the state machine: {response:?}"), &[])
 }

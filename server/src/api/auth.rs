@@ -175,3 +175,9 @@ impl Auth {
         )
     }
 }
+
+/// The audit line of an admin action: the RPC, the caller, what it changed (never a
+/// secret).
+pub fn audit(rpc: &str, who: &Who, what: &str) {
+    tracing::info!(target: "audit", rpc, caller = who.name(), what, "admin action");
+}

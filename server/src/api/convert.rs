@@ -11,7 +11,7 @@ use crate::machine::limits::{
     CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSION_TTL_MS_MAX,
     SESSION_TTL_MS_MIN,
 };
-use crate::machine::{Command, CommandError, ErrorKind, RequestId, ResourceKind, SessionId};
+use crate::machine::{Command, CommandError, ErrorKind, RequestId, ResourceKind, SessionId, TenantId};
 
 /// A blocking acquire waits at most this long per request; a client that wants to
 /// wait longer sends the same request again.
@@ -178,12 +178,14 @@ pub fn sem_release(request: pb::SemReleaseRequest) -> Result<Command, Status> {
     })
 }
 
-pub fn sem_set_limit(request: pb::SemSetLimitRequest) -> Result<Command, Status> {
+/// `tenant`: whose semaphore, when not the session's own (the admin's only).
+pub fn sem_set_limit(request: &pb::SemSetLimitRequest, tenant: Option<TenantId>) -> Result<Command, Status> {
     Ok(Command::SemSetLimit {
         request: request_id(request.request_id)?,
         session: session_id(request.session_id)?,
         name: resource_name(ResourceKind::Semaphore, &request.name)?,
         limit: semaphore_limit(request.limit)?,
+        tenant,
     })
 }
 

@@ -10,7 +10,7 @@ use leasehold_proto::semaphores_server::Semaphores;
 use leasehold_proto::ErrorReason;
 use tonic::{Request, Response, Status};
 
-use crate::api::auth::Auth;
+use crate::api::auth::{audit, Auth};
 use crate::api::convert;
 use crate::api::queued_wait::{self, WaitEnd};
 use crate::machine::{AcquireOutcome, Command, ResourceKind, Response as MachineResponse, StateMachine, TenantId};
@@ -119,8 +119,20 @@ impl Semaphores for SemaphoresService {
     ) -> Result<Response<pb::SemSetLimitResponse>, Status> {
         let who = self.auth.who("Semaphores.SetLimit", &request)?;
         let request = request.into_inner();
-        let caller = who.caller(&request.session_secret);
-        match self.replica.propose(caller, convert::sem_set_limit(request)?).await? {
+        let tenant = if request.tenant.is_empty() || request.tenant == who.name() {
+            None
+        } else {
+            who.require_admin(&format!("change tenant {:?}'s semaphore {:?}", request.tenant, request.name))?;
+            let tenant = self.auth.namespace(&who, &request.tenant)?;
+            audit(
+                "Semaphores.SetLimit",
+                &who,
+                &format!("tenant {:?}'s semaphore {:?}: limit {}", request.tenant, request.name, request.limit),
+            );
+            Some(tenant)
+        };
+        let command = convert::sem_set_limit(&request, tenant)?;
+        match self.replica.propose(who.caller(&request.session_secret), command).await? {
             MachineResponse::SemLimitSet { previous, .. } => {
                 Ok(Response::new(pb::SemSetLimitResponse { previous_limit: previous }))
             }

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::tenant::{QuotaChange, Quotas, SecretHash};
+use super::tenant::{QuotaChange, Quotas, SecretHash, TenantId};
 use super::{ResourceKind, SessionId, Token};
 
 /// Names one mutating request of one client, so that a retry after a lost response gets
@@ -72,14 +72,16 @@ pub enum Command {
     },
     /// Changes the limit of a semaphore that has holders or waiters. Lowering it revokes
     /// no permit, it only holds back grants; raising it grants waiters at once. Any live
-    /// session may send it; `session` names whose request this is, for retries. On an
-    /// unused semaphore it is rejected (`InvalidArgument`): there is no entry to keep a
-    /// limit in, and the next acquirer sets one.
+    /// session of the semaphore's tenant may send it; `session` names whose request this
+    /// is, for retries. `tenant` names another tenant's semaphore: the admin's only. On
+    /// an unused semaphore it is rejected (`InvalidArgument`): there is no entry to keep
+    /// a limit in, and the next acquirer sets one.
     SemSetLimit {
         request: RequestId,
         session: SessionId,
         name: String,
         limit: u32,
+        tenant: Option<TenantId>,
     },
     /// The leader proposes this when a waiting `SemAcquire`'s wait ran out.
     SemCancelWait {
@@ -301,11 +303,12 @@ impl Command {
                 hasher.write_str(name);
                 hasher.write_u64(*token);
             }
-            Command::SemSetLimit { request: _, session, name, limit } => {
+            Command::SemSetLimit { request: _, session, name, limit, tenant } => {
                 hasher.write_tag(9);
                 hasher.write_u64(*session);
                 hasher.write_str(name);
                 hasher.write_u64(u64::from(*limit));
+                hasher.write_u64(tenant.map_or(0, |tenant| u64::from(tenant) + 1));
             }
             Command::SemCancelWait { request: _, session, name } => {
                 hasher.write_tag(10);

@@ -669,8 +669,8 @@ impl StateMachine {
             Command::SemRelease { request: _, session, name, token } => {
                 self.sem_release(index, stamp_ms, *session, name, *token, events)
             }
-            Command::SemSetLimit { request: _, session, name, limit } => {
-                self.sem_set_limit(index, stamp_ms, *session, name, *limit, events)
+            Command::SemSetLimit { request: _, session, name, limit, tenant } => {
+                self.sem_set_limit(index, stamp_ms, *session, name, *limit, *tenant, events)
             }
             Command::SemCancelWait { request: _, session, name } => {
                 self.sem_cancel_wait(*session, name, events).map(Response::WaitCancelled)

@@ -1158,6 +1158,7 @@ impl Run {
                     2 => SEMAPHORE_LIMIT_MAX,
                     other => u32::from(other % 4) + 1,
                 },
+                tenant: None,
             },
             Op::SemCancel { client, session, name, waiter } => {
                 let name = Self::contended_name(*name);

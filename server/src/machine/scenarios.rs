@@ -345,7 +345,7 @@ impl Scenario {
                 let session = self.session(args.word("a session"));
                 let name = args.word("a semaphore name").to_owned();
                 let limit = limit(args.number("limit"));
-                let command = Command::SemSetLimit { request: self.request(), session, name, limit };
+                let command = Command::SemSetLimit { request: self.request(), session, name, limit, tenant: None };
                 self.apply_and_print(&command)
             }
             "describe" => match args.word("lock, semaphore or session") {

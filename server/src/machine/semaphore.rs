@@ -167,13 +167,16 @@ impl StateMachine {
         session_id: SessionId,
         name: &str,
         limit: u32,
+        of_tenant: Option<TenantId>,
         events: &mut Vec<Event>,
     ) -> Result<Response, CommandError> {
         validate_name(KIND, name)?;
         validate_semaphore_limit(limit)?;
-        let Some(tenant) = self.sessions.get(&session_id).map(|session| session.tenant) else {
+        let Some(own) = self.sessions.get(&session_id).map(|session| session.tenant) else {
             return Err(unknown_session(session_id));
         };
+        // `authorize` let another tenant's semaphore through for the admin only.
+        let tenant = of_tenant.unwrap_or(own);
         let Some(semaphore) = self.namespaces.get_mut(&tenant).and_then(|namespace| namespace.semaphores.get_mut(name))
         else {
             return Err(semaphore_unused(name));

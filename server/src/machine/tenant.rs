@@ -209,6 +209,12 @@ impl StateMachine {
             {
                 return Err(permission_denied(tenant_name, "tenant management, which needs the admin credential"))
             }
+            Command::SemSetLimit { tenant: Some(owner), name, .. } if *owner != tenant && tenant != ADMIN_TENANT => {
+                return Err(permission_denied(
+                    tenant_name,
+                    &format!("semaphore {name:?} of tenant {:?}", self.tenant_name(*owner)),
+                ))
+            }
             _ => {}
         }
         let Some(session_id) = command.session() else {

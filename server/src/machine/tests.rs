@@ -223,7 +223,7 @@ impl Harness {
     }
 
     fn set_limit_command(&mut self, session: SessionId, name: &str, limit: u32) -> Command {
-        Command::SemSetLimit { request: self.request(), session, name: name.to_owned(), limit }
+        Command::SemSetLimit { request: self.request(), session, name: name.to_owned(), limit, tenant: None }
     }
 
     fn campaign_command(&mut self, session: SessionId, name: &str, value: &str, wait: bool) -> Command {
@@ -1003,7 +1003,7 @@ fn fingerprints_are_pinned_because_they_live_in_snapshots() {
         Command::SemAcquire { request, session: 3, name: name(), limit: 3, wait: true },
         Command::SemAcquire { request, session: 3, name: name(), limit: 2, wait: false },
         Command::SemRelease { request, session: 3, name: name(), token: 2 },
-        Command::SemSetLimit { request, session: 3, name: name(), limit: 2 },
+        Command::SemSetLimit { request, session: 3, name: name(), limit: 2, tenant: None },
         Command::SemCancelWait { request, session: 3, name: name() },
         campaign.clone(),
         Command::Campaign { request, session: 3, name: name(), value: "w".to_owned(), wait: true },
@@ -1673,7 +1673,7 @@ fn invariants_accept_more_holders_than_a_lowered_limit() {
     let (mut machine, a, _, _) = corruptible_semaphore_and_election();
     let index = machine.last_applied_index() + 1;
     let request = RequestId { client_id: 1, sequence: 1 };
-    let command = Command::SemSetLimit { request, session: a, name: "tenant".to_owned(), limit: 1 };
+    let command = Command::SemSetLimit { request, session: a, name: "tenant".to_owned(), limit: 1, tenant: None };
     machine.apply(index, stamp_ms(index), &command);
     machine.check_invariants();
     assert_eq!(machine.describe_semaphore(ADMIN_TENANT, "tenant").unwrap().holders.len(), 2);
@@ -2138,6 +2138,47 @@ fn a_tenant_removed_between_authentication_and_apply_is_refused_and_changes_noth
     assert_eq!(tenants.refused(&caller, acquire).kind, ErrorKind::Unauthenticated);
     let close = Command::CloseSession { request: tenants.harness.request(), session: holder };
     assert_eq!(tenants.refused(&caller, close).kind, ErrorKind::Unauthenticated);
+}
+
+#[test]
+fn only_the_semaphores_tenant_or_the_admin_changes_its_limit() {
+    let mut tenants = Tenants::new();
+    let a = tenants.add_tenant("alpha", Quotas::default());
+    let b = tenants.add_tenant("beta", Quotas::default());
+    let holder = tenants.session(a, 1);
+    let acquire = tenants.harness.sem_acquire_command(holder, "jobs", 3, false);
+    tenants.apply(&Caller::Tenant { tenant: a, secret: [1; 16] }, acquire);
+    let set = |tenants: &mut Tenants, session: SessionId, limit: u32, tenant: Option<TenantId>| Command::SemSetLimit {
+        request: tenants.harness.request(),
+        session,
+        name: "jobs".into(),
+        limit,
+        tenant,
+    };
+
+    // Beta's session, naming alpha's semaphore: refused; without naming it, beta's
+    // own "jobs" is unused.
+    let intruder = tenants.session(b, 2);
+    let beta = Caller::Tenant { tenant: b, secret: [2; 16] };
+    let command = set(&mut tenants, intruder, 1, Some(a));
+    assert_eq!(tenants.refused(&beta, command).kind, ErrorKind::PermissionDenied);
+    let command = set(&mut tenants, intruder, 1, None);
+    assert_eq!(tenants.refused(&beta, command).kind, ErrorKind::InvalidArgument);
+
+    // The admin, with a session of its own, names alpha's semaphore.
+    let admin_session = {
+        let command = tenants.harness.create_command("operator");
+        match tenants.apply(&ADMIN, command).0 {
+            Response::SessionCreated { session, .. } => session,
+            other => panic!("{other:?}"),
+        }
+    };
+    let command = set(&mut tenants, admin_session, 5, Some(a));
+    assert_eq!(tenants.apply(&ADMIN, command).0, Response::SemLimitSet { limit: 5, previous: 3 });
+    let command = set(&mut tenants, holder, 4, Some(a));
+    let alpha = Caller::Tenant { tenant: a, secret: [1; 16] };
+    assert_eq!(tenants.apply(&alpha, command).0, Response::SemLimitSet { limit: 4, previous: 5 });
+    assert_eq!(tenants.harness.machine.describe_semaphore(a, "jobs").map(|view| view.limit), Some(4));
 }
 
 #[test]
