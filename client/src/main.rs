@@ -45,7 +45,10 @@ async fn run(arguments: Arguments) -> Result<u8, Error> {
     match arguments.command {
         Command::Cert { action } => cli::cert::run(action),
         Command::NewToken { prefix } => cli::cert::new_token(&prefix),
-        Command::Status { json } => cli::status::run(&client(Role::AdminIfGiven)?, json).await,
+        Command::Status { json, all } => {
+            let role = if all { Role::Admin } else { Role::AdminIfGiven };
+            cli::status::run(&client(role)?, json, all).await
+        }
         Command::Member { action } => cli::member::run(&client(Role::Admin)?, action).await,
         Command::Tenant { action } => cli::tenant::run(&client(Role::Admin)?, action).await,
         Command::Lock { name, hold } => cli::hold::lock(&client(Role::Tenant)?, &name, hold).await,

@@ -473,3 +473,20 @@ async fn tenant_commands_without_the_admin_credential_exit_77() {
     // Nothing was removed.
     expect_exit(leasehold(&cluster), &["lock", "still-here", "--try", "--", "true"], 0).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_all_adds_the_tenants_for_the_admin_only() {
+    let cluster = single_node_cluster().await;
+    let (stdout, _) = expect_exit(leasehold(&cluster), &["status", "--all"], 0).await;
+    assert!(stdout.contains("state: ") && stdout.contains(" budget ("), "the state against its budget: {stdout}");
+    assert!(stdout.contains("TENANT") && stdout.contains("\ntest "), "the tenants table: {stdout}");
+    assert!(!stdout.contains("WARNING"), "the cluster runs TLS: {stdout}");
+    let (stdout, _) = expect_exit(leasehold(&cluster), &["status", "--all", "--json"], 0).await;
+    let view: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(view["nodes"][0]["insecure_plaintext"], false);
+    assert!(view["tenants"].as_array().unwrap().iter().any(|tenant| tenant["name"] == "test"), "{view}");
+    let mut without_admin = leasehold(&cluster);
+    without_admin.env_remove("LEASEHOLD_ADMIN_TOKEN_FILE");
+    let (_, stderr) = expect_exit(without_admin, &["status", "--all"], 77).await;
+    assert!(stderr.contains("--admin-token-file"), "{stderr}");
+}

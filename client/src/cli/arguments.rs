@@ -84,8 +84,9 @@ pub struct CredentialArguments {
     /// The private key of --cert-file.
     #[arg(long, env = "LEASEHOLD_KEY_FILE", value_name = "FILE", global = true, requires = "cert_file")]
     pub key_file: Option<PathBuf>,
-    /// The admin credential's file: `member` and `tenant` need it; `status` and
-    /// `session list` use it, when given, instead of the tenant's credential.
+    /// The admin credential's file: `member`, `tenant` and `status --all` need it;
+    /// `status` and `session list` use it, when given, instead of the tenant's
+    /// credential.
     #[arg(long, env = "LEASEHOLD_ADMIN_TOKEN_FILE", value_name = "FILE", global = true)]
     pub admin_token_file: Option<PathBuf>,
     /// Speak plaintext, to a cluster started with --insecure-plaintext.
@@ -105,6 +106,9 @@ pub enum Command {
     Status {
         #[arg(long)]
         json: bool,
+        /// Also every tenant's usage against its quotas (admin credential).
+        #[arg(long)]
+        all: bool,
     },
     /// List, add or remove cluster members.
     Member {

@@ -45,6 +45,9 @@ pub fn status(rows: &[(String, Result<pb::StatusResponse, Error>)], as_json: boo
                     "last_log_index": status.last_log_index, "commit_index": status.commit_index,
                     "applied_index": status.applied_index, "snapshot_index": status.snapshot_index,
                     "cluster_name": status.cluster_name, "sessions": status.sessions, "locks": status.locks,
+                    "semaphores": status.semaphores, "elections": status.elections,
+                    "state_bytes": status.state_bytes, "state_budget_bytes": status.state_budget_bytes,
+                    "insecure_plaintext": status.insecure_plaintext,
                 }),
                 Err(error) => json!({"endpoint": endpoint, "reachable": false, "error": error.to_string()}),
             })
@@ -75,11 +78,54 @@ pub fn status(rows: &[(String, Result<pb::StatusResponse, Error>)], as_json: boo
             Err(error) => writeln!(text, "{endpoint:<22} unreachable: {error}"),
         };
     }
+    for (endpoint, row) in rows {
+        if let Ok(status) = row {
+            if status.insecure_plaintext {
+                let _ = writeln!(
+                    text,
+                    "WARNING: node {} ({endpoint}) serves without TLS (--insecure-plaintext): anyone who reaches \
+                     its ports can read and forge its traffic",
+                    status.node_id
+                );
+            }
+        }
+    }
+    // The state's size as the leader (or else any node that answered) counts it.
+    let sizes = rows.iter().filter_map(|(_, row)| row.as_ref().ok());
+    let sized = sizes.clone().find(|status| status.leader_id == status.node_id).or(sizes.clone().next());
+    if let Some(status) = sized.filter(|status| status.state_budget_bytes > 0) {
+        let _ = writeln!(
+            text,
+            "state: {} of the {} budget ({:.1}%); {} sessions, {} locks, {} semaphores, {} elections",
+            bytes_text(status.state_bytes),
+            bytes_text(status.state_budget_bytes),
+            100.0 * status.state_bytes as f64 / status.state_budget_bytes as f64,
+            status.sessions,
+            status.locks,
+            status.semaphores,
+            status.elections
+        );
+    }
     if let Some(known_members) = &known_members {
         text.push('\n');
         text.push_str(&members(known_members, false));
     }
     text
+}
+
+/// "1.5 MiB": a byte count for people.
+fn bytes_text(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }
 
 /// `describe lock`: the holder with its token, then the waiters in order.
@@ -391,6 +437,35 @@ payments  12/10000  24/10000  0/10000         4096
     }
 
     #[test]
+    fn status_warns_of_plaintext_and_shows_the_state_against_its_budget() {
+        let node = |node_id: u64, state_bytes: u64| pb::StatusResponse {
+            node_id,
+            leader_id: 2,
+            state_bytes,
+            state_budget_bytes: 1 << 30,
+            sessions: 3,
+            locks: 2,
+            insecure_plaintext: node_id == 1,
+            ..Default::default()
+        };
+        let rows = vec![("a:1".to_string(), Ok(node(1, 100))), ("b:2".to_string(), Ok(node(2, 3 << 20)))];
+        let text = status(&rows, false);
+        assert!(text.contains("WARNING: node 1 (a:1) serves without TLS"), "{text}");
+        assert!(!text.contains("WARNING: node 2"), "{text}");
+        assert!(
+            text.contains(
+                "state: 3.0 MiB of the 1.0 GiB budget (0.3%); 3 sessions, 2 locks, 0 semaphores, 0 elections"
+            ),
+            "the leader's count: {text}"
+        );
+        let json: Value = serde_json::from_str(&status(&rows, true)).unwrap();
+        assert_eq!(json["nodes"][0]["insecure_plaintext"], true);
+        assert_eq!(json["nodes"][1]["state_bytes"], 3 << 20);
+        assert_eq!(bytes_text(512), "512 B");
+        assert_eq!(bytes_text(1536), "1.5 KiB");
+    }
+
+    #[test]
     fn an_unreachable_node_is_a_row_and_members_come_from_one_that_answered() {
         let answered = pb::StatusResponse {
             node_id: 1,
@@ -415,6 +490,7 @@ payments  12/10000  24/10000  0/10000         4096
             "{text}"
         );
         assert!(text.ends_with("1      voter    127.0.0.1:7101         127.0.0.1:7201        \n"), "{text}");
+        assert!(!text.contains("WARNING"), "{text}");
         let json: Value = serde_json::from_str(&status(&rows, true)).unwrap();
         assert_eq!(json["nodes"][1]["reachable"], false);
         assert_eq!(json["members"][0]["client_addr"], "127.0.0.1:7101");
