@@ -17,14 +17,17 @@
 //!   acknowledged, unreleased grant is still there and tokens did not go back.
 //! * (f) `linearizability` — per key, with a time budget ("unknown", never "pass").
 //! * (g) `liveness` — after the final heal every worker acquired within a bound.
+//! * `attacks` — no attack of the intruder tenant ever succeeded, and every attack
+//!   was refused often enough that the check says something (see `attack`).
 //! * `believed_at_once` — how often two workers believed they held a lock at once
 //!   (expected under pauses; harmless with fencing). Not a verdict.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::attack::{Attack, AttackKind};
 use crate::fenced_store::Write;
-use crate::history::{Function, Kind, Operation, Phase};
+use crate::history::{Function, Kind, Operation, Phase, UNEXPECTED_REFUSAL};
 use crate::linearizability::{self, Linearizable};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -756,6 +759,121 @@ pub fn replica_states(operations: &[Operation], states: &[ReplicaState], limit: 
     result
 }
 
+/// Refusals each attack needs at least, and each kind of attack, for the attacks
+/// check to pass: without them it could pass on a worker that did nothing, or whose
+/// tries all went unanswered.
+pub const ATTACK_REFUSALS_MIN: usize = 1;
+pub const ATTACK_KIND_REFUSALS_MIN: usize = 10;
+/// The attacks check's name in the summary.
+pub const ATTACKS_CHECK_NAME: &str = "attacks all refused (trust)";
+
+/// What became of the tries of one attack.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AttackCount {
+    pub tries: usize,
+    pub refused: usize,
+    /// Refusals whose reason is not one the attack expects (still refusals).
+    pub unexpected: usize,
+    pub unknown: usize,
+    pub succeeded: usize,
+    /// Refusals by reason (the error up to its first ':').
+    pub reasons: BTreeMap<String, usize>,
+}
+
+/// The tries of each attack in the history, by attack name (names this build does
+/// not know included).
+pub fn attack_counts(operations: &[Operation]) -> BTreeMap<String, AttackCount> {
+    let mut counts: BTreeMap<String, AttackCount> = BTreeMap::new();
+    for operation in operations.iter().filter(|operation| operation.function == Function::Attack) {
+        let count = counts.entry(operation.key.clone()).or_default();
+        count.tries += 1;
+        match operation.outcome {
+            Kind::Ok => count.succeeded += 1,
+            Kind::Fail => {
+                count.refused += 1;
+                let error = operation.error.as_deref().unwrap_or("");
+                if error.starts_with(UNEXPECTED_REFUSAL) {
+                    count.unexpected += 1;
+                }
+                let reason = error.split(':').next().unwrap_or("").trim().to_string();
+                *count.reasons.entry(reason).or_default() += 1;
+            }
+            Kind::Info | Kind::Invoke => count.unknown += 1,
+        }
+    }
+    counts
+}
+
+/// Invariant 7 under faults: no attack of the intruder tenant (`attack`) ever
+/// succeeded — each success is an anomaly naming the attack, its time, what was
+/// tried and what came back. And the check is not vacuous: every attack was refused
+/// at least `ATTACK_REFUSALS_MIN` times and every kind `ATTACK_KIND_REFUSALS_MIN`
+/// times. Unknown tries (no answer during a fault) prove nothing either way;
+/// refusals with an unexpected reason are counted in the detail, not failed.
+pub fn attacks(operations: &[Operation]) -> CheckResult {
+    let mut anomalies = Vec::new();
+    for operation in operations.iter().filter(|operation| operation.function == Function::Attack) {
+        if operation.outcome == Kind::Ok {
+            anomalies.push(Anomaly {
+                what: format!(
+                    "attack {} succeeded at {} ms: {} -> {}",
+                    operation.key,
+                    operation.complete_ns.unwrap_or(operation.invoke_ns) / 1_000_000,
+                    operation.value.as_deref().unwrap_or("?"),
+                    operation.evidence.as_deref().unwrap_or("an OK answer")
+                ),
+                operations: vec![operation.describe()],
+            });
+        }
+    }
+    let counts = attack_counts(operations);
+    let mut by_kind: BTreeMap<AttackKind, usize> = BTreeMap::new();
+    for attack in Attack::ALL {
+        let refused = counts.get(attack.name()).map(|count| count.refused).unwrap_or(0);
+        *by_kind.entry(attack.kind()).or_default() += refused;
+        if refused < ATTACK_REFUSALS_MIN {
+            anomalies.push(Anomaly {
+                what: format!(
+                    "vacuous: attack {} was refused {refused} times (at least {ATTACK_REFUSALS_MIN} needed; {} tries)",
+                    attack.name(),
+                    counts.get(attack.name()).map(|count| count.tries).unwrap_or(0)
+                ),
+                operations: Vec::new(),
+            });
+        }
+    }
+    for kind in AttackKind::ALL {
+        let refused = by_kind.get(&kind).copied().unwrap_or(0);
+        if refused < ATTACK_KIND_REFUSALS_MIN {
+            anomalies.push(Anomaly {
+                what: format!(
+                    "vacuous: {} attacks were refused {refused} times (at least {ATTACK_KIND_REFUSALS_MIN} needed)",
+                    kind.name()
+                ),
+                operations: Vec::new(),
+            });
+        }
+    }
+    let total = |field: fn(&AttackCount) -> usize| counts.values().map(field).sum::<usize>();
+    let unknown_names: Vec<&String> = counts.keys().filter(|name| Attack::from_name(name).is_none()).collect();
+    let detail = format!(
+        "{} tries of {} attacks: {} refused ({} with an unexpected reason), {} unknown, {} succeeded; refused by kind {}{}",
+        total(|count| count.tries),
+        counts.len(),
+        total(|count| count.refused),
+        total(|count| count.unexpected),
+        total(|count| count.unknown),
+        total(|count| count.succeeded),
+        AttackKind::ALL
+            .iter()
+            .map(|kind| format!("{} {}", &kind.name()[..3], by_kind.get(kind).copied().unwrap_or(0)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if unknown_names.is_empty() { String::new() } else { format!("; unknown attack names {unknown_names:?}") }
+    );
+    CheckResult::from_anomalies(ATTACKS_CHECK_NAME, detail, anomalies)
+}
+
 /// How many pairs of workers believed they held the same lock at once: a holding
 /// interval runs from an ok grant's completion to the invoke of its release (or
 /// the end of the history). Examples are returned for the report.
@@ -831,6 +949,7 @@ mod tests {
             error: None,
             alive_ns: None,
             leader_session: None,
+            evidence: None,
             invoke_ns: times.0,
             complete_ns: times.1,
         }
@@ -1219,5 +1338,79 @@ mod tests {
             replica(2, "election/0", Vec::new(), Some((4, 9))),
         ];
         assert_eq!(replica_states(&[], &across_nodes, 2).verdict, Verdict::Fail);
+    }
+
+    /// One try of `attack` at `at`: refused, unknown or (ok) succeeded.
+    fn attack_try(attack: Attack, outcome: Kind, at: u64) -> Operation {
+        let complete = if outcome == Kind::Info { None } else { Some(at + 1) };
+        let mut try_ = operation(19, Function::Attack, outcome, attack.name(), 42, None, (at, complete));
+        try_.value = Some(format!("{} tried", attack.name()));
+        match outcome {
+            Kind::Ok => try_.evidence = Some("the lock was released".into()),
+            Kind::Fail => try_.error = Some("PERMISSION_DENIED".into()),
+            _ => try_.error = Some("no answer within 3000 ms".into()),
+        }
+        try_
+    }
+
+    /// Every attack refused `times` times, with an unknown try of each in between.
+    fn attacks_refused(times: u64) -> Vec<Operation> {
+        let mut history = Vec::new();
+        for (index, attack) in Attack::ALL.into_iter().enumerate() {
+            for round in 0..times {
+                history.push(attack_try(attack, Kind::Fail, 1_000 * (round * 100 + index as u64)));
+            }
+            history.push(attack_try(attack, Kind::Info, 999_000 + index as u64));
+        }
+        history
+    }
+
+    #[test]
+    fn attacks_that_were_all_refused_pass() {
+        let mut history = attacks_refused(4);
+        let mut unexpected = attack_try(Attack::AddTenant, Kind::Fail, 5);
+        unexpected.error = Some(format!("{UNEXPECTED_REFUSAL} TENANT_EXISTS: tenant \"x\" exists"));
+        history.push(unexpected);
+        let result = attacks(&history);
+        assert_eq!(result.verdict, Verdict::Pass, "{:?}", result.anomalies);
+        assert!(result.detail.contains("1 with an unexpected reason"), "{}", result.detail);
+        let counts = attack_counts(&history);
+        assert_eq!(counts[Attack::AddTenant.name()].refused, 5);
+        assert_eq!(counts[Attack::AddTenant.name()].reasons["PERMISSION_DENIED"], 4);
+        assert_eq!(counts[Attack::AddTenant.name()].unknown, 1);
+    }
+
+    #[test]
+    fn one_successful_attack_fails_the_run() {
+        let mut history = attacks_refused(4);
+        history.push(attack_try(Attack::HijackRelease, Kind::Ok, 7_000_000));
+        let result = attacks(&history);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert_eq!(result.anomalies.len(), 1, "{:?}", result.anomalies);
+        let what = &result.anomalies[0].what;
+        assert!(what.contains("hijack-release succeeded at 7 ms"), "{what}");
+        assert!(what.contains("the lock was released"), "{what}");
+    }
+
+    #[test]
+    fn attacks_that_were_never_refused_are_vacuous() {
+        let result = attacks(&[]);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(result.anomalies.iter().all(|anomaly| anomaly.what.starts_with("vacuous")));
+        assert_eq!(result.anomalies.len(), Attack::ALL.len() + AttackKind::ALL.len());
+        // Tries that all went unanswered prove nothing either.
+        let unanswered: Vec<Operation> =
+            Attack::ALL.into_iter().map(|attack| attack_try(attack, Kind::Info, 10)).collect();
+        assert_eq!(attacks(&unanswered).verdict, Verdict::Fail);
+        // One attack never refused: named.
+        let history: Vec<Operation> =
+            attacks_refused(4).into_iter().filter(|try_| try_.key != Attack::PeerRogueCa.name()).collect();
+        let result = attacks(&history);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("attack peer-rogue-ca was refused 0")));
+        // A kind refused too rarely, although each of its attacks was refused.
+        let result = attacks(&attacks_refused(1));
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("(a) unauthenticated attacks")));
     }
 }

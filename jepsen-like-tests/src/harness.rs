@@ -19,6 +19,7 @@ use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
+use crate::attack::INTRUDER_TENANT;
 use crate::checker::{self, CheckResult, ReplicaState, RestartObservation, Verdict};
 use crate::cluster::{Addressing, ClusterOptions, TestCluster};
 use crate::fenced_store::FencedStore;
@@ -51,6 +52,10 @@ pub const WORKER_EXIT_SLACK_MS: u64 = 30_000;
 pub const STATUS_POLL_MS: u64 = 100;
 /// How much of a worker's history is read to find its last record.
 pub const TAIL_BYTES: u64 = 4_096;
+/// The intruder tenant's quotas: enough for its own session and lock, too few to
+/// crowd the cluster.
+pub const INTRUDER_QUOTAS: leasehold::proto::Quotas =
+    leasehold::proto::Quotas { max_sessions: 16, max_holds: 16, max_waiters: 16 };
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArguments {
@@ -63,7 +68,7 @@ pub struct RunArguments {
     /// The seed of every random choice; random (and printed) when absent.
     #[arg(long, env = "LEASEHOLD_JEPSEN_SEED")]
     pub seed: Option<u64>,
-    /// lock, fenced-counter, semaphore, election or all (comma-separated).
+    /// lock, fenced-counter, semaphore, election, attack or all (comma-separated).
     #[arg(long, default_value = "all")]
     pub workload: String,
     /// Comma-separated: kill, pause, partition, clock, member, all, none;
@@ -103,6 +108,7 @@ fn parse_workloads(text: &str) -> anyhow::Result<Vec<Workload>> {
                 workloads.insert(Workload::FencedCounter);
                 workloads.insert(Workload::Semaphore);
                 workloads.insert(Workload::Election);
+                workloads.insert(Workload::Attack);
             }
             "lock" => {
                 workloads.insert(Workload::Lock);
@@ -116,7 +122,12 @@ fn parse_workloads(text: &str) -> anyhow::Result<Vec<Workload>> {
             "election" => {
                 workloads.insert(Workload::Election);
             }
-            other => bail!("unknown workload {other:?}: use lock, fenced-counter, semaphore, election or all"),
+            "attack" => {
+                workloads.insert(Workload::Attack);
+            }
+            other => {
+                bail!("unknown workload {other:?}: use lock, fenced-counter, semaphore, election, attack or all")
+            }
         }
     }
     if workloads.is_empty() {
@@ -161,6 +172,15 @@ pub async fn run(mut arguments: RunArguments) -> anyhow::Result<i32> {
     let result = harness.run().await;
     harness.cleanup();
     result
+}
+
+/// What the attack worker is given: the intruder tenant's token and its client
+/// certificate from the cluster CA (files in `--out`/intruder/). Not the admin
+/// token, not the test tenant's.
+struct IntruderCredentials {
+    token_file: PathBuf,
+    certificate_file: PathBuf,
+    key_file: PathBuf,
 }
 
 struct WorkerProcess {
@@ -258,9 +278,49 @@ impl Harness {
         }
     }
 
-    fn spawn_workers(&mut self, store: std::net::SocketAddr) -> anyhow::Result<()> {
+    /// Adds the intruder tenant (as an operator would) and writes what the attack
+    /// worker gets: its token and a client certificate the cluster CA signed for it.
+    async fn make_intruder(&self) -> anyhow::Result<IntruderCredentials> {
+        let directory = self.arguments.out.join("intruder");
+        std::fs::create_dir_all(&directory)?;
+        let admin = self.cluster.admin_client();
+        let give_up = Instant::now() + Duration::from_millis(RECOVERY_MS_MAX);
+        let token = loop {
+            match admin.add_tenant(INTRUDER_TENANT, INTRUDER_QUOTAS).await {
+                Ok(added) => break added.token,
+                // An earlier attempt made it and its answer was lost.
+                Err(leasehold::Error::Refused(_)) => {
+                    if let Ok(token) = admin.rotate_tenant_token(INTRUDER_TENANT).await {
+                        break token;
+                    }
+                }
+                Err(error) if Instant::now() >= give_up => bail!("cannot add the intruder tenant: {error}"),
+                Err(_) => {}
+            }
+            if Instant::now() >= give_up {
+                bail!("cannot add the intruder tenant within {RECOVERY_MS_MAX} ms");
+            }
+            tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
+        };
+        let token_file = directory.join("intruder.token");
+        leasehold::certs::write_file(&token_file, &token, true)?;
+        let ca_key = std::fs::read_to_string(self.cluster.credentials.directory.join("ca.key"))
+            .context("read the cluster CA's key")?;
+        let pem = leasehold::certs::tenant_certificate(&ca_key, INTRUDER_TENANT)?;
+        let (certificate_file, key_file) =
+            leasehold::certs::write_pair(&directory, &format!("tenant-{INTRUDER_TENANT}"), &pem)?;
+        Ok(IntruderCredentials { token_file, certificate_file, key_file })
+    }
+
+    fn spawn_workers(
+        &mut self,
+        store: std::net::SocketAddr,
+        intruder: Option<&IntruderCredentials>,
+    ) -> anyhow::Result<()> {
         let executable = std::env::current_exe()?;
         let endpoints = self.cluster.endpoints().join(",");
+        let peer_endpoints =
+            self.cluster.nodes.values().map(|node| node.peer_addr.clone()).collect::<Vec<_>>().join(",");
         let mut process: u64 = 0;
         for workload in self.workloads.clone() {
             for index in 0..workload.workers() {
@@ -269,8 +329,26 @@ impl Harness {
                 let log =
                     std::fs::File::create(self.arguments.out.join("workers").join(format!("worker-{process}.log")))?;
                 let seed = self.seed ^ process.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                let mut child = Command::new(&executable)
-                    .args(["workload-worker", "--endpoints", &endpoints])
+                let mut command = Command::new(&executable);
+                command.args(["workload-worker", "--endpoints", &endpoints]).envs(self.cluster.client_env());
+                if workload == Workload::Attack {
+                    let intruder = intruder.context("the attack workload needs the intruder tenant")?;
+                    // The intruder's credential only: not the admin's, not the test tenant's.
+                    command
+                        .env_remove(leasehold::settings::ENV_ADMIN_TOKEN_FILE)
+                        .env_remove(leasehold::settings::ENV_TOKEN)
+                        .env_remove(leasehold::settings::ENV_CERT_FILE)
+                        .env_remove(leasehold::settings::ENV_KEY_FILE)
+                        .env(leasehold::settings::ENV_TOKEN_FILE, &intruder.token_file)
+                        .args(["--peer-endpoints", &peer_endpoints])
+                        .arg("--tenant-certificate")
+                        .arg(&intruder.certificate_file)
+                        .arg("--tenant-key")
+                        .arg(&intruder.key_file)
+                        .arg("--leak-from")
+                        .arg(self.arguments.out.join("workers"));
+                }
+                let mut child = command
                     .args(["--process", &process.to_string()])
                     .args(["--workload", workload.name()])
                     .args(["--seed", &seed.to_string()])
@@ -280,7 +358,6 @@ impl Harness {
                     .arg(&history)
                     .args(["--liveness-bound-ms", &self.arguments.liveness_bound_ms.to_string()])
                     .args((workload == Workload::Election && index == 0).then_some("--observer"))
-                    .envs(self.cluster.client_env())
                     .env("RUST_LOG", "warn")
                     .stdin(Stdio::piped())
                     .stdout(log.try_clone()?)
@@ -304,7 +381,9 @@ impl Harness {
 
     async fn run(&mut self) -> anyhow::Result<i32> {
         let store_address = self.store.serve().await?;
-        self.spawn_workers(store_address)?;
+        let intruder =
+            if self.workloads.contains(&Workload::Attack) { Some(self.make_intruder().await?) } else { None };
+        self.spawn_workers(store_address, intruder.as_ref())?;
         self.log(&format!(
             "seed {}: {} nodes ({} worker thread(s) per node), workloads {:?}, faults {:?}, {} workers, {:?}",
             self.seed,
@@ -782,9 +861,16 @@ impl Harness {
             .iter()
             .map(|key| (key.clone(), self.store.read(key).map(|(_, value)| value).unwrap_or_default()))
             .collect();
-        let processes: Vec<u64> = self.workers.iter().map(|worker| worker.process).collect();
+        // The intruder takes no grant after the final heal: the liveness check is the
+        // workloads' business.
+        let processes: Vec<u64> = self
+            .workers
+            .iter()
+            .filter(|worker| worker.workload != Workload::Attack)
+            .map(|worker| worker.process)
+            .collect();
         let budget = Duration::from_secs(self.arguments.linearizability_budget_s);
-        let checks: Vec<CheckResult> = vec![
+        let mut checks: Vec<CheckResult> = vec![
             checker::tokens(&operations),
             checker::fenced_store(&operations, &self.store.writes(), &final_values),
             checker::durability(&operations, &self.restarts),
@@ -799,6 +885,11 @@ impl Harness {
                 Duration::from_millis(self.arguments.liveness_bound_ms),
             ),
         ];
+        if self.workloads.contains(&Workload::Attack) {
+            checks.push(checker::attacks(&operations));
+            let counts = checker::attack_counts(&operations);
+            std::fs::write(out.join("attacks.json"), serde_json::to_string_pretty(&counts)?)?;
+        }
         let (believed, examples) = checker::believed_at_once(&operations);
         let valid = if checks.iter().any(|check| check.verdict == Verdict::Fail) {
             "false"
@@ -896,6 +987,25 @@ impl Harness {
                     "  {fault:<18} installed {installed:>3}   skipped {skipped:>3}   indeterminate {indeterminate:>3}"
                 ),
             );
+        }
+        if self.workloads.contains(&Workload::Attack) {
+            let counts = checker::attack_counts(operations);
+            line(&mut text, "attacks (intruder tenant; refused = fail, unknown = info):".into());
+            for (name, count) in &counts {
+                let reasons: Vec<String> =
+                    count.reasons.iter().map(|(reason, times)| format!("{reason} {times}")).collect();
+                line(
+                    &mut text,
+                    format!(
+                        "  {name:<26} tries {:>4}   refused {:>4}   unknown {:>3}   succeeded {:>2}   [{}]",
+                        count.tries,
+                        count.refused,
+                        count.unknown,
+                        count.succeeded,
+                        reasons.join(", ")
+                    ),
+                );
+            }
         }
         line(
             &mut text,

@@ -57,6 +57,12 @@ pub enum Function {
     /// One state of election `key` seen by an observer (invoke and ok at once):
     /// `token`, `value` and `leader_session` of the leader, all None when vacant.
     Observe,
+    /// One try of the attack named `key` (see `attack::Attack`) by the intruder
+    /// tenant: `value` on the invoke says what was tried. Ok means the attack
+    /// succeeded (`evidence` says what came back); fail that it was refused (`error`
+    /// names the refusal, `UNEXPECTED_REFUSAL` first when it is not one the attack
+    /// expects); info that no answer came (a fault), which proves nothing either way.
+    Attack,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -79,6 +85,9 @@ pub const NOT_HOLDER: &str = "not-holder";
 pub const SEMAPHORE_FULL: &str = "semaphore-full";
 /// The error of a fail record whose campaign did not lead within its wait.
 pub const NOT_ELECTED: &str = "not-elected";
+/// How the error of a refused attack begins when the refusal is not one of those the
+/// attack expects (a wrong reason, say): still refused, but worth a look.
+pub const UNEXPECTED_REFUSAL: &str = "unexpected";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -111,6 +120,9 @@ pub struct Record {
     /// On an observation: the observed leader's session (None: vacant).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader_session: Option<u64>,
+    /// On the ok of an attack: what the answer showed (the attack succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
     pub phase: Phase,
     pub time_ns: u64,
 }
@@ -135,6 +147,8 @@ pub struct Operation {
     pub alive_ns: Option<u64>,
     /// From an observation (see `Record::leader_session`).
     pub leader_session: Option<u64>,
+    /// From the ok of an attack (see `Record::evidence`).
+    pub evidence: Option<String>,
     pub invoke_ns: u64,
     /// None for info: it may take effect at any time after the invoke.
     pub complete_ns: Option<u64>,
@@ -158,6 +172,9 @@ impl Operation {
         }
         if let Some(leader_session) = self.leader_session {
             text.push_str(&format!(" leader-session={leader_session}"));
+        }
+        if let Some(evidence) = &self.evidence {
+            text.push_str(&format!(" evidence={evidence}"));
         }
         if let Some(alive) = self.alive_ns {
             text.push_str(&format!(" session-alive-until={}ms", alive / 1_000_000));
@@ -224,6 +241,7 @@ pub fn operations(records: &[Record]) -> Vec<Operation> {
                     error: None,
                     alive_ns: record.alive_ns,
                     leader_session: record.leader_session,
+                    evidence: record.evidence.clone(),
                     invoke_ns: record.time_ns,
                     complete_ns: None,
                 };
@@ -247,6 +265,9 @@ pub fn operations(records: &[Record]) -> Vec<Operation> {
                 operation.error = record.error.clone();
                 if record.leader_session.is_some() {
                     operation.leader_session = record.leader_session;
+                }
+                if record.evidence.is_some() {
+                    operation.evidence = record.evidence.clone();
                 }
                 if outcome != Kind::Info {
                     operation.complete_ns = Some(record.time_ns);
@@ -278,6 +299,7 @@ mod tests {
             error: None,
             alive_ns: None,
             leader_session: None,
+            evidence: None,
             phase: Phase::Main,
             time_ns,
         };

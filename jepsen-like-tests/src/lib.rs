@@ -14,12 +14,16 @@
 //! * `history` — invoke/ok/fail/info records with CLOCK_MONOTONIC timestamps.
 //! * `workload` — the workloads and their worker process
 //!   (`leasehold-jepsen workload-worker …`).
+//! * `attack` — the attack workload: a second tenant that keeps trying to get past
+//!   the trust rules (no credential, admin RPCs, other sessions, other tenants'
+//!   state, the peer port).
 //! * `nemesis` — the faults, partitions with nftables, outcomes.
 //! * `linearizability` — a memoized Wing–Gong–Lowe search for lease locks.
-//! * `checker` — the checks (a), (b), (e), (f), (g) and the overlap count.
+//! * `checker` — the checks (a)–(g), the attacks check and the overlap count.
 //! * `harness` — `leasehold-jepsen run`: namespace, cluster, workers, nemesis,
 //!   checks, summary.
 
+pub mod attack;
 pub mod checker;
 pub mod cluster;
 pub mod fenced_store;

@@ -19,7 +19,7 @@ enum Command {
     /// One worker process of a run (started by `run`).
     WorkloadWorker(leasehold_jepsen::workload::WorkloadWorkerArguments),
     /// Re-checks a run's history.jsonl with the history-only checks (a), (c), (d),
-    /// (f).
+    /// (f), and the attacks check when the run had the attack workload.
     Check {
         history: std::path::PathBuf,
         #[arg(long, default_value_t = 30)]
@@ -45,12 +45,17 @@ async fn main() -> anyhow::Result<()> {
             let operations = records::operations(&records::read_records(&history)?);
             let budget = std::time::Duration::from_secs(linearizability_budget_s);
             let mut valid = true;
-            for check in [
+            let mut checks = vec![
                 checker::tokens(&operations),
                 checker::semaphore_holders(&operations, semaphore_limit),
                 checker::elections(&operations),
                 checker::linearizability(&operations, budget),
-            ] {
+            ];
+            // A run with the attack workload: no attack may have succeeded.
+            if operations.iter().any(|operation| operation.function == records::Function::Attack) {
+                checks.push(checker::attacks(&operations));
+            }
+            for check in checks {
                 println!("{} {} {}", check.name, check.verdict.name(), check.detail);
                 for anomaly in &check.anomalies {
                     println!("  {}", anomaly.what);

@@ -37,6 +37,11 @@ pub enum Workload {
     /// Campaign for an election with the worker id as value, lead for a random time,
     /// sometimes proclaim a new value, resign; one worker observes every state.
     Election,
+    /// One worker acting as a second tenant, "intruder", that keeps trying to get in
+    /// without a credential, to act as the admin, to use other tenants' sessions, to
+    /// read their state and to talk Raft on the peer port (see `attack`). Every try
+    /// must be refused.
+    Attack,
 }
 
 impl Workload {
@@ -46,6 +51,7 @@ impl Workload {
             Workload::FencedCounter => "fenced-counter",
             Workload::Semaphore => "semaphore",
             Workload::Election => "election",
+            Workload::Attack => "attack",
         }
     }
 
@@ -62,6 +68,8 @@ impl Workload {
             Workload::FencedCounter => (0..COUNTER_KEYS).map(|index| format!("counter/{index}")).collect(),
             Workload::Semaphore => (0..SEMAPHORE_KEYS).map(|index| format!("semaphore/{index}")).collect(),
             Workload::Election => (0..ELECTION_KEYS).map(|index| format!("election/{index}")).collect(),
+            // It uses names of its own tenant only (see `attack`).
+            Workload::Attack => Vec::new(),
         }
     }
 
@@ -72,6 +80,7 @@ impl Workload {
             Workload::FencedCounter => COUNTER_WORKERS,
             Workload::Semaphore => SEMAPHORE_WORKERS,
             Workload::Election => ELECTION_WORKERS,
+            Workload::Attack => ATTACK_WORKERS,
         }
     }
 }
@@ -86,6 +95,8 @@ pub const SEMAPHORE_KEYS: usize = 2;
 pub const SEMAPHORE_LIMIT: u32 = 2;
 pub const SEMAPHORE_WORKERS: u64 = 5;
 pub const ELECTION_KEYS: usize = 2;
+/// The intruder: one process tries every attack in turn.
+pub const ATTACK_WORKERS: u64 = 1;
 /// Campaigners plus the one observer.
 pub const ELECTION_WORKERS: u64 = 4;
 /// Longest wait of a semaphore acquire or a campaign ("a short wait").
@@ -133,6 +144,19 @@ pub struct WorkloadWorkerArguments {
     /// Election workload: observe every election name instead of campaigning.
     #[arg(long)]
     pub observer: bool,
+    /// Attack workload: the nodes' peer addresses, comma-separated.
+    #[arg(long)]
+    pub peer_endpoints: Option<String>,
+    /// Attack workload: a client certificate the cluster CA signed for the intruder
+    /// tenant (not a node), presented on the peer port.
+    #[arg(long)]
+    pub tenant_certificate: Option<PathBuf>,
+    #[arg(long)]
+    pub tenant_key: Option<PathBuf>,
+    /// Attack workload: the directory of the other workers' histories, read for
+    /// session ids and tokens (a leak of ids, which are no secret).
+    #[arg(long)]
+    pub leak_from: Option<PathBuf>,
 }
 
 struct Worker {
@@ -202,6 +226,7 @@ impl Worker {
             error,
             alive_ns: None,
             leader_session: None,
+            evidence: None,
             phase: self.phase,
             time_ns: monotonic_ns(),
         };
@@ -392,6 +417,7 @@ impl Worker {
             error: None,
             alive_ns: Some(last_answered_keepalive_ns(session)),
             leader_session: None,
+            evidence: None,
             phase: self.phase,
             time_ns: monotonic_ns(),
         };
@@ -565,6 +591,7 @@ impl Worker {
                         error: None,
                         alive_ns: None,
                         leader_session: state.as_ref().map(|leader| leader.session_id),
+                        evidence: None,
                         phase: self.phase,
                         time_ns: monotonic_ns(),
                     };
@@ -608,6 +635,7 @@ impl Worker {
                 return;
             }
             Workload::Lock | Workload::FencedCounter => {}
+            Workload::Attack => unreachable!("the attack workload runs in `attack::run`"),
         }
         let wait_ms = if self.random.random_bool(0.3) { 0 } else { self.random.random_range(0..=ACQUIRE_WAIT_MS_MAX) };
         let Some(guard) = self.acquire(&key, Duration::from_millis(wait_ms)).await else {
@@ -651,6 +679,7 @@ impl Worker {
                     }
                     None => false,
                 },
+                Workload::Attack => unreachable!("the attack workload runs in `attack::run`"),
             };
             if granted {
                 break;
@@ -670,20 +699,10 @@ fn last_answered_keepalive_ns(session: &leasehold::Session) -> u64 {
     now_ns.saturating_sub(std::time::Instant::now().saturating_duration_since(sent).as_nanos() as u64)
 }
 
-/// Runs one worker until the harness says `final` (or closes stdin), then the
-/// liveness phase.
-pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
-    let settings = leasehold::Settings {
-        endpoints: leasehold::parse_endpoints(&arguments.endpoints),
-        ..leasehold::Settings::from_env()
-    };
-    let client = settings
-        .client()
-        .context("client settings")?
-        .with_request_deadline(Duration::from_millis(REQUEST_DEADLINE_MS))
-        .with_client_name(format!("worker-{}", arguments.process));
-    let history = HistoryWriter::create(&arguments.history).context("open the history")?;
-    let (final_sender, mut final_signal) = watch::channel(false);
+/// Becomes true when the harness writes `final` on this process's stdin (or closes
+/// it).
+pub fn final_signal() -> watch::Receiver<bool> {
+    let (final_sender, final_signal) = watch::channel(false);
     // A plain thread: tokio's stdin is not among the workspace's features.
     std::thread::spawn(move || {
         use std::io::BufRead;
@@ -695,6 +714,26 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
         }
         let _ = final_sender.send(true);
     });
+    final_signal
+}
+
+/// Runs one worker until the harness says `final` (or closes stdin), then the
+/// liveness phase.
+pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
+    if arguments.workload == Workload::Attack {
+        return crate::attack::run(arguments).await;
+    }
+    let settings = leasehold::Settings {
+        endpoints: leasehold::parse_endpoints(&arguments.endpoints),
+        ..leasehold::Settings::from_env()
+    };
+    let client = settings
+        .client()
+        .context("client settings")?
+        .with_request_deadline(Duration::from_millis(REQUEST_DEADLINE_MS))
+        .with_client_name(format!("worker-{}", arguments.process));
+    let history = HistoryWriter::create(&arguments.history).context("open the history")?;
+    let mut final_signal = final_signal();
     let mut worker = Worker {
         random: StdRng::seed_from_u64(arguments.seed),
         arguments,

@@ -1,7 +1,8 @@
 //! The short fault suite, run by the normal test command: the `leasehold-jepsen
-//! run` harness on 3 nodes with every nemesis, with a fixed seed and a random one
-//! (printed), must end `valid: true` — the nodes sharing this machine's cores in
-//! one run, each with a thread per core in the other; the control with fencing
+//! run` harness on 3 nodes with every nemesis and every workload, with a fixed seed
+//! and a random one (printed), must end `valid: true` — the nodes sharing this
+//! machine's cores in one run, each with a thread per core in the other — and its
+//! attack workload must have run, every attack refused; the control with fencing
 //! switched off must end `valid: false` with the lost writes listed.
 //!
 //! The harness runs in its own network and pid namespaces (it re-executes itself
@@ -10,6 +11,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use leasehold_jepsen::checker::ATTACKS_CHECK_NAME;
 use leasehold_jepsen::cluster::binary;
 
 /// The fixed seed of the suite; the second run's seed is random.
@@ -54,6 +56,10 @@ fn assert_valid(seed: u64, node_threads: Option<usize>) {
         "the fault suite with seed {seed} is not valid (exit {:?}); kept under {}:\n{text}",
         output.status.code(),
         out.display()
+    );
+    assert!(
+        text.lines().any(|line| line.contains(ATTACKS_CHECK_NAME) && line.contains(" pass ")),
+        "the attack workload must run under every nemesis, every attack refused (seed {seed}):\n{text}"
     );
     println!("{text}");
     let _ = std::fs::remove_dir_all(&out);
