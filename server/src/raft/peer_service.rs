@@ -162,32 +162,61 @@ impl PeerService {
 }
 
 impl PeerService {
-    /// Refuses a Raft message unless the peer's certificate names `claimed`, the node
-    /// the message says it comes from; with `claimed` None (a retire notice), the peer
-    /// must be a member this node knows.
-    fn check_sender<T>(&self, request: &Request<T>, rpc: &str, claimed: Option<NodeId>) -> Result<(), Status> {
+    /// The node the peer's certificate names, read before anything the peer sent is
+    /// decoded, so that a peer without a node's certificate gets no further. None when
+    /// identities are not checked (plaintext).
+    fn presented_node<T>(&self, request: &Request<T>, rpc: &str) -> Result<Option<NodeId>, Status> {
         if !self.identities_checked {
-            return Ok(());
+            return Ok(None);
         }
         let certificates = request.peer_certs();
-        let problem = match node_id_presented(certificates.as_deref().map(Vec::as_slice)) {
-            Ok(presented) => match claimed {
-                Some(claimed) if claimed == presented => return Ok(()),
-                Some(claimed) => {
-                    format!("it claims to come from node {claimed}, but the peer's certificate names node {presented}")
-                }
-                None if self.raft.metrics().borrow().membership_config.membership().get_node(&presented).is_some() => {
-                    return Ok(())
-                }
-                None => format!("the peer's certificate names node {presented}, which is not a member"),
-            },
-            Err(presented) => format!("the peer presented {presented}"),
-        };
+        node_id_presented(certificates.as_deref().map(Vec::as_slice))
+            .map(Some)
+            .map_err(|presented| self.refuse(request, rpc, format!("the peer presented {presented}")))
+    }
+
+    /// Refuses a Raft message that claims to come from another node than the one the
+    /// peer's certificate names.
+    fn check_claim<T>(
+        &self,
+        request: &Request<T>,
+        rpc: &str,
+        presented: Option<NodeId>,
+        claimed: NodeId,
+    ) -> Result<(), Status> {
+        match presented {
+            Some(presented) if presented != claimed => Err(self.refuse(
+                request,
+                rpc,
+                format!("it claims to come from node {claimed}, but the peer's certificate names node {presented}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses a retire notice from a node that is not a member this node knows.
+    fn check_member<T>(&self, request: &Request<T>, rpc: &str, presented: Option<NodeId>) -> Result<(), Status> {
+        match presented {
+            Some(presented)
+                if self.raft.metrics().borrow().membership_config.membership().get_node(&presented).is_none() =>
+            {
+                Err(self.refuse(
+                    request,
+                    rpc,
+                    format!("the peer's certificate names node {presented}, which is not a member"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The refusal of a peer's message, logged on the audit target (rate-limited).
+    fn refuse<T>(&self, request: &Request<T>, rpc: &str, problem: String) -> Status {
         let remote = request.remote_addr().map(|address| address.to_string()).unwrap_or_default();
         if self.refusals.allow() {
             tracing::warn!(target: "audit", rpc, %remote, %problem, "refused a peer's Raft message");
         }
-        Err(error_status(ErrorReason::WrongPeer, format!("{rpc} refused: {problem}"), &[]))
+        error_status(ErrorReason::WrongPeer, format!("{rpc} refused: {problem}"), &[])
     }
 }
 
@@ -207,9 +236,10 @@ fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftMessage>, Status
 #[tonic::async_trait]
 impl Peer for PeerService {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let presented = self.presented_node(&request, "Vote")?;
         self.check_cluster(&request)?;
         let vote: VoteRequest<NodeId> = decode(request.get_ref())?;
-        self.check_sender(&request, "Vote", Some(vote.vote.leader_id().voted_for().unwrap_or(0)))?;
+        self.check_claim(&request, "Vote", presented, vote.vote.leader_id().voted_for().unwrap_or(0))?;
         let answer = self.raft.vote(vote.clone()).await;
         if let Ok(response) = &answer {
             self.takeover.consider(&self.raft, &vote, response);
@@ -218,22 +248,25 @@ impl Peer for PeerService {
     }
 
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let presented = self.presented_node(&request, "AppendEntries")?;
         self.check_cluster(&request)?;
         let append: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
-        self.check_sender(&request, "AppendEntries", Some(append.vote.leader_id().voted_for().unwrap_or(0)))?;
+        self.check_claim(&request, "AppendEntries", presented, append.vote.leader_id().voted_for().unwrap_or(0))?;
         self.takeover.heard_leader();
         reply(&self.raft.append_entries(append).await)
     }
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let presented = self.presented_node(&request, "InstallSnapshot")?;
         self.check_cluster(&request)?;
         let install: InstallSnapshotRequest<TypeConfig> = decode(request.get_ref())?;
-        self.check_sender(&request, "InstallSnapshot", Some(install.vote.leader_id().voted_for().unwrap_or(0)))?;
+        self.check_claim(&request, "InstallSnapshot", presented, install.vote.leader_id().voted_for().unwrap_or(0))?;
         reply(&self.raft.install_snapshot(install).await)
     }
 
     async fn retire(&self, request: Request<RetireRequest>) -> Result<Response<RetireResponse>, Status> {
-        self.check_sender(&request, "Retire", None)?;
+        let presented = self.presented_node(&request, "Retire")?;
+        self.check_member(&request, "Retire", presented)?;
         if request.get_ref().cluster_name != self.cluster_name {
             return Err(wrong_cluster(format!(
                 "this node belongs to cluster {:?}, not {:?}",
