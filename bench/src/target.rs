@@ -105,6 +105,9 @@ impl TargetKind {
     }
 }
 
+/// One per client, made once before the measured window: the variants' sizes do not
+/// matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Worker {
     Leasehold(LeaseholdWorker),
     Etcd(EtcdWorker),

@@ -188,6 +188,7 @@ fn outcome_of(error: &leasehold::Error) -> Kind {
 }
 
 impl Worker {
+    #[allow(clippy::too_many_arguments)]
     fn record(
         &mut self,
         sequence: u64,

@@ -30,8 +30,8 @@ fn leasehold_at(endpoints: &str) -> Command {
     command
         .env("LEASEHOLD_ENDPOINTS", endpoints)
         .env("LEASEHOLD_INSECURE_PLAINTEXT", "1")
-        .env("LEASEHOLD_TOKEN_FILE", token_file.to_path_buf())
-        .env("LEASEHOLD_ADMIN_TOKEN_FILE", token_file.to_path_buf());
+        .env("LEASEHOLD_TOKEN_FILE", token_file)
+        .env("LEASEHOLD_ADMIN_TOKEN_FILE", token_file);
     command.env_remove("LEASEHOLD_REQUEST_TIMEOUT").env_remove("LEASEHOLD_CA_FILE");
     command
 }

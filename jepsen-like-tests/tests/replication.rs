@@ -212,7 +212,7 @@ async fn strays_refused(strays: Strays, refusal: &str) {
             let log = &logs[index];
             let named = strays.certificate_id.unwrap_or(id);
             let pem = certs::node_certificate(&ca_key, named, &["127.0.0.1".to_string()]).unwrap();
-            let (cert, key) = certs::write_pair(&cluster.root(), &format!("stray-{id}"), &pem).unwrap();
+            let (cert, key) = certs::write_pair(cluster.root(), &format!("stray-{id}"), &pem).unwrap();
             let mut command = Command::new(binary("leasehold-server"));
             command
                 .args(["--node-id", &id.to_string()])

@@ -160,6 +160,7 @@ impl StateMachine {
 
     /// Lowering the limit revokes nobody; raising it grants waiters up to the new limit
     /// in this entry.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn sem_set_limit(
         &mut self,
         index: u64,
