@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::tenant::{QuotaChange, Quotas, SecretHash, TenantId};
+use super::caller::{Caller, SecretHash, TenantId};
+use super::limits::{QuotaChange, Quotas};
 use super::{ResourceKind, SessionId, Token};
 
 /// Names one mutating request of one client, so that a retry after a lost response gets
@@ -417,4 +418,11 @@ pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut hasher = Fnv1a::new();
     hasher.write_bytes(bytes);
     hasher.finish()
+}
+
+/// A command and who sent it: what a log entry carries per command.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Submission {
+    pub caller: Caller,
+    pub command: Command,
 }

@@ -2,12 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::caller::TenantId;
 use super::error::{
     not_leader, session_locks_full, unknown_session, validate_election_value, validate_name, waiters_full,
 };
 use super::lock::Holder;
 use super::session::Role;
-use super::tenant::TenantId;
 use super::{
     position_u32, AcquireOutcome, CancelOutcome, CommandError, Event, LeaderView, ResourceKind, Response, SessionId,
     StateMachine, Token, WaitFailure,

@@ -394,7 +394,7 @@ pub(super) fn validate_tenant_name(name: &str) -> Result<(), CommandError> {
             ),
         ));
     }
-    if name == super::tenant::ADMIN_TENANT_NAME {
+    if name == super::caller::ADMIN_TENANT_NAME {
         return Err(CommandError::new(
             ErrorKind::InvalidArgument,
             "tenant name \"admin\" is reserved for the admin's own namespace".to_string(),

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::tenant::TenantId;
+use super::caller::TenantId;
 use super::{LeaderView, ResourceKind, SessionId, Token};
 
 /// One effect of an applied entry. The shell wakes waiting RPCs and feeds watchers with

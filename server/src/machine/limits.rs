@@ -31,6 +31,8 @@
 //! | `node::running_node` | `CLIENT_MESSAGE_BYTES_MAX`, `CLIENT_STREAMS_PER_CONNECTION_MAX`, `PEER_STREAMS_PER_CONNECTION_MAX` |
 //! | `node::metrics` | `SCRAPE_REQUEST_BYTES_MAX` |
 
+use serde::{Deserialize, Serialize};
+
 /// A lock name is kept twice per grant (in the lock table and in the holder's list) and
 /// is echoed in every event and error about it; 256 bytes fits a path-like resource name.
 /// Names of semaphores and elections follow the same limit.
@@ -106,7 +108,7 @@ const _: () = assert!(LOCK_NAME_BYTES_MAX > 0);
 const _: () = assert!(TENANTS_MAX > 1);
 const _: () = assert!(TENANTS_MAX < u32::MAX as usize);
 const _: () = assert!(TENANT_NAME_BYTES_MAX > 0);
-// What a session holds and waits for is counted in 16 bits (`tenant::Counted`).
+// What a session holds and waits for is counted in 16 bits (`session::Counted`).
 const _: () = assert!(LOCKS_PER_SESSION_MAX <= u16::MAX as usize);
 const _: () = assert!(CLIENT_NAME_BYTES_MAX > 0);
 const _: () = assert!(SESSION_TTL_MS_MIN > 0);
@@ -128,3 +130,44 @@ const _: () = assert!(ELECTION_VALUE_BYTES_MAX > 0);
 const _: () = assert!(REQUESTS_REMEMBERED_PER_SESSION_MAX > 0);
 const _: () = assert!(EXPIRE_SESSIONS_PER_COMMAND_MAX > 0);
 const _: () = assert!(EXPIRE_SESSIONS_PER_COMMAND_MAX <= SESSIONS_MAX);
+
+/// The most a tenant may have at once.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quotas {
+    pub sessions: u32,
+    /// Locks, semaphore permits and leaderships held. A grant to a waiter is never
+    /// refused (its wait was admitted), so raising a semaphore's limit can take the
+    /// holds past this by at most the tenant's waiters.
+    pub holds: u32,
+    /// Waits in queues (locks, semaphores, elections).
+    pub waiters: u32,
+}
+
+impl Default for Quotas {
+    fn default() -> Quotas {
+        Quotas {
+            sessions: SESSIONS_PER_TENANT_DEFAULT,
+            holds: HOLDS_PER_TENANT_DEFAULT,
+            waiters: WAITERS_PER_TENANT_DEFAULT,
+        }
+    }
+}
+
+/// The quotas a `SetTenantQuotas` changes; those it leaves as `None` keep their
+/// values, so two admins changing different quotas at once do not undo each other.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaChange {
+    pub sessions: Option<u32>,
+    pub holds: Option<u32>,
+    pub waiters: Option<u32>,
+}
+
+impl QuotaChange {
+    pub fn applied_to(self, quotas: Quotas) -> Quotas {
+        Quotas {
+            sessions: self.sessions.unwrap_or(quotas.sessions),
+            holds: self.holds.unwrap_or(quotas.holds),
+            waiters: self.waiters.unwrap_or(quotas.waiters),
+        }
+    }
+}

@@ -4,9 +4,9 @@
 use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
+use super::caller::TenantId;
 use super::error::{not_holder, session_locks_full, unknown_session, validate_name, waiters_full};
 use super::session::{push_compact, Role};
-use super::tenant::TenantId;
 use super::{
     position_u32, remove_name, AcquireOutcome, CancelOutcome, CommandError, Event, ResourceKind, Response, SessionId,
     StateMachine, Token, WaitFailure,

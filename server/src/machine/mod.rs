@@ -22,8 +22,10 @@
 //! # Layout
 //!
 //! - `mod.rs`: `StateMachine`, `apply` (retries, then the command) and the queries.
-//! - `command.rs`: `Command`, `RequestId` and the fingerprint that tells a retry from a
-//!   reuse of its request id.
+//! - `caller.rs`: `Caller`, who a command comes from (the cluster, the admin, a
+//!   tenant), with tenant ids and secret hashes.
+//! - `command.rs`: `Command`, `RequestId`, `Submission` (a command and its caller) and
+//!   the fingerprint that tells a retry from a reuse of its request id.
 //! - `response.rs`: `Response` and the outcomes of acquire and cancel.
 //! - `event.rs`: `Event`, the effects of an entry.
 //! - `error.rs`: `CommandError`, one constructor per broken rule.
@@ -34,14 +36,17 @@
 //!   commands.
 //! - `election.rs`: `Election`, one entry of the election table, and the election
 //!   commands.
+//! - `tenant.rs`: `Tenant`, the namespaces, `authorize` (who may run a command),
+//!   usage against quotas, and the tenant commands.
 //! - `view.rs`: the read-only answers of the queries.
 //! - `invariants.rs`: `check_invariants`, the named checks every replica's state passes.
-//! - `limits.rs`: every bound on the replicated state.
+//! - `limits.rs`: every bound on the replicated state, and `Quotas`, one tenant's.
 //! - `tests.rs`: table tests of every rule; `model_tests.rs`: random command sequences
 //!   against a naive model.
 //! - `scenarios.rs`: runs the scenario scripts in `testdata/*.txt` (commands, then the
 //!   responses and events they must print).
 
+mod caller;
 mod command;
 mod election;
 mod error;
@@ -78,9 +83,10 @@ pub use view::{
     ElectionView, FenceStatus, HeldLock, HolderView, LeaderView, LockView, SemaphoreView, SessionView, WaiterView,
 };
 
-pub use tenant::{
-    Caller, QuotaChange, Quotas, SecretHash, Submission, Tenant, TenantId, Usage, ADMIN_TENANT, ADMIN_TENANT_NAME,
-};
+pub use caller::{Caller, SecretHash, TenantId, ADMIN_TENANT, ADMIN_TENANT_NAME};
+pub use command::Submission;
+pub use limits::{QuotaChange, Quotas};
+pub use tenant::{Tenant, Usage};
 
 use error::{request_id_reused, token_not_yet_applied};
 use session::{push_compact, Answer, ClientName, Remembered, Role};

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::tenant::TenantId;
+use super::caller::TenantId;
 use super::{CommandError, SessionId, Token};
 
 /// The answer to one applied command. The leader hands it to the RPC that proposed the

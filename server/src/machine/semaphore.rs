@@ -4,13 +4,13 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use super::caller::TenantId;
 use super::error::{
     limit_mismatch, not_permit_holder, semaphore_unused, session_locks_full, unknown_session, validate_name,
     validate_semaphore_limit, waiters_full,
 };
 use super::lock::Holder;
 use super::session::Role;
-use super::tenant::TenantId;
 use super::{
     position_u32, AcquireOutcome, CancelOutcome, CommandError, Event, ResourceKind, Response, SessionId, StateMachine,
     Token, WaitFailure,

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
+use super::caller::{Caller, SecretHash, TenantId, ADMIN_TENANT};
 use super::error::{
     expire_batch_too_large, quota_exceeded, sessions_full, unknown_session, validate_client_name, validate_ttl_ms,
 };
-use super::tenant::{claim_bytes, session_bytes, Caller, Counted, SecretHash, TenantId, ADMIN_TENANT};
 use super::{
     share_name, unshare_name, AcquireOutcome, CancelOutcome, Command, CommandError, Event, RequestId, ResourceKind,
     Response, SessionId, StateMachine, Token, WaitFailure,
 };
-use crate::machine::limits::{EXPIRE_SESSIONS_PER_COMMAND_MAX, SESSIONS_MAX};
+use crate::machine::limits::{CLAIM_STATE_BYTES, EXPIRE_SESSIONS_PER_COMMAND_MAX, SESSIONS_MAX, SESSION_STATE_BYTES};
 
 /// A live session. Closing or expiring it releases what it holds and ends its waits in
 /// one entry.
@@ -480,4 +480,22 @@ impl StateMachine {
             events.push(Event::SessionEnded { session: *session_id, expired });
         }
     }
+}
+
+/// What a session was last counted for in its tenant's `Usage`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counted {
+    pub holds: u16,
+    pub waiters: u16,
+    pub bytes: u32,
+}
+
+/// The estimated bytes of a session with `client_name`, before what it holds.
+pub(super) fn session_bytes(client_name: &str) -> u32 {
+    SESSION_STATE_BYTES + client_name.len() as u32
+}
+
+/// The estimated bytes of one hold or wait on `name`.
+pub(super) fn claim_bytes(name: &str) -> u32 {
+    CLAIM_STATE_BYTES + name.len() as u32
 }

@@ -15,113 +15,18 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::caller::{Caller, SecretHash, TenantId, ADMIN_TENANT, ADMIN_TENANT_NAME};
 use super::election::Election;
 use super::error::{
     permission_denied, quota_exceeded, tenant_exists, tenant_removed, unknown_tenant, validate_tenant_name,
     wrong_session_secret,
 };
+use super::limits::{QuotaChange, Quotas};
 use super::lock::Lock;
 use super::semaphore::Semaphore;
 use super::session::Role;
 use super::{Command, CommandError, Event, RequestId, Response, SessionId, StateMachine};
-use crate::machine::limits::HOLDS_PER_TENANT_DEFAULT;
-use crate::machine::limits::{
-    CLAIM_STATE_BYTES, SESSIONS_PER_TENANT_DEFAULT, SESSION_STATE_BYTES, TENANTS_MAX, WAITERS_PER_TENANT_DEFAULT,
-};
-
-/// A tenant's number: given in order of creation, never reused.
-pub type TenantId = u32;
-
-/// The admin's own namespace: sessions made with the admin credential live here. It
-/// always exists, has no token (the admin credential is each node's own file) and no
-/// quotas.
-pub const ADMIN_TENANT: TenantId = 0;
-pub const ADMIN_TENANT_NAME: &str = "admin";
-
-/// A truncated SHA-256 of a secret (a session secret or a tenant token): 128 bits, as
-/// many as the secrets have, and nothing a replica's disk would give away.
-pub type SecretHash = [u8; 16];
-
-/// Who a command comes from, as the gRPC layer authenticated it.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Caller {
-    /// The cluster itself: the leader's `ExpireSessions`. Never derived from a request.
-    Cluster,
-    /// The admin credential, acting in the admin namespace or on tenants.
-    Admin {
-        /// The hash of the session secret the request presented (zeros without one);
-        /// for `CreateSession`, of the new session's secret.
-        secret: SecretHash,
-    },
-    /// A tenant's credential.
-    Tenant { tenant: TenantId, secret: SecretHash },
-}
-
-impl Caller {
-    /// The namespace the caller acts in; `None` for the cluster.
-    pub fn tenant(&self) -> Option<TenantId> {
-        match self {
-            Caller::Cluster => None,
-            Caller::Admin { .. } => Some(ADMIN_TENANT),
-            Caller::Tenant { tenant, .. } => Some(*tenant),
-        }
-    }
-
-    fn secret(&self) -> Option<&SecretHash> {
-        match self {
-            Caller::Cluster => None,
-            Caller::Admin { secret } | Caller::Tenant { secret, .. } => Some(secret),
-        }
-    }
-}
-
-/// A command and who sent it: what a log entry carries per command.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-pub struct Submission {
-    pub caller: Caller,
-    pub command: Command,
-}
-
-/// The most a tenant may have at once.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Quotas {
-    pub sessions: u32,
-    /// Locks, semaphore permits and leaderships held. A grant to a waiter is never
-    /// refused (its wait was admitted), so raising a semaphore's limit can take the
-    /// holds past this by at most the tenant's waiters.
-    pub holds: u32,
-    /// Waits in queues (locks, semaphores, elections).
-    pub waiters: u32,
-}
-
-impl Default for Quotas {
-    fn default() -> Quotas {
-        Quotas {
-            sessions: SESSIONS_PER_TENANT_DEFAULT,
-            holds: HOLDS_PER_TENANT_DEFAULT,
-            waiters: WAITERS_PER_TENANT_DEFAULT,
-        }
-    }
-}
-
-/// The quotas a `SetTenantQuotas` changes; those it leaves as `None` keep their
-/// values, so two admins changing different quotas at once do not undo each other.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QuotaChange {
-    pub sessions: Option<u32>,
-    pub holds: Option<u32>,
-    pub waiters: Option<u32>,
-}
-
-impl QuotaChange {
-    pub fn applied_to(self, quotas: Quotas) -> Quotas {
-        Quotas {
-            sessions: self.sessions.unwrap_or(quotas.sessions),
-            holds: self.holds.unwrap_or(quotas.holds),
-            waiters: self.waiters.unwrap_or(quotas.waiters),
-        }
-    }
-}
+use crate::machine::limits::TENANTS_MAX;
 
 /// What a tenant has now.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -132,14 +37,6 @@ pub struct Usage {
     /// The replicated state it takes, estimated: `SESSION_STATE_BYTES` per session and
     /// `CLAIM_STATE_BYTES` per hold or wait, plus the names' bytes.
     pub bytes: u64,
-}
-
-/// What a session was last counted for in its tenant's `Usage`.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counted {
-    pub holds: u16,
-    pub waiters: u16,
-    pub bytes: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -388,14 +285,4 @@ impl StateMachine {
         usage.bytes = usage.bytes + u64::from(now.bytes) - u64::from(before.bytes);
         self.bytes_total = self.bytes_total + u64::from(now.bytes) - u64::from(before.bytes);
     }
-}
-
-/// The estimated bytes of a session with `client_name`, before what it holds.
-pub(super) fn session_bytes(client_name: &str) -> u32 {
-    SESSION_STATE_BYTES + client_name.len() as u32
-}
-
-/// The estimated bytes of one hold or wait on `name`.
-pub(super) fn claim_bytes(name: &str) -> u32 {
-    CLAIM_STATE_BYTES + name.len() as u32
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::tenant::TenantId;
+use super::caller::TenantId;
 use super::{SessionId, Token};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
