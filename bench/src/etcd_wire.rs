@@ -12,7 +12,7 @@ use std::time::Duration;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use crate::target::Transport;
+use crate::transport::Transport;
 
 /// How long connecting to one member may take.
 pub const CONNECT_TIMEOUT_MS: u64 = 1_000;

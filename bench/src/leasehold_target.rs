@@ -10,7 +10,7 @@ use leasehold::proto as pb;
 use leasehold::{Acquired, Client, LockGuard, PermitGuard, Session};
 use tokio::sync::mpsc;
 
-use crate::target::Transport;
+use crate::transport::Transport;
 
 /// How long one keepalive may wait for its answer.
 pub const KEEPALIVE_ANSWER_TIMEOUT_MS: u64 = 2_000;

@@ -7,8 +7,8 @@
 //!
 //! * `workload` — the workloads and the client loop: warm-up, measured window,
 //!   latencies, errors, the leader kill of `failover`.
-//! * `target` — the systems behind one worker interface, and whether a run's
-//!   clients spoke TLS to them (`Transport`).
+//! * `target` — the systems behind one worker interface.
+//! * `transport` — whether a run's clients spoke TLS to the system (`Transport`).
 //! * `leasehold_target` — Leasehold through the `leasehold` library (and the
 //!   `KeepAlive` stream for back-to-back keepalives), as a tenant, over TLS unless
 //!   LEASEHOLD_INSECURE_PLAINTEXT=1; `add_tenant` makes that tenant.
@@ -28,4 +28,5 @@ pub mod report;
 pub mod scale;
 pub mod server_process;
 pub mod target;
+pub mod transport;
 pub mod workload;

@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::target::{System, TargetKind, Transport};
+use crate::target::{System, TargetKind};
+use crate::transport::Transport;
 use crate::workload::Workload;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::etcd_target::{self, EtcdWorker};
 use crate::leasehold_target::{self, LeaseholdHeld, LeaseholdWorker};
 use crate::redis_target::{RedisHeld, RedisWorker};
+use crate::transport::Transport;
 use crate::workload::{Settings, Workload};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -15,27 +16,6 @@ pub enum TargetKind {
     Leasehold,
     Etcd,
     Redis,
-}
-
-/// Whether the benchmark's clients spoke TLS to the system: the same system is
-/// measured both ways to show what TLS costs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Transport {
-    Tls,
-    /// Also what a JSON line written before this field existed means: every system
-    /// was measured in plaintext then.
-    #[default]
-    Plaintext,
-}
-
-impl Transport {
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::Tls => "TLS",
-            Transport::Plaintext => "plaintext",
-        }
-    }
 }
 
 /// One column of the results: a system and how its clients reached it.

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use leasehold_bench::report::Report;
-use leasehold_bench::target::Transport;
+use leasehold_bench::transport::Transport;
 use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
 
 /// How long a test waits for the cluster to elect a leader.

@@ -39,6 +39,9 @@ async fn main() -> anyhow::Result<()> {
             let code = leasehold_jepsen::harness::run(arguments).await?;
             std::process::exit(code);
         }
+        Command::WorkloadWorker(arguments) if arguments.workload == leasehold_jepsen::workload::Workload::Attack => {
+            leasehold_jepsen::attack::run(arguments).await
+        }
         Command::WorkloadWorker(arguments) => leasehold_jepsen::workload::run(arguments).await,
         Command::Check { history, linearizability_budget_s, semaphore_limit } => {
             use leasehold_jepsen::{checker, history as records};

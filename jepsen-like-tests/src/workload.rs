@@ -719,11 +719,8 @@ pub fn final_signal() -> watch::Receiver<bool> {
 }
 
 /// Runs one worker until the harness says `final` (or closes stdin), then the
-/// liveness phase.
+/// liveness phase. (The attack workload's worker is `attack::run`.)
 pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
-    if arguments.workload == Workload::Attack {
-        return crate::attack::run(arguments).await;
-    }
     let settings = leasehold::Settings {
         endpoints: leasehold::parse_endpoints(&arguments.endpoints),
         ..leasehold::Settings::from_env()
