@@ -1,5 +1,11 @@
 //! Random command sequences applied to the state machine and to a naive model, with every
 //! invariant checked after every entry, then replayed and restored from a snapshot.
+//!
+//! The commands come from several callers, as the gRPC layer authenticated them: the
+//! admin and a few tenants, which the admin adds, rotates, limits and removes as the run
+//! goes. Most are sent as a correct client sends them; some with a wrong session secret,
+//! for another tenant's session, from a tenant that was removed after the request was
+//! authenticated, or as the cluster, which nothing checks.
 
 use std::collections::BTreeMap;
 
@@ -8,18 +14,24 @@ use proptest::sample::Index;
 
 use super::*;
 use crate::machine::limits::{
-    CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
-    LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX,
-    SESSION_TTL_MS_MIN, WAITERS_PER_LOCK_MAX,
+    CLAIM_STATE_BYTES, CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX,
+    LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX,
+    SESSION_STATE_BYTES, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, TENANTS_MAX, TENANT_NAME_BYTES_MAX,
+    WAITERS_PER_LOCK_MAX,
 };
 
 /// The rules written as plainly as possible: lists searched from the front, whole
-/// commands compared instead of fingerprints, no indexes kept in step with each other.
-#[derive(Clone, Debug, Default)]
+/// commands compared instead of fingerprints, each tenant's usage counted from scratch,
+/// no indexes kept in step with each other.
+#[derive(Clone, Debug)]
 struct Model {
+    /// The admin namespace first, then the tenants in creation order.
+    tenants: Vec<ModelTenant>,
+    /// The id the next tenant gets: ids are never reused.
+    next_tenant: TenantId,
     /// In creation order, which is id order.
     sessions: Vec<ModelSession>,
-    /// Held locks only, in no particular order.
+    /// Held locks only, of every tenant, in no particular order.
     locks: Vec<ModelLock>,
     /// Semaphores with holders or waiters, in no particular order.
     semaphores: Vec<ModelSemaphore>,
@@ -28,16 +40,35 @@ struct Model {
 }
 
 #[derive(Clone, Debug)]
+struct ModelTenant {
+    id: TenantId,
+    name: String,
+    /// The hash of its bearer token; the admin namespace has none.
+    token: Option<SecretHash>,
+    quotas: Quotas,
+    /// The `AddTenant` request whose retry replaces the token, until a rotation.
+    created_by: Option<RequestId>,
+}
+
+#[derive(Clone, Debug)]
 struct ModelSession {
     id: SessionId,
+    /// The namespace of everything the session holds and waits for.
+    tenant: TenantId,
+    /// What every command naming the session must present.
+    secret: SecretHash,
     ttl_ms: u64,
     client_name: String,
     /// The last commands that took effect for this session, with their answers.
     answers: Vec<(Command, Response)>,
 }
 
+// Locks, semaphores and elections are named within their tenant's namespace: two
+// tenants' "alpha" are two locks.
+
 #[derive(Clone, Debug)]
 struct ModelLock {
+    tenant: TenantId,
     name: String,
     holder: SessionId,
     token: Token,
@@ -47,6 +78,7 @@ struct ModelLock {
 
 #[derive(Clone, Debug)]
 struct ModelSemaphore {
+    tenant: TenantId,
     name: String,
     limit: u32,
     /// (session, token, since_ms), in grant order.
@@ -56,6 +88,7 @@ struct ModelSemaphore {
 
 #[derive(Clone, Debug)]
 struct ModelElection {
+    tenant: TenantId,
     name: String,
     leader: SessionId,
     token: Token,
@@ -77,6 +110,26 @@ fn limit_is_valid(limit: u32) -> bool {
     (1..=SEMAPHORE_LIMIT_MAX).contains(&limit)
 }
 
+/// A DNS label (lowercase letters, digits and inner '-'), and not the admin's name.
+fn tenant_name_is_valid(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= TENANT_NAME_BYTES_MAX
+        && name.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && name != ADMIN_TENANT_NAME
+}
+
+/// The namespace and the secret of a session that `caller` creates: the cluster's
+/// (which only tests send) are the admin's, with no secret.
+fn creator(caller: &Caller) -> (TenantId, SecretHash) {
+    match *caller {
+        Caller::Cluster => (ADMIN_TENANT, SecretHash::default()),
+        Caller::Admin { secret } => (ADMIN_TENANT, secret),
+        Caller::Tenant { tenant, secret } => (tenant, secret),
+    }
+}
+
 fn queued_or_timed_out(waiters: &[SessionId], session: SessionId) -> AcquireOutcome {
     match waiters.iter().position(|waiter| *waiter == session) {
         Some(position) => AcquireOutcome::Queued { position: position as u32 },
@@ -85,10 +138,32 @@ fn queued_or_timed_out(waiters: &[SessionId], session: SessionId) -> AcquireOutc
 }
 
 impl Model {
-    fn apply(&mut self, index: u64, stamp_ms: u64, command: &Command) -> (Response, Vec<Event>) {
+    /// Only the admin namespace, which has no quotas.
+    fn new() -> Model {
+        let admin = ModelTenant {
+            id: ADMIN_TENANT,
+            name: ADMIN_TENANT_NAME.to_owned(),
+            token: None,
+            quotas: Quotas { sessions: u32::MAX, holds: u32::MAX, waiters: u32::MAX },
+            created_by: None,
+        };
+        Model {
+            tenants: vec![admin],
+            next_tenant: ADMIN_TENANT + 1,
+            sessions: vec![],
+            locks: vec![],
+            semaphores: vec![],
+            elections: vec![],
+        }
+    }
+
+    fn apply(&mut self, index: u64, stamp_ms: u64, caller: &Caller, command: &Command) -> (Response, Vec<Event>) {
+        if let Some(kind) = self.refusal(caller, command) {
+            return (rejected(kind), vec![]);
+        }
         if let Some(request) = command.request() {
-            // A command that names a session looks among that session's answers; a
-            // creation, among the creations every session still remembers.
+            // A command that names a session looks among that session's answers; any
+            // other, among the creations every session still remembers.
             let named = command.session();
             let earlier = self
                 .sessions
@@ -102,12 +177,22 @@ impl Model {
                 if earlier != *command {
                     return (rejected(ErrorKind::RequestIdReused), vec![]);
                 }
+                if let Response::SessionCreated { session, .. } = answer {
+                    // The first answer was lost, and the secret with it: the session
+                    // takes the retry's. Another tenant's retry is not one.
+                    let (tenant, secret) = creator(caller);
+                    let created = self.sessions.iter_mut().find(|created| created.id == session).unwrap();
+                    if created.tenant != tenant {
+                        return (rejected(ErrorKind::RequestIdReused), vec![]);
+                    }
+                    created.secret = secret;
+                }
                 return (self.recall(answer, command), vec![]);
             }
         }
 
         let mut events = Vec::new();
-        let response = self.execute(index, stamp_ms, command, &mut events);
+        let response = self.execute(index, stamp_ms, caller, command, &mut events);
         let owner = match &response {
             Response::SessionCreated { session, .. } => Some(*session),
             Response::SessionClosed | Response::SessionsExpired { .. } | Response::Rejected(_) => None,
@@ -127,11 +212,51 @@ impl Model {
         (response, events)
     }
 
+    /// Whether `caller` may send `command` at all, before anything else is looked at.
+    /// The cluster may send anything. A caller whose tenant was removed since the request
+    /// was authenticated may send nothing. Only the cluster expires sessions; only the
+    /// admin manages tenants or names another tenant's semaphore; a command on a live
+    /// session must come from the session's tenant, with the session's secret.
+    fn refusal(&self, caller: &Caller, command: &Command) -> Option<ErrorKind> {
+        let (tenant, secret) = match *caller {
+            Caller::Cluster => return None,
+            Caller::Admin { secret } => (ADMIN_TENANT, secret),
+            Caller::Tenant { tenant, secret } => (tenant, secret),
+        };
+        if self.tenant(tenant).is_none() {
+            return Some(ErrorKind::Unauthenticated);
+        }
+        let admin = tenant == ADMIN_TENANT;
+        match command {
+            Command::ExpireSessions { .. } => return Some(ErrorKind::PermissionDenied),
+            Command::AddTenant { .. }
+            | Command::RotateTenantToken { .. }
+            | Command::SetTenantQuotas { .. }
+            | Command::RemoveTenant { .. }
+                if !admin =>
+            {
+                return Some(ErrorKind::PermissionDenied)
+            }
+            Command::SemSetLimit { tenant: Some(owner), .. } if *owner != tenant && !admin => {
+                return Some(ErrorKind::PermissionDenied)
+            }
+            _ => {}
+        }
+        let session = self.sessions.iter().find(|session| Some(session.id) == command.session())?;
+        if session.tenant != tenant {
+            return Some(ErrorKind::PermissionDenied);
+        }
+        if session.secret != secret {
+            return Some(ErrorKind::WrongSessionSecret);
+        }
+        None
+    }
+
     /// The stored answer, except that a queued wait says where it stands now.
     fn recall(&self, answer: Response, command: &Command) -> Response {
         match (&answer, command) {
             (Response::Acquire(AcquireOutcome::Queued { .. }), Command::Acquire { session, name, .. }) => {
-                let outcome = match self.lock(name) {
+                let outcome = match self.lock(self.tenant_of(*session).unwrap(), name) {
                     Some(lock) if lock.holder == *session => AcquireOutcome::Granted { token: lock.token },
                     Some(lock) => queued_or_timed_out(&lock.waiters, *session),
                     None => AcquireOutcome::TimedOut,
@@ -139,7 +264,7 @@ impl Model {
                 Response::Acquire(outcome)
             }
             (Response::SemAcquire(AcquireOutcome::Queued { .. }), Command::SemAcquire { session, name, .. }) => {
-                let outcome = match self.semaphore(name) {
+                let outcome = match self.semaphore(self.tenant_of(*session).unwrap(), name) {
                     Some(semaphore) => match semaphore.holders.iter().find(|h| h.0 == *session) {
                         Some(holder) => AcquireOutcome::Granted { token: holder.1 },
                         None => queued_or_timed_out(&semaphore.waiters, *session),
@@ -149,7 +274,7 @@ impl Model {
                 Response::SemAcquire(outcome)
             }
             (Response::Campaign(AcquireOutcome::Queued { .. }), Command::Campaign { session, name, .. }) => {
-                let outcome = match self.election(name) {
+                let outcome = match self.election(self.tenant_of(*session).unwrap(), name) {
                     Some(election) if election.leader == *session => AcquireOutcome::Granted { token: election.token },
                     Some(election) => {
                         let waiters: Vec<SessionId> = election.waiters.iter().map(|w| w.0).collect();
@@ -163,20 +288,28 @@ impl Model {
         }
     }
 
-    fn execute(&mut self, index: u64, stamp_ms: u64, command: &Command, events: &mut Vec<Event>) -> Response {
+    fn execute(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        caller: &Caller,
+        command: &Command,
+        events: &mut Vec<Event>,
+    ) -> Response {
         // A token can only be presented after the entry that granted it: so a grant
         // never ends in its own entry, whatever else shares the entry. (A session that
         // does not exist is refused as such: it has no namespace to look the token up in.)
         if let (Some((kind, name, token)), Some(session)) = (command.presented_token(), command.session()) {
             let granted_here = token == index
-                && self.is_live(session)
-                && match kind {
-                    ResourceKind::Lock => self.lock(name).is_some_and(|lock| lock.token == token),
-                    ResourceKind::Semaphore => {
-                        self.semaphore(name).is_some_and(|semaphore| semaphore.holders.iter().any(|h| h.1 == token))
+                && self.tenant_of(session).is_some_and(|tenant| match kind {
+                    ResourceKind::Lock => self.lock(tenant, name).is_some_and(|lock| lock.token == token),
+                    ResourceKind::Semaphore => self
+                        .semaphore(tenant, name)
+                        .is_some_and(|semaphore| semaphore.holders.iter().any(|h| h.1 == token)),
+                    ResourceKind::Election => {
+                        self.election(tenant, name).is_some_and(|election| election.token == token)
                     }
-                    ResourceKind::Election => self.election(name).is_some_and(|election| election.token == token),
-                };
+                });
             if granted_here {
                 let kind =
                     if kind == ResourceKind::Election { ErrorKind::NotElectionLeader } else { ErrorKind::NotHolder };
@@ -194,8 +327,14 @@ impl Model {
                 if self.sessions.len() >= SESSIONS_MAX {
                     return rejected(ErrorKind::LimitExceeded);
                 }
+                let (tenant, secret) = creator(caller);
+                if self.usage(tenant).sessions >= self.tenant(tenant).unwrap().quotas.sessions {
+                    return rejected(ErrorKind::QuotaExceeded);
+                }
                 self.sessions.push(ModelSession {
                     id: index,
+                    tenant,
+                    secret,
                     ttl_ms: *ttl_ms,
                     client_name: client_name.clone(),
                     answers: vec![],
@@ -226,15 +365,19 @@ impl Model {
                 if !name_is_valid(name) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                if !self.is_live(*session) {
+                let Some(tenant) = self.tenant_of(*session) else {
                     return rejected(ErrorKind::UnknownSession);
-                }
+                };
                 let count = self.lock_count_of(*session);
-                let Some(lock) = self.lock(name) else {
+                let Some(lock) = self.lock(tenant, name) else {
                     if count >= LOCKS_PER_SESSION_MAX {
                         return rejected(ErrorKind::LimitExceeded);
                     }
+                    if self.holds_full(tenant) {
+                        return rejected(ErrorKind::QuotaExceeded);
+                    }
                     self.locks.push(ModelLock {
+                        tenant,
                         name: name.clone(),
                         holder: *session,
                         token: index,
@@ -261,7 +404,10 @@ impl Model {
                 if count >= LOCKS_PER_SESSION_MAX || lock.waiters.len() >= WAITERS_PER_LOCK_MAX {
                     return rejected(ErrorKind::LimitExceeded);
                 }
-                let lock = self.lock_mut(name);
+                if self.waits_full(tenant) {
+                    return rejected(ErrorKind::QuotaExceeded);
+                }
+                let lock = self.lock_mut(tenant, name);
                 lock.waiters.push(*session);
                 Response::Acquire(AcquireOutcome::Queued { position: (lock.waiters.len() - 1) as u32 })
             }
@@ -269,10 +415,10 @@ impl Model {
                 if !name_is_valid(name) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                if !self.is_live(*session) {
+                let Some(tenant) = self.tenant_of(*session) else {
                     return rejected(ErrorKind::UnknownSession);
-                }
-                let Some(lock) = self.locks.iter_mut().find(|lock| lock.name == *name) else {
+                };
+                let Some(lock) = self.locks.iter_mut().find(|lock| (lock.tenant, &lock.name) == (tenant, name)) else {
                     return Response::WaitCancelled(CancelOutcome::NotWaiting);
                 };
                 if lock.holder == *session {
@@ -295,10 +441,10 @@ impl Model {
                 if !name_is_valid(name) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                if !self.is_live(*session) {
+                let Some(tenant) = self.tenant_of(*session) else {
                     return rejected(ErrorKind::UnknownSession);
-                }
-                match self.lock(name) {
+                };
+                match self.lock(tenant, name) {
                     Some(lock) if lock.holder == *session && lock.token == *token => {}
                     _ => return rejected(ErrorKind::NotHolder),
                 }
@@ -308,28 +454,32 @@ impl Model {
                     session: *session,
                     token: *token,
                 });
-                self.pass_on(index, stamp_ms, name, events);
+                self.pass_on(index, stamp_ms, tenant, name, events);
                 Response::Released { token: *token }
             }
             Command::SemAcquire { session, name, limit, wait, .. } => {
                 if !name_is_valid(name) || !limit_is_valid(*limit) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                if !self.is_live(*session) {
+                let Some(tenant) = self.tenant_of(*session) else {
                     return rejected(ErrorKind::UnknownSession);
-                }
+                };
                 let count = self.lock_count_of(*session);
-                let Some(semaphore) = self.semaphore(name) else {
+                let Some(semaphore) = self.semaphore(tenant, name) else {
                     if count >= LOCKS_PER_SESSION_MAX {
                         return rejected(ErrorKind::LimitExceeded);
                     }
+                    if self.holds_full(tenant) {
+                        return rejected(ErrorKind::QuotaExceeded);
+                    }
                     self.semaphores.push(ModelSemaphore {
+                        tenant,
                         name: name.clone(),
                         limit: *limit,
                         holders: vec![],
                         waiters: vec![],
                     });
-                    self.grant_permit(index, stamp_ms, name, *session, events);
+                    self.grant_permit(index, stamp_ms, tenant, name, *session, events);
                     return Response::SemAcquire(AcquireOutcome::Granted { token: index });
                 };
                 if semaphore.limit != *limit {
@@ -342,7 +492,10 @@ impl Model {
                     if count >= LOCKS_PER_SESSION_MAX {
                         return rejected(ErrorKind::LimitExceeded);
                     }
-                    self.grant_permit(index, stamp_ms, name, *session, events);
+                    if self.holds_full(tenant) {
+                        return rejected(ErrorKind::QuotaExceeded);
+                    }
+                    self.grant_permit(index, stamp_ms, tenant, name, *session, events);
                     return Response::SemAcquire(AcquireOutcome::Granted { token: index });
                 }
                 if !wait {
@@ -357,7 +510,10 @@ impl Model {
                 if count >= LOCKS_PER_SESSION_MAX || semaphore.waiters.len() >= WAITERS_PER_LOCK_MAX {
                     return rejected(ErrorKind::LimitExceeded);
                 }
-                let semaphore = self.semaphore_mut(name);
+                if self.waits_full(tenant) {
+                    return rejected(ErrorKind::QuotaExceeded);
+                }
+                let semaphore = self.semaphore_mut(tenant, name);
                 semaphore.waiters.push(*session);
                 Response::SemAcquire(AcquireOutcome::Queued { position: (semaphore.waiters.len() - 1) as u32 })
             }
@@ -365,48 +521,51 @@ impl Model {
                 if !name_is_valid(name) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                if !self.is_live(*session) {
+                let Some(tenant) = self.tenant_of(*session) else {
                     return rejected(ErrorKind::UnknownSession);
-                }
-                let holds =
-                    self.semaphore(name).is_some_and(|s| s.holders.iter().any(|h| (h.0, h.1) == (*session, *token)));
+                };
+                let holds = self
+                    .semaphore(tenant, name)
+                    .is_some_and(|s| s.holders.iter().any(|h| (h.0, h.1) == (*session, *token)));
                 if !holds {
                     return rejected(ErrorKind::NotHolder);
                 }
-                self.semaphore_mut(name).holders.retain(|h| h.0 != *session);
+                self.semaphore_mut(tenant, name).holders.retain(|h| h.0 != *session);
                 events.push(Event::Released {
                     kind: ResourceKind::Semaphore,
                     name: name.clone(),
                     session: *session,
                     token: *token,
                 });
-                self.fill(index, stamp_ms, name, events);
+                self.fill(index, stamp_ms, tenant, name, events);
                 Response::SemReleased { token: *token }
             }
-            Command::SemSetLimit { session, name, limit, .. } => {
+            Command::SemSetLimit { session, name, limit, tenant: of_tenant, .. } => {
                 if !name_is_valid(name) || !limit_is_valid(*limit) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                if !self.is_live(*session) {
+                let Some(own) = self.tenant_of(*session) else {
                     return rejected(ErrorKind::UnknownSession);
-                }
-                if self.semaphore(name).is_none() {
+                };
+                // The session's own semaphore, unless the command names another tenant.
+                let tenant = of_tenant.unwrap_or(own);
+                if self.semaphore(tenant, name).is_none() {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                let semaphore = self.semaphore_mut(name);
+                let semaphore = self.semaphore_mut(tenant, name);
                 let previous = semaphore.limit;
                 semaphore.limit = *limit;
-                self.fill(index, stamp_ms, name, events);
+                self.fill(index, stamp_ms, tenant, name, events);
                 Response::SemLimitSet { limit: *limit, previous }
             }
             Command::SemCancelWait { session, name, .. } => {
                 if !name_is_valid(name) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                if !self.is_live(*session) {
+                let Some(tenant) = self.tenant_of(*session) else {
                     return rejected(ErrorKind::UnknownSession);
-                }
-                let Some(semaphore) = self.semaphores.iter_mut().find(|s| s.name == *name) else {
+                };
+                let Some(semaphore) = self.semaphores.iter_mut().find(|s| (s.tenant, &s.name) == (tenant, name)) else {
                     return Response::WaitCancelled(CancelOutcome::NotWaiting);
                 };
                 if let Some(holder) = semaphore.holders.iter().find(|h| h.0 == *session) {
@@ -429,15 +588,19 @@ impl Model {
                 if !name_is_valid(name) || value.len() > ELECTION_VALUE_BYTES_MAX {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                if !self.is_live(*session) {
+                let Some(tenant) = self.tenant_of(*session) else {
                     return rejected(ErrorKind::UnknownSession);
-                }
+                };
                 let count = self.lock_count_of(*session);
-                let Some(election) = self.election(name) else {
+                let Some(election) = self.election(tenant, name) else {
                     if count >= LOCKS_PER_SESSION_MAX {
                         return rejected(ErrorKind::LimitExceeded);
                     }
+                    if self.holds_full(tenant) {
+                        return rejected(ErrorKind::QuotaExceeded);
+                    }
                     self.elections.push(ModelElection {
+                        tenant,
                         name: name.clone(),
                         leader: *session,
                         token: index,
@@ -445,7 +608,7 @@ impl Model {
                         value: value.clone(),
                         waiters: vec![],
                     });
-                    self.announce(name, true, events);
+                    self.announce(tenant, name, true, events);
                     return Response::Campaign(AcquireOutcome::Granted { token: index });
                 };
                 if election.leader == *session {
@@ -460,7 +623,10 @@ impl Model {
                 if count >= LOCKS_PER_SESSION_MAX || election.waiters.len() >= WAITERS_PER_LOCK_MAX {
                     return rejected(ErrorKind::LimitExceeded);
                 }
-                let election = self.election_mut(name);
+                if self.waits_full(tenant) {
+                    return rejected(ErrorKind::QuotaExceeded);
+                }
+                let election = self.election_mut(tenant, name);
                 election.waiters.push((*session, value.clone()));
                 Response::Campaign(AcquireOutcome::Queued { position: (election.waiters.len() - 1) as u32 })
             }
@@ -468,10 +634,10 @@ impl Model {
                 if !name_is_valid(name) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                if !self.is_live(*session) {
+                let Some(tenant) = self.tenant_of(*session) else {
                     return rejected(ErrorKind::UnknownSession);
-                }
-                let Some(election) = self.elections.iter_mut().find(|e| e.name == *name) else {
+                };
+                let Some(election) = self.elections.iter_mut().find(|e| (e.tenant, &e.name) == (tenant, name)) else {
                     return Response::WaitCancelled(CancelOutcome::NotWaiting);
                 };
                 if election.leader == *session {
@@ -494,15 +660,15 @@ impl Model {
                 if !name_is_valid(name) || value.len() > ELECTION_VALUE_BYTES_MAX {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                if !self.is_live(*session) {
+                let Some(tenant) = self.tenant_of(*session) else {
                     return rejected(ErrorKind::UnknownSession);
-                }
-                if !self.leads(name, *session, *token) {
+                };
+                if !self.leads(tenant, name, *session, *token) {
                     return rejected(ErrorKind::NotElectionLeader);
                 }
-                if self.election(name).unwrap().value != *value {
-                    self.election_mut(name).value = value.clone();
-                    self.announce(name, false, events);
+                if self.election(tenant, name).unwrap().value != *value {
+                    self.election_mut(tenant, name).value = value.clone();
+                    self.announce(tenant, name, false, events);
                 }
                 Response::Proclaimed { token: *token }
             }
@@ -510,10 +676,10 @@ impl Model {
                 if !name_is_valid(name) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                if !self.is_live(*session) {
+                let Some(tenant) = self.tenant_of(*session) else {
                     return rejected(ErrorKind::UnknownSession);
-                }
-                if !self.leads(name, *session, *token) {
+                };
+                if !self.leads(tenant, name, *session, *token) {
                     return rejected(ErrorKind::NotElectionLeader);
                 }
                 events.push(Event::Released {
@@ -522,13 +688,69 @@ impl Model {
                     session: *session,
                     token: *token,
                 });
-                self.next_leader(index, stamp_ms, name, events);
+                self.next_leader(index, stamp_ms, tenant, name, events);
                 Response::Resigned { token: *token }
             }
-            Command::AddTenant { .. }
-            | Command::RotateTenantToken { .. }
-            | Command::SetTenantQuotas { .. }
-            | Command::RemoveTenant { .. } => unreachable!("the model sends no tenant commands"),
+            Command::AddTenant { request, name, token_hash, quotas } => {
+                if !tenant_name_is_valid(name) {
+                    return rejected(ErrorKind::InvalidArgument);
+                }
+                if let Some(tenant) = self.tenants.iter_mut().find(|tenant| tenant.name == *name) {
+                    // Only a retry of the request that added it, whose answer (and the
+                    // token in it) was lost: the retry's token replaces the first.
+                    if tenant.created_by != Some(*request) {
+                        return rejected(ErrorKind::TenantExists);
+                    }
+                    tenant.token = Some(*token_hash);
+                    return Response::TenantAdded { tenant: tenant.id };
+                }
+                if self.tenants.len() >= TENANTS_MAX {
+                    return rejected(ErrorKind::LimitExceeded);
+                }
+                let id = self.next_tenant;
+                self.next_tenant += 1;
+                self.tenants.push(ModelTenant {
+                    id,
+                    name: name.clone(),
+                    token: Some(*token_hash),
+                    quotas: *quotas,
+                    created_by: Some(*request),
+                });
+                Response::TenantAdded { tenant: id }
+            }
+            Command::RotateTenantToken { name, token_hash, .. } => {
+                let Some(tenant) = self.managed_tenant(name) else {
+                    return rejected(ErrorKind::UnknownTenant);
+                };
+                tenant.token = Some(*token_hash);
+                // A late retry of the request that added it must not bring a token back.
+                tenant.created_by = None;
+                Response::TenantTokenRotated { tenant: tenant.id }
+            }
+            Command::SetTenantQuotas { name, quotas: change, .. } => {
+                let Some(tenant) = self.managed_tenant(name) else {
+                    return rejected(ErrorKind::UnknownTenant);
+                };
+                // What the change leaves out keeps its value. Nothing is taken away from
+                // a tenant already over a lowered quota.
+                let quotas = &mut tenant.quotas;
+                quotas.sessions = change.sessions.unwrap_or(quotas.sessions);
+                quotas.holds = change.holds.unwrap_or(quotas.holds);
+                quotas.waiters = change.waiters.unwrap_or(quotas.waiters);
+                Response::TenantQuotasSet { tenant: tenant.id }
+            }
+            Command::RemoveTenant { name, .. } => {
+                let Some(id) = self.managed_tenant(name).map(|tenant| tenant.id) else {
+                    return rejected(ErrorKind::UnknownTenant);
+                };
+                // Its sessions, and only its, end in this entry, releasing what they held
+                // and ending their waits; its token stops working.
+                let ending: Vec<SessionId> =
+                    self.sessions.iter().filter(|session| session.tenant == id).map(|session| session.id).collect();
+                self.end(index, stamp_ms, &ending, false, events);
+                self.tenants.retain(|tenant| tenant.id != id);
+                Response::TenantRemoved { tenant: id, sessions_ended: ending.len() as u64 }
+            }
         }
     }
 
@@ -564,45 +786,49 @@ impl Model {
             election.waiters.retain(|(waiter, _)| !ending.contains(waiter));
         }
 
-        let names: Vec<String> = self.semaphores.iter().map(|s| s.name.clone()).collect();
-        for name in names {
-            let semaphore = self.semaphore_mut(&name);
+        let names: Vec<(TenantId, String)> = self.semaphores.iter().map(|s| (s.tenant, s.name.clone())).collect();
+        for (tenant, name) in names {
+            let semaphore = self.semaphore_mut(tenant, &name);
             let (gone, kept): (Vec<_>, Vec<_>) =
                 semaphore.holders.iter().partition(|holder| ending.contains(&holder.0));
             semaphore.holders = kept;
             for (session, token, _) in gone {
                 events.push(Event::Released { kind: ResourceKind::Semaphore, name: name.clone(), session, token });
             }
-            self.fill(index, stamp_ms, &name, events);
+            self.fill(index, stamp_ms, tenant, &name, events);
         }
 
-        let freed: Vec<String> =
-            self.locks.iter().filter(|lock| ending.contains(&lock.holder)).map(|lock| lock.name.clone()).collect();
-        for name in freed {
-            let lock = self.lock(&name).unwrap();
+        let freed: Vec<(TenantId, String)> = self
+            .locks
+            .iter()
+            .filter(|lock| ending.contains(&lock.holder))
+            .map(|lock| (lock.tenant, lock.name.clone()))
+            .collect();
+        for (tenant, name) in freed {
+            let lock = self.lock(tenant, &name).unwrap();
             events.push(Event::Released {
                 kind: ResourceKind::Lock,
                 name: name.clone(),
                 session: lock.holder,
                 token: lock.token,
             });
-            self.pass_on(index, stamp_ms, &name, events);
+            self.pass_on(index, stamp_ms, tenant, &name, events);
         }
-        let vacated: Vec<String> = self
+        let vacated: Vec<(TenantId, String)> = self
             .elections
             .iter()
             .filter(|election| ending.contains(&election.leader))
-            .map(|election| election.name.clone())
+            .map(|election| (election.tenant, election.name.clone()))
             .collect();
-        for name in vacated {
-            let election = self.election(&name).unwrap();
+        for (tenant, name) in vacated {
+            let election = self.election(tenant, &name).unwrap();
             events.push(Event::Released {
                 kind: ResourceKind::Election,
                 name: name.clone(),
                 session: election.leader,
                 token: election.token,
             });
-            self.next_leader(index, stamp_ms, &name, events);
+            self.next_leader(index, stamp_ms, tenant, &name, events);
         }
         self.sessions.retain(|session| !ending.contains(&session.id));
         for session in ending {
@@ -611,32 +837,40 @@ impl Model {
     }
 
     /// Free permits go to the waiters, first in line first; an unused semaphore goes.
-    fn fill(&mut self, index: u64, stamp_ms: u64, name: &str, events: &mut Vec<Event>) {
+    fn fill(&mut self, index: u64, stamp_ms: u64, tenant: TenantId, name: &str, events: &mut Vec<Event>) {
         loop {
-            let semaphore = self.semaphore_mut(name);
+            let semaphore = self.semaphore_mut(tenant, name);
             if semaphore.waiters.is_empty() || semaphore.holders.len() >= semaphore.limit as usize {
                 break;
             }
             let next = semaphore.waiters.remove(0);
-            self.grant_permit(index, stamp_ms, name, next, events);
+            self.grant_permit(index, stamp_ms, tenant, name, next, events);
         }
-        let semaphore = self.semaphore_mut(name);
+        let semaphore = self.semaphore_mut(tenant, name);
         if semaphore.holders.is_empty() && semaphore.waiters.is_empty() {
-            self.semaphores.retain(|semaphore| semaphore.name != name);
+            self.semaphores.retain(|semaphore| (semaphore.tenant, semaphore.name.as_str()) != (tenant, name));
         }
     }
 
-    fn grant_permit(&mut self, index: u64, stamp_ms: u64, name: &str, session: SessionId, events: &mut Vec<Event>) {
-        self.semaphore_mut(name).holders.push((session, index, stamp_ms));
+    fn grant_permit(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        tenant: TenantId,
+        name: &str,
+        session: SessionId,
+        events: &mut Vec<Event>,
+    ) {
+        self.semaphore_mut(tenant, name).holders.push((session, index, stamp_ms));
         events.push(Event::Granted { kind: ResourceKind::Semaphore, name: name.to_owned(), session, token: index });
     }
 
     /// The leader is gone: the first campaigner leads, or the election falls vacant.
-    fn next_leader(&mut self, index: u64, stamp_ms: u64, name: &str, events: &mut Vec<Event>) {
-        let election = self.election_mut(name);
+    fn next_leader(&mut self, index: u64, stamp_ms: u64, tenant: TenantId, name: &str, events: &mut Vec<Event>) {
+        let election = self.election_mut(tenant, name);
         if election.waiters.is_empty() {
-            self.elections.retain(|election| election.name != name);
-            events.push(Event::LeaderChanged { tenant: ADMIN_TENANT, name: name.to_owned(), leader: None });
+            self.elections.retain(|election| (election.tenant, election.name.as_str()) != (tenant, name));
+            events.push(Event::LeaderChanged { tenant, name: name.to_owned(), leader: None });
             return;
         }
         let (next, value) = election.waiters.remove(0);
@@ -644,11 +878,11 @@ impl Model {
         election.token = index;
         election.since_ms = stamp_ms;
         election.value = value;
-        self.announce(name, true, events);
+        self.announce(tenant, name, true, events);
     }
 
-    fn announce(&self, name: &str, new_leader: bool, events: &mut Vec<Event>) {
-        let view = self.leader_view(name).unwrap();
+    fn announce(&self, tenant: TenantId, name: &str, new_leader: bool, events: &mut Vec<Event>) {
+        let view = self.leader_view(tenant, name).unwrap();
         if new_leader {
             events.push(Event::Granted {
                 kind: ResourceKind::Election,
@@ -657,11 +891,11 @@ impl Model {
                 token: view.token,
             });
         }
-        events.push(Event::LeaderChanged { tenant: ADMIN_TENANT, name: name.to_owned(), leader: Some(view) });
+        events.push(Event::LeaderChanged { tenant, name: name.to_owned(), leader: Some(view) });
     }
 
-    fn leader_view(&self, name: &str) -> Option<LeaderView> {
-        let election = self.election(name)?;
+    fn leader_view(&self, tenant: TenantId, name: &str) -> Option<LeaderView> {
+        let election = self.election(tenant, name)?;
         Some(LeaderView {
             session: election.leader,
             client_name: self
@@ -677,15 +911,15 @@ impl Model {
         })
     }
 
-    fn leads(&self, name: &str, session: SessionId, token: Token) -> bool {
-        self.election(name).is_some_and(|election| (election.leader, election.token) == (session, token))
+    fn leads(&self, tenant: TenantId, name: &str, session: SessionId, token: Token) -> bool {
+        self.election(tenant, name).is_some_and(|election| (election.leader, election.token) == (session, token))
     }
 
     /// The holder is gone: the first waiter gets the lock, or the lock becomes free.
-    fn pass_on(&mut self, index: u64, stamp_ms: u64, name: &str, events: &mut Vec<Event>) {
-        let lock = self.lock_mut(name);
+    fn pass_on(&mut self, index: u64, stamp_ms: u64, tenant: TenantId, name: &str, events: &mut Vec<Event>) {
+        let lock = self.lock_mut(tenant, name);
         if lock.waiters.is_empty() {
-            self.locks.retain(|lock| lock.name != name);
+            self.locks.retain(|lock| (lock.tenant, lock.name.as_str()) != (tenant, name));
             return;
         }
         let next = lock.waiters.remove(0);
@@ -697,6 +931,58 @@ impl Model {
 
     fn is_live(&self, session: SessionId) -> bool {
         self.sessions.iter().any(|live| live.id == session)
+    }
+
+    /// The namespace of a live session.
+    fn tenant_of(&self, session: SessionId) -> Option<TenantId> {
+        self.sessions.iter().find(|live| live.id == session).map(|live| live.tenant)
+    }
+
+    fn tenant(&self, id: TenantId) -> Option<&ModelTenant> {
+        self.tenants.iter().find(|tenant| tenant.id == id)
+    }
+
+    /// A tenant the admin manages, by name: any but the admin namespace.
+    fn managed_tenant(&mut self, name: &str) -> Option<&mut ModelTenant> {
+        self.tenants.iter_mut().find(|tenant| tenant.name == name && tenant.id != ADMIN_TENANT)
+    }
+
+    /// What `tenant` has now, counted from scratch: its sessions, what they hold (locks,
+    /// permits and leaderships) and wait for, and the bytes all that takes.
+    fn usage(&self, tenant: TenantId) -> Usage {
+        let claims = |name: &str, count: usize| count as u64 * (u64::from(CLAIM_STATE_BYTES) + name.len() as u64);
+        let mut usage = Usage::default();
+        for session in self.sessions.iter().filter(|session| session.tenant == tenant) {
+            usage.sessions += 1;
+            usage.bytes += u64::from(SESSION_STATE_BYTES) + session.client_name.len() as u64;
+        }
+        for lock in self.locks.iter().filter(|lock| lock.tenant == tenant) {
+            usage.holds += 1;
+            usage.waiters += lock.waiters.len() as u32;
+            usage.bytes += claims(&lock.name, 1 + lock.waiters.len());
+        }
+        for semaphore in self.semaphores.iter().filter(|semaphore| semaphore.tenant == tenant) {
+            usage.holds += semaphore.holders.len() as u32;
+            usage.waiters += semaphore.waiters.len() as u32;
+            usage.bytes += claims(&semaphore.name, semaphore.holders.len() + semaphore.waiters.len());
+        }
+        for election in self.elections.iter().filter(|election| election.tenant == tenant) {
+            usage.holds += 1;
+            usage.waiters += election.waiters.len() as u32;
+            usage.bytes += claims(&election.name, 1 + election.waiters.len());
+        }
+        usage
+    }
+
+    /// Whether a new hold of `tenant` is over its quota. A waiter's grant never is
+    /// refused: its wait was admitted.
+    fn holds_full(&self, tenant: TenantId) -> bool {
+        self.usage(tenant).holds >= self.tenant(tenant).unwrap().quotas.holds
+    }
+
+    /// Whether a new wait of `tenant` is over its quota.
+    fn waits_full(&self, tenant: TenantId) -> bool {
+        self.usage(tenant).waiters >= self.tenant(tenant).unwrap().quotas.waiters
     }
 
     /// Locks, permits and elections held or waited for, all counted together.
@@ -712,28 +998,31 @@ impl Model {
         locks + semaphores + elections
     }
 
-    fn semaphore(&self, name: &str) -> Option<&ModelSemaphore> {
-        self.semaphores.iter().find(|semaphore| semaphore.name == name)
+    fn semaphore(&self, tenant: TenantId, name: &str) -> Option<&ModelSemaphore> {
+        self.semaphores.iter().find(|semaphore| (semaphore.tenant, semaphore.name.as_str()) == (tenant, name))
     }
 
-    fn semaphore_mut(&mut self, name: &str) -> &mut ModelSemaphore {
-        self.semaphores.iter_mut().find(|semaphore| semaphore.name == name).unwrap()
+    fn semaphore_mut(&mut self, tenant: TenantId, name: &str) -> &mut ModelSemaphore {
+        self.semaphores
+            .iter_mut()
+            .find(|semaphore| (semaphore.tenant, semaphore.name.as_str()) == (tenant, name))
+            .unwrap()
     }
 
-    fn election(&self, name: &str) -> Option<&ModelElection> {
-        self.elections.iter().find(|election| election.name == name)
+    fn election(&self, tenant: TenantId, name: &str) -> Option<&ModelElection> {
+        self.elections.iter().find(|election| (election.tenant, election.name.as_str()) == (tenant, name))
     }
 
-    fn election_mut(&mut self, name: &str) -> &mut ModelElection {
-        self.elections.iter_mut().find(|election| election.name == name).unwrap()
+    fn election_mut(&mut self, tenant: TenantId, name: &str) -> &mut ModelElection {
+        self.elections.iter_mut().find(|election| (election.tenant, election.name.as_str()) == (tenant, name)).unwrap()
     }
 
-    fn lock(&self, name: &str) -> Option<&ModelLock> {
-        self.locks.iter().find(|lock| lock.name == name)
+    fn lock(&self, tenant: TenantId, name: &str) -> Option<&ModelLock> {
+        self.locks.iter().find(|lock| (lock.tenant, lock.name.as_str()) == (tenant, name))
     }
 
-    fn lock_mut(&mut self, name: &str) -> &mut ModelLock {
-        self.locks.iter_mut().find(|lock| lock.name == name).unwrap()
+    fn lock_mut(&mut self, tenant: TenantId, name: &str) -> &mut ModelLock {
+        self.locks.iter_mut().find(|lock| (lock.tenant, lock.name.as_str()) == (tenant, name)).unwrap()
     }
 }
 
@@ -742,11 +1031,16 @@ impl Model {
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 const CLIENTS: u64 = 3;
 const UNKNOWN_SESSION: SessionId = 1_000_000_007;
+/// The tenants the admin adds, rotates, limits and removes; a removed one may be added
+/// again, under a new id.
+const TENANT_NAMES: [&str; 3] = ["red", "blue", "green"];
 
 #[derive(Clone, Debug)]
 enum Op {
     Create {
         client: u64,
+        /// Picks the namespace: the admin's, or one of the tenants that exist.
+        tenant: u8,
         ttl: u8,
         long_client_name: bool,
     },
@@ -795,6 +1089,9 @@ enum Op {
         session: Index,
         name: u8,
         limit: u8,
+        /// Mostly the session's own semaphore; sometimes one that names its tenant: the
+        /// session's own, or another, which only the admin may change.
+        of: u8,
     },
     SemCancel {
         client: u64,
@@ -828,8 +1125,31 @@ enum Op {
         name: u8,
         token: u8,
     },
-    /// Applies an earlier command again, unchanged; mostly one of the last few, as a
-    /// client retries its latest requests.
+    /// Adds a tenant; or (`retry`) sends an earlier `AddTenant` again, as the admin does
+    /// whose answer was lost, with the new token the gRPC layer made for it.
+    AddTenant {
+        client: u64,
+        name: u8,
+        quotas: [u8; 3],
+        retry: Option<Index>,
+    },
+    RotateToken {
+        client: u64,
+        name: u8,
+    },
+    SetQuotas {
+        client: u64,
+        name: u8,
+        /// Sessions, holds, waiters: each mostly left as it is.
+        change: [u8; 3],
+    },
+    RemoveTenant {
+        client: u64,
+        name: u8,
+    },
+    /// Applies an earlier command again, unchanged but for the new secret or token the
+    /// gRPC layer makes for every request that needs one; mostly one of the last few, as
+    /// a client retries its latest requests.
     Retry {
         earlier: Index,
         recent: bool,
@@ -843,11 +1163,28 @@ enum Op {
     Empty,
 }
 
+/// Who sends a step's command.
+#[derive(Clone, Debug)]
+enum Pose {
+    /// A correct client: the session's tenant with the session's secret (a creation: the
+    /// tenant the op picks, with a new secret); the admin for tenant management; the
+    /// cluster for expiries.
+    Owner,
+    /// The right tenant, with a secret that is not the session's.
+    WrongSecret,
+    /// Another tenant that exists, the admin among them, with the right secret.
+    OtherTenant(Index),
+    /// A tenant that was removed after the gRPC layer authenticated the request.
+    Removed(Index),
+    /// The cluster, which nothing checks.
+    Cluster,
+}
+
 fn fresh_op() -> impl Strategy<Value = Op> {
     let client = 0..CLIENTS;
     prop_oneof![
-        8 => (client.clone(), any::<u8>(), prop::bool::weighted(0.03)).prop_map(
-            |(client, ttl, long_client_name)| Op::Create { client, ttl, long_client_name }
+        8 => (client.clone(), any::<u8>(), any::<u8>(), prop::bool::weighted(0.03)).prop_map(
+            |(client, tenant, ttl, long_client_name)| Op::Create { client, tenant, ttl, long_client_name }
         ),
         1 => (client.clone(), any::<Index>())
             .prop_map(|(client, session)| Op::Close { client, session }),
@@ -879,8 +1216,8 @@ fn fresh_op() -> impl Strategy<Value = Op> {
         4 => (client.clone(), any::<Index>(), any::<u8>(), any::<u8>()).prop_map(
             |(client, session, name, token)| Op::SemRelease { client, session, name, token }
         ),
-        2 => (client.clone(), any::<Index>(), any::<u8>(), any::<u8>()).prop_map(
-            |(client, session, name, limit)| Op::SemSetLimit { client, session, name, limit }
+        2 => (client.clone(), any::<Index>(), any::<u8>(), any::<u8>(), any::<u8>()).prop_map(
+            |(client, session, name, limit, of)| Op::SemSetLimit { client, session, name, limit, of }
         ),
         2 => (client.clone(), any::<Index>(), any::<u8>(), prop::bool::weighted(0.7)).prop_map(
             |(client, session, name, waiter)| Op::SemCancel { client, session, name, waiter }
@@ -916,9 +1253,20 @@ fn fresh_op() -> impl Strategy<Value = Op> {
                 value
             }
         ),
-        3 => (client, any::<Index>(), any::<u8>(), any::<u8>()).prop_map(
+        3 => (client.clone(), any::<Index>(), any::<u8>(), any::<u8>()).prop_map(
             |(client, session, name, token)| Op::Resign { client, session, name, token }
         ),
+        2 => (
+            client.clone(),
+            any::<u8>(),
+            any::<[u8; 3]>(),
+            prop::option::weighted(0.3, any::<Index>()),
+        )
+            .prop_map(|(client, name, quotas, retry)| Op::AddTenant { client, name, quotas, retry }),
+        1 => (client.clone(), any::<u8>()).prop_map(|(client, name)| Op::RotateToken { client, name }),
+        2 => (client.clone(), any::<u8>(), any::<[u8; 3]>())
+            .prop_map(|(client, name, change)| Op::SetQuotas { client, name, change }),
+        1 => (client, any::<u8>()).prop_map(|(client, name)| Op::RemoveTenant { client, name }),
     ]
 }
 
@@ -933,11 +1281,76 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Mostly a correct client.
+fn pose() -> impl Strategy<Value = Pose> {
+    prop_oneof![
+        56 => Just(Pose::Owner),
+        1 => Just(Pose::WrongSecret),
+        1 => any::<Index>().prop_map(Pose::OtherTenant),
+        2 => any::<Index>().prop_map(Pose::Removed),
+        1 => Just(Pose::Cluster),
+    ]
+}
+
+/// The steps of a run: each an operation, who sends it, and its `gap` to the previous
+/// entry (see `JOIN_ENTRY`).
+fn steps() -> impl Strategy<Value = Vec<(Op, Pose, u64)>> {
+    prop::collection::vec((op(), pose(), 0u64..=JOIN_ENTRY), 1..150)
+}
+
+/// Mostly one of `TENANT_NAMES`; sometimes the admin's, an unknown one, or one that is
+/// not a DNS label.
+fn tenant_name(pick: u8) -> String {
+    match pick % 16 {
+        13 => ADMIN_TENANT_NAME.to_owned(),
+        14 => "nobody".to_owned(),
+        15 => "Not-A-Label".to_owned(),
+        other => TENANT_NAMES[usize::from(other) % TENANT_NAMES.len()].to_owned(),
+    }
+}
+
+/// Small enough to be reached often, or out of reach.
+fn quota(pick: u8) -> u32 {
+    match pick % 8 {
+        small @ 0..=2 => u32::from(small) + 1,
+        _ => 1_000,
+    }
+}
+
+/// A change of one quota: mostly none, as an admin changes one or two at a time;
+/// sometimes down to nothing at all.
+fn quota_change(pick: u8) -> Option<u32> {
+    match pick % 16 {
+        0 => Some(0),
+        1..=6 => Some(u32::from(pick % 3) + 1),
+        7 | 8 => Some(1_000),
+        _ => None,
+    }
+}
+
+/// The credential of `tenant`'s clients: the admin's for the admin namespace.
+fn as_tenant(tenant: TenantId, secret: SecretHash) -> Caller {
+    if tenant == ADMIN_TENANT {
+        Caller::Admin { secret }
+    } else {
+        Caller::Tenant { tenant, secret }
+    }
+}
+
+/// The same caller presenting another secret; the cluster presents none.
+fn with_secret(caller: Caller, secret: SecretHash) -> Caller {
+    match caller.tenant() {
+        None => Caller::Cluster,
+        Some(tenant) => as_tenant(tenant, secret),
+    }
+}
+
 /// One log entry as the store would see it, with the answer it got the first time.
 #[derive(Clone, Debug)]
 struct Entry {
     index: u64,
     stamp_ms: u64,
+    caller: Caller,
     command: Option<Command>,
     response: Option<Response>,
 }
@@ -949,12 +1362,21 @@ struct Run {
     sequences: [u64; CLIENTS as usize],
     /// Every session ever created, dead ones included, so that commands name them too.
     created: Vec<SessionId>,
+    /// The namespace of every session ever created, for the commands that name it
+    /// after it ended.
+    session_tenants: BTreeMap<SessionId, TenantId>,
+    /// Every tenant ever added, the admin first, removed ones included.
+    tenant_ids: Vec<TenantId>,
+    /// Every tenant token ever handed out, replaced and removed ones included.
+    tokens: Vec<SecretHash>,
+    /// How many secrets and tokens were made so far: each is new.
+    secrets: u64,
     log: Vec<Entry>,
     /// Every grant of each resource, in order, to check that tokens increase.
-    grants: BTreeMap<(ResourceKind, String), Vec<Token>>,
+    grants: BTreeMap<(TenantId, ResourceKind, String), Vec<Token>>,
     /// The token of each election's latest leader, vacancies notwithstanding, to check
     /// that every change of leader comes with a larger token.
-    leader_tokens: BTreeMap<String, Token>,
+    leader_tokens: BTreeMap<(TenantId, String), Token>,
     /// The events of the last applied command, for the coverage test.
     last_events: Vec<Event>,
     /// Whether the last entry holds only commands that may share an entry, so that
@@ -970,10 +1392,14 @@ impl Run {
     fn new() -> Self {
         let mut run = Run {
             machine: StateMachine::new(),
-            model: Model::default(),
+            model: Model::new(),
             index: 0,
             sequences: [0; CLIENTS as usize],
             created: vec![],
+            session_tenants: BTreeMap::new(),
+            tenant_ids: vec![ADMIN_TENANT],
+            tokens: vec![],
+            secrets: 0,
             log: vec![],
             grants: BTreeMap::new(),
             leader_tokens: BTreeMap::new(),
@@ -981,7 +1407,11 @@ impl Run {
             entry_open: false,
         };
         run.machine.apply_empty(0);
-        run.log.push(Entry { index: 0, stamp_ms: 0, command: None, response: None });
+        run.log.push(Entry { index: 0, stamp_ms: 0, caller: Caller::Cluster, command: None, response: None });
+        // Two tenants from the start: "red", with room, and "blue", with small quotas;
+        // the steps add, limit and remove more.
+        run.step(&Op::AddTenant { client: 0, name: 0, quotas: [7, 7, 7], retry: None }, &Pose::Owner, 0);
+        run.step(&Op::AddTenant { client: 0, name: 1, quotas: [2, 1, 0], retry: None }, &Pose::Owner, 0);
         run
     }
 
@@ -989,6 +1419,15 @@ impl Run {
         let sequence = &mut self.sequences[client as usize];
         *sequence += 1;
         RequestId { client_id: client, sequence: *sequence }
+    }
+
+    /// A secret or token nobody has had, as the gRPC layer makes one for every request
+    /// that needs one (128 random bits do not repeat).
+    fn fresh_secret(&mut self) -> SecretHash {
+        self.secrets += 1;
+        let mut secret = [0x5e; 16];
+        secret[..8].copy_from_slice(&self.secrets.to_le_bytes());
+        secret
     }
 
     /// Mostly a live session; sometimes one that ended or never existed.
@@ -1000,6 +1439,11 @@ impl Run {
             return live[slot % live.len()];
         }
         self.created.get(slot - live.len() * LIVE_WEIGHT).copied().unwrap_or(UNKNOWN_SESSION)
+    }
+
+    /// The namespace `session` is or was in; the admin's for one never created.
+    fn tenant_of(&self, session: SessionId) -> TenantId {
+        self.session_tenants.get(&session).copied().unwrap_or(ADMIN_TENANT)
     }
 
     fn name(pick: u8) -> String {
@@ -1019,29 +1463,41 @@ impl Run {
         }
     }
 
-    fn command(&mut self, op: &Op) -> Option<Command> {
-        let earlier_commands: Vec<&Command> = self
-            .log
-            .iter()
-            .filter_map(|entry| entry.command.as_ref())
-            .filter(|command| command.request().is_some())
+    /// The command `op` stands for now; for a creation, also who sends it as a correct
+    /// client would.
+    fn command(&mut self, op: &Op) -> Option<(Command, Option<Caller>)> {
+        let requests: Vec<usize> = (0..self.log.len())
+            .filter(|position| self.log[*position].command.as_ref().is_some_and(|command| command.request().is_some()))
             .collect();
-        Some(match op {
+        let command = match op {
             Op::Empty => return None,
             Op::Retry { earlier, recent } => {
-                if earlier_commands.is_empty() {
+                if requests.is_empty() {
                     return None;
                 }
-                let window = if *recent { earlier_commands.len().min(6) } else { earlier_commands.len() };
-                let offset = earlier_commands.len() - window;
-                earlier_commands[offset + earlier.index(window)].clone()
+                let window = if *recent { requests.len().min(6) } else { requests.len() };
+                let offset = requests.len() - window;
+                let entry = &self.log[requests[offset + earlier.index(window)]];
+                let (mut command, caller) = (entry.command.clone().unwrap(), entry.caller);
+                // A retry carries the new token or session secret made for it.
+                if let Command::AddTenant { token_hash, .. } | Command::RotateTenantToken { token_hash, .. } =
+                    &mut command
+                {
+                    *token_hash = self.fresh_secret();
+                }
+                let creation = match command {
+                    Command::CreateSession { .. } => Some(with_secret(caller, self.fresh_secret())),
+                    _ => None,
+                };
+                return Some((command, creation));
             }
             Op::Reuse { earlier, fresh } => {
-                if earlier_commands.is_empty() {
+                if requests.is_empty() {
                     return None;
                 }
-                let request = earlier_commands[earlier.index(earlier_commands.len())].request().unwrap();
-                let mut command = self.command(fresh)?;
+                let entry = &self.log[requests[earlier.index(requests.len())]];
+                let request = entry.command.as_ref().unwrap().request().unwrap();
+                let (mut command, creation) = self.command(fresh)?;
                 match &mut command {
                     Command::CreateSession { request: slot, .. }
                     | Command::CloseSession { request: slot, .. }
@@ -1062,23 +1518,36 @@ impl Run {
                     | Command::RemoveTenant { request: slot, .. } => *slot = request,
                     Command::ExpireSessions { .. } => {}
                 }
-                command
+                return Some((command, creation));
             }
-            Op::Create { client, ttl, long_client_name } => Command::CreateSession {
-                request: self.request(*client),
-                ttl_ms: match ttl % 32 {
-                    0 => SESSION_TTL_MS_MIN - 1,
-                    1 => SESSION_TTL_MS_MAX + 1,
-                    2 => SESSION_TTL_MS_MIN,
-                    3 => SESSION_TTL_MS_MAX,
-                    _ => 5_000,
-                },
-                client_name: if *long_client_name {
-                    "c".repeat(CLIENT_NAME_BYTES_MAX + 1)
-                } else {
-                    format!("client-{client}")
-                },
-            },
+            Op::Create { client, tenant, ttl, long_client_name } => {
+                // Half in the admin namespace, where the sessions contend as in a
+                // single-tenant run; a quarter in the oldest tenant's, so that its
+                // sessions contend too; the rest spread over the tenants.
+                let others = &self.model.tenants[1..];
+                let tenant = match tenant % 4 {
+                    2 if !others.is_empty() => others[0].id,
+                    3 if !others.is_empty() => others[usize::from(tenant / 4) % others.len()].id,
+                    _ => ADMIN_TENANT,
+                };
+                let creation = as_tenant(tenant, self.fresh_secret());
+                let command = Command::CreateSession {
+                    request: self.request(*client),
+                    ttl_ms: match ttl % 32 {
+                        0 => SESSION_TTL_MS_MIN - 1,
+                        1 => SESSION_TTL_MS_MAX + 1,
+                        2 => SESSION_TTL_MS_MIN,
+                        3 => SESSION_TTL_MS_MAX,
+                        _ => 5_000,
+                    },
+                    client_name: if *long_client_name {
+                        "c".repeat(CLIENT_NAME_BYTES_MAX + 1)
+                    } else {
+                        format!("client-{client}")
+                    },
+                };
+                return Some((command, Some(creation)));
+            }
             Op::Close { client, session } => {
                 Command::CloseSession { request: self.request(*client), session: self.session(session) }
             }
@@ -1093,31 +1562,31 @@ impl Run {
             },
             Op::Cancel { client, session, name, waiter } => {
                 let name = Self::name(*name);
-                let waiters = self.model.lock(&name).map(|lock| lock.waiters.clone()).unwrap_or_default();
-                let session = if *waiter && !waiters.is_empty() {
-                    waiters[session.index(waiters.len())]
-                } else {
-                    self.session(session)
-                };
+                let picked = self.session(session);
+                let waiters =
+                    self.model.lock(self.tenant_of(picked), &name).map(|lock| lock.waiters.clone()).unwrap_or_default();
+                let session =
+                    if *waiter && !waiters.is_empty() { waiters[session.index(waiters.len())] } else { picked };
                 Command::CancelWait { request: self.request(*client), session, name }
             }
             Op::Release { client, session, name, token } => {
                 let name = Self::name(*name);
-                let current = self.model.lock(&name).map(|lock| (lock.holder, lock.token));
-                let history = self.grants.get(&(ResourceKind::Lock, name.clone())).cloned().unwrap_or_default();
+                let picked = self.session(session);
+                let tenant = self.tenant_of(picked);
+                let current = self.model.lock(tenant, &name).map(|lock| (lock.holder, lock.token));
+                let history = self.grants.get(&(tenant, ResourceKind::Lock, name.clone())).cloned().unwrap_or_default();
                 let (session, token) = match (token % 8, current) {
                     // Mostly the holder with its token, as a correct client does.
                     (0..=5, Some(current)) => current,
-                    (6, _) if !history.is_empty() => {
-                        (self.session(session), history[usize::from(*token) % history.len()])
-                    }
-                    _ => (self.session(session), u64::from(*token)),
+                    (6, _) if !history.is_empty() => (picked, history[usize::from(*token) % history.len()]),
+                    _ => (picked, u64::from(*token)),
                 };
                 Command::Release { request: self.request(*client), session, name, token }
             }
             Op::SemAcquire { client, session, name, limit, wait } => {
                 let name = Self::contended_name(*name);
-                let current = self.model.semaphore(&name).map(|s| s.limit);
+                let session = self.session(session);
+                let current = self.model.semaphore(self.tenant_of(session), &name).map(|s| s.limit);
                 let limit = match (limit % 16, current) {
                     (0..=12, Some(current)) => current,
                     (13, _) => 0,
@@ -1125,49 +1594,58 @@ impl Run {
                     (15, _) => 3,
                     (other, _) => u32::from(other % 2) + 1,
                 };
-                Command::SemAcquire {
-                    request: self.request(*client),
-                    session: self.session(session),
-                    name,
-                    limit,
-                    wait: *wait,
-                }
+                Command::SemAcquire { request: self.request(*client), session, name, limit, wait: *wait }
             }
             Op::SemRelease { client, session, name, token } => {
                 let name = Self::contended_name(*name);
-                let holders = self.model.semaphore(&name).map(|s| s.holders.clone()).unwrap_or_default();
-                let history = self.grants.get(&(ResourceKind::Semaphore, name.clone())).cloned().unwrap_or_default();
+                let picked = self.session(session);
+                let tenant = self.tenant_of(picked);
+                let holders = self.model.semaphore(tenant, &name).map(|s| s.holders.clone()).unwrap_or_default();
+                let history =
+                    self.grants.get(&(tenant, ResourceKind::Semaphore, name.clone())).cloned().unwrap_or_default();
                 let (session, token) = match token % 8 {
                     // Mostly a holder with its token, as a correct client does.
                     0..=5 if !holders.is_empty() => {
                         let holder = holders[session.index(holders.len())];
                         (holder.0, holder.1)
                     }
-                    6 if !history.is_empty() => (self.session(session), history[usize::from(*token) % history.len()]),
-                    _ => (self.session(session), u64::from(*token)),
+                    6 if !history.is_empty() => (picked, history[usize::from(*token) % history.len()]),
+                    _ => (picked, u64::from(*token)),
                 };
                 Command::SemRelease { request: self.request(*client), session, name, token }
             }
-            Op::SemSetLimit { client, session, name, limit } => Command::SemSetLimit {
-                request: self.request(*client),
-                session: self.session(session),
-                name: Self::contended_name(*name),
-                limit: match limit % 16 {
-                    0 => 0,
-                    1 => SEMAPHORE_LIMIT_MAX + 1,
-                    2 => SEMAPHORE_LIMIT_MAX,
-                    other => u32::from(other % 4) + 1,
-                },
-                tenant: None,
-            },
+            Op::SemSetLimit { client, session, name, limit, of } => {
+                let session = self.session(session);
+                let name = Self::contended_name(*name);
+                let own = self.tenant_of(session);
+                let in_use = self.model.semaphores.iter().find(|s| s.name == name && s.tenant != own).map(|s| s.tenant);
+                let tenant = match (of % 8, in_use) {
+                    (0..=4, _) => None,
+                    (5, _) => Some(own),
+                    // As the admin names a tenant's semaphore: one in use.
+                    (6, Some(in_use)) => Some(in_use),
+                    _ => Some(self.tenant_ids[usize::from(*of) % self.tenant_ids.len()]),
+                };
+                Command::SemSetLimit {
+                    request: self.request(*client),
+                    session,
+                    name,
+                    limit: match limit % 16 {
+                        0 => 0,
+                        1 => SEMAPHORE_LIMIT_MAX + 1,
+                        2 => SEMAPHORE_LIMIT_MAX,
+                        other => u32::from(other % 4) + 1,
+                    },
+                    tenant,
+                }
+            }
             Op::SemCancel { client, session, name, waiter } => {
                 let name = Self::contended_name(*name);
-                let waiters = self.model.semaphore(&name).map(|s| s.waiters.clone()).unwrap_or_default();
-                let session = if *waiter && !waiters.is_empty() {
-                    waiters[session.index(waiters.len())]
-                } else {
-                    self.session(session)
-                };
+                let picked = self.session(session);
+                let waiters =
+                    self.model.semaphore(self.tenant_of(picked), &name).map(|s| s.waiters.clone()).unwrap_or_default();
+                let session =
+                    if *waiter && !waiters.is_empty() { waiters[session.index(waiters.len())] } else { picked };
                 Command::SemCancelWait { request: self.request(*client), session, name }
             }
             Op::Campaign { client, session, name, value, wait } => Command::Campaign {
@@ -1179,13 +1657,14 @@ impl Run {
             },
             Op::CampaignCancel { client, session, name, waiter } => {
                 let name = Self::contended_name(*name);
-                let waiters: Vec<SessionId> =
-                    self.model.election(&name).map(|e| e.waiters.iter().map(|w| w.0).collect()).unwrap_or_default();
-                let session = if *waiter && !waiters.is_empty() {
-                    waiters[session.index(waiters.len())]
-                } else {
-                    self.session(session)
-                };
+                let picked = self.session(session);
+                let waiters: Vec<SessionId> = self
+                    .model
+                    .election(self.tenant_of(picked), &name)
+                    .map(|e| e.waiters.iter().map(|w| w.0).collect())
+                    .unwrap_or_default();
+                let session =
+                    if *waiter && !waiters.is_empty() { waiters[session.index(waiters.len())] } else { picked };
                 Command::CampaignCancelWait { request: self.request(*client), session, name }
             }
             Op::Proclaim { client, session, name, token, value } => {
@@ -1198,18 +1677,106 @@ impl Run {
                 let (session, token) = self.leadership(&name, session, *token);
                 Command::Resign { request: self.request(*client), session, name, token }
             }
-        })
+            Op::AddTenant { client, name, quotas, retry } => {
+                let added: Vec<&Command> = self
+                    .log
+                    .iter()
+                    .filter_map(|entry| entry.command.as_ref())
+                    .filter(|command| matches!(command, Command::AddTenant { .. }))
+                    .collect();
+                let earlier =
+                    retry.as_ref().filter(|_| !added.is_empty()).map(|pick| added[pick.index(added.len())].clone());
+                match earlier {
+                    Some(mut command) => {
+                        if let Command::AddTenant { token_hash, .. } = &mut command {
+                            *token_hash = self.fresh_secret();
+                        }
+                        command
+                    }
+                    None => Command::AddTenant {
+                        request: self.request(*client),
+                        name: tenant_name(*name),
+                        token_hash: self.fresh_secret(),
+                        quotas: Quotas {
+                            sessions: quota(quotas[0]),
+                            holds: quota(quotas[1]),
+                            waiters: quota(quotas[2]),
+                        },
+                    },
+                }
+            }
+            Op::RotateToken { client, name } => Command::RotateTenantToken {
+                request: self.request(*client),
+                name: tenant_name(*name),
+                token_hash: self.fresh_secret(),
+            },
+            Op::SetQuotas { client, name, change } => Command::SetTenantQuotas {
+                request: self.request(*client),
+                name: tenant_name(*name),
+                quotas: QuotaChange {
+                    sessions: quota_change(change[0]),
+                    holds: quota_change(change[1]),
+                    waiters: quota_change(change[2]),
+                },
+            },
+            Op::RemoveTenant { client, name } => {
+                Command::RemoveTenant { request: self.request(*client), name: tenant_name(*name) }
+            }
+        };
+        Some((command, None))
+    }
+
+    /// Who sends `command` in `pose`; `creation` is who sends a creation as a correct
+    /// client would.
+    fn caller(&mut self, command: &Command, creation: Option<Caller>, pose: &Pose) -> Caller {
+        let owner = match command {
+            Command::ExpireSessions { .. } => Caller::Cluster,
+            Command::CreateSession { .. } => creation.expect("a creation has its creator"),
+            _ => match command.session() {
+                Some(session) => match self.model.sessions.iter().find(|live| live.id == session) {
+                    Some(live) => as_tenant(live.tenant, live.secret),
+                    // An ended session has no secret left to check.
+                    None => as_tenant(self.tenant_of(session), SecretHash::default()),
+                },
+                // Tenant management.
+                None => as_tenant(ADMIN_TENANT, SecretHash::default()),
+            },
+        };
+        // What the owner presents: the session's secret, none for the cluster.
+        let (_, secret) = creator(&owner);
+        let pick = |ids: Vec<TenantId>, pick: &Index| (!ids.is_empty()).then(|| ids[pick.index(ids.len())]);
+        match pose {
+            Pose::Owner => owner,
+            Pose::WrongSecret => with_secret(owner, self.fresh_secret()),
+            Pose::OtherTenant(index) => {
+                let others = self
+                    .model
+                    .tenants
+                    .iter()
+                    .map(|tenant| tenant.id)
+                    .filter(|id| Some(*id) != owner.tenant())
+                    .collect();
+                pick(others, index).map_or(owner, |other| as_tenant(other, secret))
+            }
+            Pose::Removed(index) => {
+                let removed = self.tenant_ids.iter().copied().filter(|id| self.model.tenant(*id).is_none()).collect();
+                pick(removed, index).map_or(owner, |removed| as_tenant(removed, secret))
+            }
+            Pose::Cluster => Caller::Cluster,
+        }
     }
 
     /// Mostly the leader with its token, as a correct client sends; sometimes a stale
     /// token of the election or any number.
     fn leadership(&self, name: &str, session: &Index, token: u8) -> (SessionId, Token) {
-        let current = self.model.election(name).map(|e| (e.leader, e.token));
-        let history = self.grants.get(&(ResourceKind::Election, name.to_owned())).cloned().unwrap_or_default();
+        let picked = self.session(session);
+        let tenant = self.tenant_of(picked);
+        let current = self.model.election(tenant, name).map(|e| (e.leader, e.token));
+        let history = self.grants.get(&(tenant, ResourceKind::Election, name.to_owned())).cloned().unwrap_or_default();
         match (token % 8, current) {
             (0..=5, Some(current)) => current,
-            (6, _) if !history.is_empty() => (self.session(session), history[usize::from(token) % history.len()]),
-            _ => (self.session(session), u64::from(token)),
+            (6, _) if !history.is_empty() => (picked, history[usize::from(token) % history.len()]),
+            _ => (picked, u64::from(token)),
         }
     }
 
@@ -1222,11 +1789,12 @@ impl Run {
         }
     }
 
-    fn step(&mut self, op: &Op, gap: u64) {
+    fn step(&mut self, op: &Op, pose: &Pose, gap: u64) {
         let joining = gap == JOIN_ENTRY && self.entry_open;
         if joining {
-            if let Some(command) = self.command(op).filter(|command| command.batch_key().is_some()) {
-                self.apply(self.index, command, true);
+            if let Some((command, creation)) = self.command(op).filter(|(command, _)| command.batch_key().is_some()) {
+                let caller = self.caller(&command, creation, pose);
+                self.apply(self.index, caller, command, true);
                 return;
             }
         }
@@ -1247,15 +1815,20 @@ impl Run {
             | Op::Resign { client, .. }
                 if self.model.sessions.is_empty() =>
             {
-                &Op::Create { client: *client, ttl: 10, long_client_name: false }
+                &Op::Create { client: *client, tenant: *client as u8, ttl: 10, long_client_name: false }
             }
             other => other,
         };
         match self.command(op) {
-            Some(command) => self.apply(index, command, false),
+            Some((command, creation)) => {
+                let caller = self.caller(&command, creation, pose);
+                self.apply(index, caller, command, false);
+            }
             None => {
                 self.machine.apply_empty(index);
-                self.log.push(Entry { index, stamp_ms: stamp_ms(index), command: None, response: None });
+                let entry =
+                    Entry { index, stamp_ms: stamp_ms(index), caller: Caller::Cluster, command: None, response: None };
+                self.log.push(entry);
                 self.entry_open = false;
             }
         }
@@ -1263,49 +1836,73 @@ impl Run {
 
     /// Applies to both and compares everything. `joining`: the command goes into the
     /// entry at `index` that is already applied, after the commands there.
-    fn apply(&mut self, index: u64, command: Command, joining: bool) {
+    fn apply(&mut self, index: u64, caller: Caller, command: Command, joining: bool) {
         let stamp_ms = stamp_ms(index);
         let before = self.model.clone();
+        let machine_before = self.machine.clone();
 
-        let (response, events) = if joining {
-            self.machine.apply_joining(index, stamp_ms, &command)
-        } else {
-            self.machine.apply(index, stamp_ms, &command)
+        let (response, events) = match (joining, caller) {
+            (false, _) => self.machine.apply_as(index, stamp_ms, &caller, &command),
+            (true, Caller::Cluster) => self.machine.apply_joining(index, stamp_ms, &command),
+            // As `apply_batch` applies each command of an entry after the first.
+            (true, _) => {
+                assert_eq!(self.machine.last_applied, Some(index), "joins the last applied entry");
+                assert!(command.batch_key().is_some(), "{command:?} needs an entry of its own");
+                self.machine.apply_at(index, stamp_ms, &caller, &command)
+            }
         };
         self.entry_open = command.batch_key().is_some();
         self.machine.check_invariants();
         assert_eq!(self.machine.last_applied_index(), index);
-        let (model_response, model_events) = self.model.apply(index, stamp_ms, &command);
-        assert_eq!(without_message(&response), model_response, "{command:?} at {index}");
-        assert_eq!(sorted(&events), sorted(&model_events), "{command:?} at {index}");
+        if let Response::Rejected(error) = &response {
+            let mut unchanged = machine_before;
+            unchanged.last_applied = Some(index);
+            assert!(
+                unchanged == self.machine,
+                "{command:?} from {caller:?} at {index} was refused ({error}) but changed more than the applied index"
+            );
+        }
+        let (model_response, model_events) = self.model.apply(index, stamp_ms, &caller, &command);
+        assert_eq!(without_message(&response), model_response, "{command:?} from {caller:?} at {index}");
+        assert_eq!(sorted(&events), sorted(&model_events), "{command:?} from {caller:?} at {index}");
 
         self.check_grants(index, &command, &before, &events);
         self.check_semaphores(&command, &before, &events);
         self.check_elections(&before, &events);
         self.last_events = events;
-        self.check_views();
-        if let Response::SessionCreated { session, .. } = response {
-            if !self.created.contains(&session) {
-                self.created.push(session);
+        match response {
+            Response::SessionCreated { session, .. } => {
+                if !self.created.contains(&session) {
+                    self.created.push(session);
+                }
+                self.session_tenants.insert(session, self.model.tenant_of(session).unwrap());
             }
+            Response::TenantAdded { tenant } if !self.tenant_ids.contains(&tenant) => self.tenant_ids.push(tenant),
+            _ => {}
         }
-        self.log.push(Entry { index, stamp_ms, command: Some(command), response: Some(response) });
+        if let Command::AddTenant { token_hash, .. } | Command::RotateTenantToken { token_hash, .. } = &command {
+            self.tokens.push(*token_hash);
+        }
+        self.check_views();
+        self.log.push(Entry { index, stamp_ms, caller, command: Some(command), response: Some(response) });
     }
 
     /// Grants go to the first waiters that survive the entry, first in line first, with
-    /// this entry's index as their token. A lock or an election is granted at most once
-    /// per entry, with a token higher than every earlier one of the name; permits of one
-    /// semaphore granted in one entry share the token, still higher than every earlier
-    /// entry's.
+    /// this entry's index as their token, and only in the grantee's own namespace. A lock
+    /// or an election is granted at most once per entry, with a token higher than every
+    /// earlier one of the name; permits of one semaphore granted in one entry share the
+    /// token, still higher than every earlier entry's.
     fn check_grants(&mut self, index: u64, command: &Command, before: &Model, events: &[Event]) {
         // Grantees per resource, in the order of the events.
-        let mut grantees: BTreeMap<(ResourceKind, String), Vec<SessionId>> = BTreeMap::new();
+        let mut grantees: BTreeMap<(TenantId, ResourceKind, String), Vec<SessionId>> = BTreeMap::new();
         for event in events {
             let Event::Granted { kind, name, session, token } = event else {
                 continue;
             };
             assert_eq!(*token, index);
-            let key = (*kind, name.clone());
+            // A grantee lived before the command: a creation grants nothing.
+            let tenant = before.tenant_of(*session).unwrap_or_else(|| panic!("session {session} granted unborn"));
+            let key = (tenant, *kind, name.clone());
             let history = self.grants.entry(key.clone()).or_default();
             if let Some(last) = history.last() {
                 let shared = *kind == ResourceKind::Semaphore && token == last;
@@ -1315,18 +1912,18 @@ impl Run {
             grantees.entry(key).or_default().push(*session);
         }
         let survives = |session: &&SessionId| self.machine.session_ttl_ms(**session).is_some();
-        for ((kind, name), granted) in grantees {
+        for ((tenant, kind, name), granted) in grantees {
             let queue: Option<Vec<SessionId>> = match kind {
-                ResourceKind::Lock => before.lock(&name).map(|lock| lock.waiters.clone()),
+                ResourceKind::Lock => before.lock(tenant, &name).map(|lock| lock.waiters.clone()),
                 ResourceKind::Semaphore => before
-                    .semaphore(&name)
+                    .semaphore(tenant, &name)
                     .filter(|semaphore| {
                         // A permit free with an empty queue goes to the acquirer.
                         !semaphore.waiters.is_empty() || !matches!(command, Command::SemAcquire { .. })
                     })
                     .map(|semaphore| semaphore.waiters.clone()),
                 ResourceKind::Election => {
-                    before.election(&name).map(|election| election.waiters.iter().map(|w| w.0).collect())
+                    before.election(tenant, &name).map(|election| election.waiters.iter().map(|w| w.0).collect())
                 }
             };
             match queue {
@@ -1335,7 +1932,7 @@ impl Run {
                         Command::Acquire { session, name, .. } if kind == ResourceKind::Lock => (session, name),
                         Command::SemAcquire { session, name, .. } if kind == ResourceKind::Semaphore => (session, name),
                         Command::Campaign { session, name, .. } if kind == ResourceKind::Election => (session, name),
-                        _ => panic!("{kind:?} {name:?} granted without a queue by {command:?}"),
+                        _ => panic!("{kind:?} {name:?} of tenant {tenant} granted without a queue by {command:?}"),
                     };
                     assert_eq!(
                         (granted.as_slice(), &name),
@@ -1345,7 +1942,7 @@ impl Run {
                 }
                 Some(queue) => {
                     let first: Vec<SessionId> = queue.iter().filter(survives).take(granted.len()).copied().collect();
-                    assert_eq!(granted, first, "FIFO hand-over of {kind:?} {name:?}");
+                    assert_eq!(granted, first, "FIFO hand-over of {kind:?} {name:?} of tenant {tenant}");
                     if kind != ResourceKind::Semaphore {
                         assert_eq!(granted.len(), 1, "one grant of {kind:?} {name:?}");
                     }
@@ -1358,29 +1955,34 @@ impl Run {
     /// it is back under it. The permits of sessions that end are returned in the entry
     /// that ends them.
     fn check_semaphores(&self, command: &Command, before: &Model, events: &[Event]) {
-        for name in NAMES {
-            let Some(view) = self.machine.describe_semaphore(ADMIN_TENANT, name) else {
-                continue;
-            };
-            let holders = view.holders.len();
-            let limit = view.limit as usize;
-            let granted = events.iter().any(|event| {
-                matches!(event, Event::Granted { kind: ResourceKind::Semaphore, name: granted, .. }
-                    if granted == name)
-            });
-            if granted {
-                assert!(holders <= limit, "semaphore {name:?} granted up to {holders} holders, over its limit {limit}");
-            } else {
-                let before_holders = before.semaphore(name).map_or(0, |s| s.holders.len());
-                assert!(
-                    holders <= limit.max(before_holders),
-                    "semaphore {name:?} has {holders} holders, over its limit {limit} and its \
-                     {before_holders} holders before"
-                );
+        for tenant in &self.tenant_ids {
+            for name in NAMES {
+                let Some(view) = self.machine.describe_semaphore(*tenant, name) else {
+                    continue;
+                };
+                let holders = view.holders.len();
+                let limit = view.limit as usize;
+                let granted = events.iter().any(|event| {
+                    matches!(event, Event::Granted { kind: ResourceKind::Semaphore, name: granted, session, .. }
+                        if granted == name && self.tenant_of(*session) == *tenant)
+                });
+                if granted {
+                    assert!(
+                        holders <= limit,
+                        "semaphore {name:?} of tenant {tenant} granted up to {holders} holders, over its limit {limit}"
+                    );
+                } else {
+                    let before_holders = before.semaphore(*tenant, name).map_or(0, |s| s.holders.len());
+                    assert!(
+                        holders <= limit.max(before_holders),
+                        "semaphore {name:?} of tenant {tenant} has {holders} holders, over its limit {limit} and its \
+                         {before_holders} holders before"
+                    );
+                }
             }
         }
         let ended: Vec<SessionId> = match command {
-            Command::ExpireSessions { .. } | Command::CloseSession { .. } => events
+            Command::ExpireSessions { .. } | Command::CloseSession { .. } | Command::RemoveTenant { .. } => events
                 .iter()
                 .filter_map(|event| match event {
                     Event::SessionEnded { session, .. } => Some(*session),
@@ -1411,85 +2013,145 @@ impl Run {
     /// Every change of an election's leader or value is announced once, with the new
     /// state; a new leader always has a larger token than every earlier one.
     fn check_elections(&mut self, before: &Model, events: &[Event]) {
-        for name in NAMES {
-            let old = before.election(name).map(|e| (e.leader, e.token, e.value.clone()));
-            let new = self.machine.describe_election(ADMIN_TENANT, name).map(|view| view.leader);
-            let announced: Vec<&Option<LeaderView>> = events
-                .iter()
-                .filter_map(|event| match event {
-                    Event::LeaderChanged { tenant: _, name: changed, leader } if changed == name => Some(leader),
-                    _ => None,
-                })
-                .collect();
-            let changed = old != new.as_ref().map(|leader| (leader.session, leader.token, leader.value.clone()));
-            if changed {
-                assert_eq!(announced, vec![&new], "election {name:?} announced its change");
-            } else {
-                assert!(announced.is_empty(), "election {name:?} announced no change");
-            }
-            if let Some(leader) = &new {
-                if let Some(last) = self.leader_tokens.get(name) {
-                    let same = old.as_ref().is_some_and(|old| (old.0, old.1) == (leader.session, leader.token));
-                    assert!(
-                        leader.token > *last || same,
-                        "election {name:?} changed leader with token {} after {last}",
-                        leader.token
-                    );
+        for tenant in self.tenant_ids.clone() {
+            for name in NAMES {
+                let old = before.election(tenant, name).map(|e| (e.leader, e.token, e.value.clone()));
+                let new = self.machine.describe_election(tenant, name).map(|view| view.leader);
+                let announced: Vec<&Option<LeaderView>> = events
+                    .iter()
+                    .filter_map(|event| match event {
+                        Event::LeaderChanged { tenant: of, name: changed, leader }
+                            if (*of, changed.as_str()) == (tenant, name) =>
+                        {
+                            Some(leader)
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let changed = old != new.as_ref().map(|leader| (leader.session, leader.token, leader.value.clone()));
+                if changed {
+                    assert_eq!(announced, vec![&new], "election {name:?} of tenant {tenant} announced its change");
+                } else {
+                    assert!(announced.is_empty(), "election {name:?} of tenant {tenant} announced no change");
                 }
-                self.leader_tokens.insert(name.to_owned(), leader.token);
+                if let Some(leader) = &new {
+                    let key = (tenant, name.to_owned());
+                    if let Some(last) = self.leader_tokens.get(&key) {
+                        let same = old.as_ref().is_some_and(|old| (old.0, old.1) == (leader.session, leader.token));
+                        assert!(
+                            leader.token > *last || same,
+                            "election {name:?} of tenant {tenant} changed leader with token {} after {last}",
+                            leader.token
+                        );
+                    }
+                    self.leader_tokens.insert(key, leader.token);
+                }
             }
         }
     }
 
-    /// The queries describe the same locks, semaphores, elections and sessions as the
-    /// model.
+    /// The queries describe the same tenants, locks, semaphores, elections and sessions
+    /// as the model.
     fn check_views(&self) {
+        // Each tenant's name, token, quotas and usage, counted afresh by the model.
+        type TenantView = (TenantId, String, Option<SecretHash>, Quotas, Option<RequestId>, Usage);
+        let tenants: Vec<TenantView> = self
+            .machine
+            .tenants()
+            .map(|(id, tenant)| {
+                (id, tenant.name.to_string(), tenant.token_hash, tenant.quotas, tenant.created_by, tenant.usage)
+            })
+            .collect();
+        let model_tenants: Vec<TenantView> = self
+            .model
+            .tenants
+            .iter()
+            .map(|tenant| {
+                (
+                    tenant.id,
+                    tenant.name.clone(),
+                    tenant.token,
+                    tenant.quotas,
+                    tenant.created_by,
+                    self.model.usage(tenant.id),
+                )
+            })
+            .collect();
+        assert_eq!(tenants, model_tenants);
+        assert_eq!(self.machine.bytes_total(), model_tenants.iter().map(|tenant| tenant.5.bytes).sum::<u64>());
+        // A token authenticates its tenant until it is replaced or the tenant removed.
+        for token in &self.tokens {
+            let model = self.model.tenants.iter().find(|tenant| tenant.token == Some(*token)).map(|tenant| tenant.id);
+            assert_eq!(self.machine.tenant_by_token(token).map(|(id, _)| id), model, "the tenant of token {token:?}");
+        }
+
         assert_eq!(self.machine.lock_count(), self.model.locks.len());
         assert_eq!(self.machine.semaphore_count(), self.model.semaphores.len());
         assert_eq!(self.machine.election_count(), self.model.elections.len());
-        let stats: Vec<(String, u32, usize, usize)> = self
+        let stats: Vec<(String, String, u32, usize, usize)> = self
             .machine
             .semaphore_stats()
-            .map(|(_, name, limit, holders, waiters)| (name.to_owned(), limit, holders, waiters))
+            .map(|(tenant, name, limit, holders, waiters)| {
+                (tenant.to_owned(), name.to_owned(), limit, holders, waiters)
+            })
             .collect();
-        let mut model_stats: Vec<(String, u32, usize, usize)> =
-            self.model.semaphores.iter().map(|s| (s.name.clone(), s.limit, s.holders.len(), s.waiters.len())).collect();
+        let mut model_stats: Vec<(TenantId, String, u32, usize, usize)> = self
+            .model
+            .semaphores
+            .iter()
+            .map(|s| (s.tenant, s.name.clone(), s.limit, s.holders.len(), s.waiters.len()))
+            .collect();
         model_stats.sort();
+        let model_stats: Vec<(String, String, u32, usize, usize)> = model_stats
+            .into_iter()
+            .map(|(tenant, name, limit, holders, waiters)| {
+                (self.model.tenant(tenant).unwrap().name.clone(), name, limit, holders, waiters)
+            })
+            .collect();
         assert_eq!(stats, model_stats);
-        for name in NAMES {
-            let view = self.machine.describe_semaphore(ADMIN_TENANT, name).map(|view| {
-                let holders: Vec<(SessionId, Token, u64)> =
-                    view.holders.iter().map(|h| (h.session, h.token, h.since_ms)).collect();
-                let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
-                (view.limit, holders, waiters)
-            });
-            let model = self.model.semaphore(name).map(|s| (s.limit, s.holders.clone(), s.waiters.clone()));
-            assert_eq!(view, model, "semaphore {name:?}");
+        for tenant in self.tenant_ids.iter().copied() {
+            for name in NAMES {
+                let view = self.machine.describe_semaphore(tenant, name).map(|view| {
+                    let holders: Vec<(SessionId, Token, u64)> =
+                        view.holders.iter().map(|h| (h.session, h.token, h.since_ms)).collect();
+                    let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
+                    (view.limit, holders, waiters)
+                });
+                let model = self.model.semaphore(tenant, name).map(|s| (s.limit, s.holders.clone(), s.waiters.clone()));
+                assert_eq!(view, model, "semaphore {name:?} of tenant {tenant}");
 
-            let view = self.machine.describe_election(ADMIN_TENANT, name).map(|view| {
-                let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
-                (view.leader, waiters)
-            });
-            let model = self.model.election(name).map(|e| {
-                let waiters: Vec<SessionId> = e.waiters.iter().map(|w| w.0).collect();
-                (self.model.leader_view(name).unwrap(), waiters)
-            });
-            assert_eq!(view, model, "election {name:?}");
+                let view = self.machine.describe_election(tenant, name).map(|view| {
+                    let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
+                    (view.leader, waiters)
+                });
+                let model = self.model.election(tenant, name).map(|e| {
+                    let waiters: Vec<SessionId> = e.waiters.iter().map(|w| w.0).collect();
+                    (self.model.leader_view(tenant, name).unwrap(), waiters)
+                });
+                assert_eq!(view, model, "election {name:?} of tenant {tenant}");
+
+                let view = self.machine.describe_lock(tenant, name).map(|view| {
+                    let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
+                    (view.holder.session, view.holder.token, view.holder.since_ms, waiters)
+                });
+                let model = self
+                    .model
+                    .lock(tenant, name)
+                    .map(|lock| (lock.holder, lock.token, lock.since_ms, lock.waiters.clone()));
+                assert_eq!(view, model, "lock {name:?} of tenant {tenant}");
+            }
         }
         let ids: Vec<SessionId> = self.machine.sessions().map(Session::id).collect();
         let model_ids: Vec<SessionId> = self.model.sessions.iter().map(|s| s.id).collect();
         assert_eq!(ids, model_ids);
-        for name in NAMES {
-            let view = self.machine.describe_lock(ADMIN_TENANT, name).map(|view| {
-                let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
-                (view.holder.session, view.holder.token, view.holder.since_ms, waiters)
-            });
-            let model =
-                self.model.lock(name).map(|lock| (lock.holder, lock.token, lock.since_ms, lock.waiters.clone()));
-            assert_eq!(view, model, "lock {name:?}");
-        }
         for session in &self.model.sessions {
             let view = self.machine.describe_session(session.id).unwrap();
+            assert_eq!(view.tenant, session.tenant);
+            assert!(
+                self.machine.session_of(session.id).unwrap().has_secret(&session.secret),
+                "session {}'s secret",
+                session.id
+            );
             assert_eq!(view.ttl_ms, session.ttl_ms);
             assert_eq!(view.client_name, session.client_name);
             let mut held: Vec<(String, Token)> = view.held.iter().map(|held| (held.name.clone(), held.token)).collect();
@@ -1586,7 +2248,8 @@ fn sorted(events: &[Event]) -> Vec<Event> {
     events
 }
 
-/// Applies the logged commands again, those that shared an entry as one batch.
+/// Applies the logged commands again, each from its caller, those that shared an entry
+/// as one batch.
 fn replay(machine: &mut StateMachine, log: &[Entry]) {
     for entries in log.chunk_by(|a, b| a.index == b.index) {
         let first = &entries[0];
@@ -1595,7 +2258,7 @@ fn replay(machine: &mut StateMachine, log: &[Entry]) {
             Some(_) => {
                 let commands: Vec<Submission> = entries
                     .iter()
-                    .map(|entry| Submission { caller: Caller::Cluster, command: entry.command.clone().unwrap() })
+                    .map(|entry| Submission { caller: entry.caller, command: entry.command.clone().unwrap() })
                     .collect();
                 let results = machine.apply_batch(first.index, first.stamp_ms, &commands);
                 for ((response, _), entry) in results.into_iter().zip(entries) {
@@ -1610,13 +2273,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn machine_agrees_with_the_model_and_replays_identically(
-        ops in prop::collection::vec((op(), 0u64..=JOIN_ENTRY), 1..150),
-        cut in any::<Index>(),
-    ) {
+    fn machine_agrees_with_the_model_and_replays_identically(steps in steps(), cut in any::<Index>()) {
         let mut run = Run::new();
-        for (op, gap) in &ops {
-            run.step(op, *gap);
+        for (op, pose, gap) in &steps {
+            run.step(op, pose, *gap);
         }
 
         let mut replayed = StateMachine::new();
@@ -1651,18 +2311,18 @@ proptest! {
 fn the_grant_check_catches_a_lifo_hand_over() {
     let mut run = Run::new();
     for client in 0..3 {
-        run.step(&Op::Create { client, ttl: 10, long_client_name: false }, 0);
+        run.step(&Op::Create { client, tenant: 0, ttl: 10, long_client_name: false }, &Pose::Owner, 0);
     }
     // The first session holds, the other two wait.
     for (client, session) in run.created.clone().into_iter().enumerate() {
         let request = run.request(client as u64);
         run.index += 1;
         let command = Command::Acquire { request, session, name: NAMES[0].to_owned(), wait: true };
-        run.apply(run.index, command, false);
+        run.apply(run.index, Caller::Cluster, command, false);
     }
     let mut before = run.model.clone();
     before.locks[0].waiters.reverse();
-    let lock = run.model.lock(NAMES[0]).unwrap().clone();
+    let lock = run.model.lock(ADMIN_TENANT, NAMES[0]).unwrap().clone();
     let command =
         Command::Release { request: run.request(0), session: lock.holder, name: lock.name, token: lock.token };
     let index = run.index + 1;
@@ -1679,14 +2339,16 @@ fn the_generated_runs_reach_every_rule() {
 
     let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut runner = TestRunner::deterministic();
-    let strategy = prop::collection::vec((op(), 0u64..=JOIN_ENTRY), 1..150);
+    let strategy = steps();
     for _ in 0..200 {
-        let ops = strategy.new_tree(&mut runner).unwrap().current();
+        let steps = strategy.new_tree(&mut runner).unwrap().current();
         let mut run = Run::new();
-        for (op, gap) in &ops {
+        for (op, pose, gap) in &steps {
             let before = run.log.len();
-            run.step(op, *gap);
-            let Some(Entry { command: Some(command), response: Some(response), .. }) = run.log.get(before) else {
+            let tenants_before = run.model.tenants.clone();
+            run.step(op, pose, *gap);
+            let Some(Entry { command: Some(command), response: Some(response), caller, .. }) = run.log.get(before)
+            else {
                 continue;
             };
             let replayed = run.log[..before].iter().any(|entry| entry.command.as_ref() == Some(command));
@@ -1699,11 +2361,17 @@ fn the_generated_runs_reach_every_rule() {
             let mut note = |what: &'static str| *seen.entry(what).or_default() += 1;
             if joined_same_name {
                 note("one name twice in an entry");
+                if caller.tenant().is_some_and(|tenant| tenant != ADMIN_TENANT) {
+                    note("a tenant's command joining an entry");
+                }
             }
             if matches!(response, Response::Rejected(error) if error.message.contains("no entry before")) {
                 note("a grant kept from ending in its own entry");
             }
-            let ends = matches!(command, Command::CloseSession { .. } | Command::ExpireSessions { .. });
+            let ends = matches!(
+                command,
+                Command::CloseSession { .. } | Command::ExpireSessions { .. } | Command::RemoveTenant { .. }
+            );
             for event in &run.last_events {
                 match event {
                     Event::Granted { kind: ResourceKind::Semaphore, .. } if ends => {
@@ -1717,6 +2385,48 @@ fn the_generated_runs_reach_every_rule() {
                         note("campaign ended with its session")
                     }
                     _ => {}
+                }
+            }
+            let management = matches!(
+                command,
+                Command::AddTenant { .. }
+                    | Command::RotateTenantToken { .. }
+                    | Command::SetTenantQuotas { .. }
+                    | Command::RemoveTenant { .. }
+            );
+            if let Response::Rejected(error) = response {
+                let quota = error.metadata.iter().find(|(key, _)| key == "quota").map(|(_, value)| value.as_str());
+                match (error.kind, command) {
+                    (ErrorKind::Unauthenticated, Command::CreateSession { .. }) => {
+                        note("a creation by a tenant removed since")
+                    }
+                    (ErrorKind::Unauthenticated, _) => note("a command by a tenant removed since"),
+                    (ErrorKind::PermissionDenied, Command::SemSetLimit { tenant: Some(_), .. })
+                        if command.session().and_then(|session| run.model.tenant_of(session)) == caller.tenant() =>
+                    {
+                        note("another tenant's semaphore refused")
+                    }
+                    (ErrorKind::PermissionDenied, Command::ExpireSessions { .. }) => note("an expiry by a tenant"),
+                    (ErrorKind::PermissionDenied, _) if management => note("tenant management by a tenant"),
+                    (ErrorKind::PermissionDenied, _) => note("another tenant's session"),
+                    (ErrorKind::WrongSessionSecret, _) => note("a wrong session secret"),
+                    (ErrorKind::QuotaExceeded, _) if quota == Some("sessions") => note("the sessions quota"),
+                    (ErrorKind::QuotaExceeded, _) if quota == Some("holds") => note("the holds quota"),
+                    (ErrorKind::QuotaExceeded, _) if quota == Some("waiters") => note("the waiters quota"),
+                    (ErrorKind::TenantExists, _) => note("a tenant added twice"),
+                    (ErrorKind::UnknownTenant, _) => note("an unknown tenant"),
+                    (ErrorKind::InvalidArgument, Command::AddTenant { .. }) => note("a tenant name refused"),
+                    (ErrorKind::RequestIdReused, Command::CreateSession { .. }) if replayed => {
+                        note("a creation retried by another tenant")
+                    }
+                    _ => {}
+                }
+            }
+            if let (Command::SemSetLimit { tenant: Some(of), session, .. }, Response::SemLimitSet { .. }) =
+                (command, response)
+            {
+                if matches!(caller, Caller::Admin { .. }) && run.model.tenant_of(*session) != Some(*of) {
+                    note("the admin set another tenant's semaphore limit");
                 }
             }
             match (command, response) {
@@ -1752,6 +2462,31 @@ fn the_generated_runs_reach_every_rule() {
                 (Command::CampaignCancelWait { .. }, Response::WaitCancelled(CancelOutcome::Cancelled)) => {
                     note("campaign cancelled")
                 }
+                (Command::CreateSession { .. }, Response::SessionCreated { .. })
+                    if replayed && caller.tenant().is_some_and(|tenant| tenant != ADMIN_TENANT) =>
+                {
+                    note("a tenant's creation retried with a new secret")
+                }
+                (Command::AddTenant { .. }, Response::TenantAdded { tenant }) => {
+                    if tenants_before.iter().any(|before| before.id == *tenant) {
+                        note("an added tenant's retry took its new token");
+                    } else if run.log[..before].iter().any(|entry| {
+                        matches!((&entry.command, &entry.response), (Some(Command::AddTenant { name, .. }), Some(Response::TenantAdded { .. }))
+                            if Some(name) == run.model.tenant(*tenant).map(|added| &added.name))
+                    }) {
+                        note("a removed tenant's name added again");
+                    }
+                }
+                (Command::RotateTenantToken { .. }, Response::TenantTokenRotated { .. }) => note("a token rotated"),
+                (Command::SetTenantQuotas { .. }, Response::TenantQuotasSet { .. }) => note("quotas set"),
+                (Command::RemoveTenant { .. }, Response::TenantRemoved { .. }) => {
+                    if run.last_events.iter().any(|event| matches!(event, Event::Released { .. })) {
+                        note("a removed tenant's holds released");
+                    }
+                    if run.last_events.iter().any(|event| matches!(event, Event::WaitFailed { .. })) {
+                        note("a removed tenant's waits ended");
+                    }
+                }
                 _ => {}
             }
             for semaphore in &run.model.semaphores {
@@ -1765,8 +2500,19 @@ fn the_generated_runs_reach_every_rule() {
                     note("permits sharing a token");
                 }
             }
+            let locks = &run.model.locks;
+            if locks.iter().any(|lock| locks.iter().any(|other| other.name == lock.name && other.tenant != lock.tenant))
+            {
+                note("one lock name held in two namespaces");
+            }
+            for tenant in &run.model.tenants {
+                let usage = run.model.usage(tenant.id);
+                if usage.holds > tenant.quotas.holds {
+                    note("holds over a lowered quota");
+                }
+            }
         }
-        for ((kind, _), tokens) in &run.grants {
+        for ((_, kind, _), tokens) in &run.grants {
             if *kind == ResourceKind::Election && tokens.len() >= 3 {
                 *seen.entry("election led three times").or_default() += 1;
             }
@@ -1774,6 +2520,7 @@ fn the_generated_runs_reach_every_rule() {
     }
     let expected = [
         "one name twice in an entry",
+        "a tenant's command joining an entry",
         "a grant kept from ending in its own entry",
         "limit mismatch",
         "semaphore busy",
@@ -1795,6 +2542,30 @@ fn the_generated_runs_reach_every_rule() {
         "leadership handed on by a session end",
         "election fell vacant",
         "campaign ended with its session",
+        "a creation by a tenant removed since",
+        "a command by a tenant removed since",
+        "another tenant's semaphore refused",
+        "an expiry by a tenant",
+        "tenant management by a tenant",
+        "another tenant's session",
+        "a wrong session secret",
+        "the sessions quota",
+        "the holds quota",
+        "the waiters quota",
+        "a tenant added twice",
+        "an unknown tenant",
+        "a tenant name refused",
+        "a creation retried by another tenant",
+        "a tenant's creation retried with a new secret",
+        "the admin set another tenant's semaphore limit",
+        "an added tenant's retry took its new token",
+        "a removed tenant's name added again",
+        "a token rotated",
+        "quotas set",
+        "a removed tenant's holds released",
+        "a removed tenant's waits ended",
+        "one lock name held in two namespaces",
+        "holds over a lowered quota",
     ];
     for what in expected {
         assert!(seen.get(what).copied().unwrap_or(0) > 0, "never saw: {what}; saw {seen:?}");
@@ -1806,7 +2577,7 @@ fn the_generated_runs_reach_every_rule() {
 #[should_panic(expected = "after")]
 fn the_grant_check_catches_two_grants_of_one_lock_in_one_entry() {
     let mut run = Run::new();
-    run.step(&Op::Create { client: 0, ttl: 10, long_client_name: false }, 0);
+    run.step(&Op::Create { client: 0, tenant: 0, ttl: 10, long_client_name: false }, &Pose::Owner, 0);
     let session = run.created[0];
     let index = run.index + 1;
     let before = run.model.clone();
