@@ -380,6 +380,17 @@ fn must_refuse<T>(
     }
 }
 
+/// A refusal of a request that named only a session id and that names the session's
+/// tenant has told the intruder whose the session is: a leak, so the attack's success.
+fn names_the_owner(outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Refused(text) if text.contains(&format!("\"{VICTIM_TENANT}\"")) => {
+            Outcome::Succeeded(format!("the refusal named the session's tenant: {text}"))
+        }
+        other => other,
+    }
+}
+
 /// A read's outcome. Naming another tenant, any answer is the attack's success; in
 /// the intruder's own namespace, `judge` says whether the answer showed anything.
 fn judge_read<T: std::fmt::Debug>(
@@ -936,8 +947,8 @@ impl Intruder {
     async fn hijack(&mut self, attack: Attack) {
         let secret = self.made_up_secret();
         let secret_text = if secret.is_empty() { "no secret" } else { "a made-up secret" };
+        // Another tenant's session is, to the intruder, one that does not exist.
         let refusals = [
-            ErrorReason::PermissionDenied,
             ErrorReason::WrongSessionSecret,
             ErrorReason::UnknownSession,
             ErrorReason::NotHolder,
@@ -1071,7 +1082,7 @@ impl Intruder {
                 (sequence, self.keepalive(&client, endpoint, session_id, secret).await)
             }
         };
-        self.complete(sequence, attack, outcome);
+        self.complete(sequence, attack, names_the_owner(outcome));
     }
 
     async fn release(
@@ -1328,7 +1339,7 @@ impl Intruder {
                     pb::leasehold_client::LeaseholdClient::new(channel).describe_session(request(message)).await
                 })
                 .await;
-                let expected = [ErrorReason::PermissionDenied, ErrorReason::UnknownSession];
+                let expected = [ErrorReason::UnknownSession];
                 let outcome = judge_read(false, reply, &expected, |described| match described.session {
                     Some(session) if session.tenant == INTRUDER_TENANT => {
                         nothing_seen(&format!("session {} is its own", session.session_id))
@@ -1339,7 +1350,7 @@ impl Intruder {
                     )),
                     None => nothing_seen("an empty answer"),
                 });
-                (sequence, outcome)
+                (sequence, names_the_owner(outcome))
             }
         };
         self.complete(sequence, attack, outcome);
@@ -1669,5 +1680,13 @@ mod tests {
         assert!(!is_dropped_connection("no answer within 3000 ms"));
         let answered: Answer<()> = Answer::Ok(());
         assert!(matches!(must_refuse(answered, &expected, false, |_| "in".into()), Outcome::Succeeded(_)));
+    }
+
+    #[test]
+    fn a_refusal_that_names_the_sessions_tenant_is_a_leak() {
+        let named = Outcome::Refused(format!("PERMISSION_DENIED: session 9 belongs to tenant \"{VICTIM_TENANT}\""));
+        assert!(matches!(names_the_owner(named), Outcome::Succeeded(_)));
+        let unknown = Outcome::Refused("UNKNOWN_SESSION: session 9 does not exist".into());
+        assert_eq!(names_the_owner(unknown), Outcome::Refused("UNKNOWN_SESSION: session 9 does not exist".into()));
     }
 }

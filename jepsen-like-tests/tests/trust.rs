@@ -677,8 +677,13 @@ async fn tenants_share_no_lock_session_or_election() {
     assert_eq!(session_ids(&listed), vec![session_a.id()], "B's session is not in A's list");
     assert!(listed.iter().all(|session| session.tenant == "a"), "{listed:?}");
     assert_eq!(raw_a.leader(ELECTION, "").await.expect("A reads its election"), None, "A's election is vacant");
-    let status = refused(raw_a.describe_session(session_b.id()).await, &[PERMISSION_DENIED], "A describes B's session");
-    assert_eq!(metadata(&status, METADATA_TENANT), "a", "the refusal names the tenant that asked");
+    // B's session is to A one that does not exist, in the same words as a session id
+    // that was never used.
+    let status = refused(raw_a.describe_session(session_b.id()).await, &[UNKNOWN_SESSION], "A describes B's session");
+    let never = refused(raw_a.describe_session(u64::MAX / 2).await, &[UNKNOWN_SESSION], "a session never created");
+    let unused = (u64::MAX / 2).to_string();
+    assert_eq!(status.message(), never.message().replace(&unused, &session_b.id().to_string()));
+    assert!(!status.message().contains("\"b\""), "{}", status.message());
     refused(raw_a.describe_lock(ORDERS, "b").await, &[PERMISSION_DENIED], "A names B's namespace in DescribeLock");
     refused(raw_a.list_sessions("b").await, &[PERMISSION_DENIED], "A names B's namespace in ListSessions");
     refused(raw_a.leader(ELECTION, "b").await, &[PERMISSION_DENIED], "A names B's namespace in Leader");
@@ -687,21 +692,21 @@ async fn tenants_share_no_lock_session_or_election() {
     // A acts on B's session with B's session id and B's fencing token, presenting A's
     // own secret, or even B's (as if it had leaked): all refused, B's session is B's.
     let mut keepalives_a = raw_a.keep_alive().await.expect("A's keepalive stream");
-    // With A's secret either refusal fits (the session is another tenant's, and the
-    // secret is not its); with B's own secret only the tenant is wrong.
+    // Either way the session is, to A, one that does not exist: nothing in the answer
+    // tells A that B's session lives or whose it is.
     let as_b = [
-        (
-            "A's secret",
-            RawSession::from(&session_b).with_secret(session_a.secret()),
-            &[PERMISSION_DENIED, WRONG_SESSION_SECRET][..],
-        ),
-        ("B's secret", RawSession::from(&session_b), &[PERMISSION_DENIED][..]),
+        ("A's secret", RawSession::from(&session_b).with_secret(session_a.secret())),
+        ("B's secret", RawSession::from(&session_b)),
     ];
-    for (secret, key, foreign) in &as_b {
+    for (secret, key) in &as_b {
         let what = |rpc: &str| format!("A's {rpc} of B's session with {secret}");
-        refused(raw_a.release(key, ORDERS, lock_b.token()).await, foreign, &what("Release"));
-        refused(raw_a.acquire(key, "orders/43", 0).await, foreign, &what("Acquire"));
-        refused(raw_a.close_session(key).await, foreign, &what("CloseSession"));
+        for status in [
+            refused(raw_a.release(key, ORDERS, lock_b.token()).await, &[UNKNOWN_SESSION], &what("Release")),
+            refused(raw_a.acquire(key, "orders/43", 0).await, &[UNKNOWN_SESSION], &what("Acquire")),
+            refused(raw_a.close_session(key).await, &[UNKNOWN_SESSION], &what("CloseSession")),
+        ] {
+            assert!(!status.message().contains("\"b\""), "{}: {}", what("request"), status.message());
+        }
         let answer = keepalives_a.send(key).await;
         assert_eq!((answer.session_id, answer.alive, answer.ttl_ms), (key.id, false, 0), "{}", what("KeepAlive"));
     }

@@ -227,12 +227,9 @@ impl Leasehold for LeaseholdService {
             Some((tenant, info)) if tenant == who.tenant() || who == Who::Admin => {
                 Ok(Response::new(pb::DescribeSessionResponse { session: Some(info) }))
             }
-            Some(_) => Err(error_status(
-                ErrorReason::PermissionDenied,
-                format!("tenant {:?} may not see session {session}, which is another tenant's", who.name()),
-                &[(leasehold_proto::errors::METADATA_TENANT, who.name().to_string())],
-            )),
-            None => Err(error_status(
+            // Another tenant's session is answered as one that does not exist, word for
+            // word, so that a session id tells a tenant nothing of others.
+            Some(_) | None => Err(error_status(
                 ErrorReason::UnknownSession,
                 format!("unknown session {session}: it never existed, expired or was closed"),
                 &[(METADATA_SESSION_ID, session.to_string())],

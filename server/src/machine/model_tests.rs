@@ -244,7 +244,8 @@ impl Model {
         }
         let session = self.sessions.iter().find(|session| Some(session.id) == command.session())?;
         if session.tenant != tenant {
-            return Some(ErrorKind::PermissionDenied);
+            // To a tenant, another tenant's session does not exist; the admin is told.
+            return Some(if admin { ErrorKind::PermissionDenied } else { ErrorKind::UnknownSession });
         }
         if session.secret != secret {
             return Some(ErrorKind::WrongSessionSecret);

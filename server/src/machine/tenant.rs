@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::caller::{Caller, SecretHash, TenantId, ADMIN_TENANT, ADMIN_TENANT_NAME};
 use super::election::Election;
 use super::error::{
-    permission_denied, quota_exceeded, tenant_exists, tenant_removed, unknown_tenant, validate_tenant_name,
+    permission_denied, quota_exceeded, tenant_exists, tenant_removed, unknown_session, unknown_tenant, validate_tenant_name,
     wrong_session_secret,
 };
 use super::limits::{QuotaChange, Quotas};
@@ -122,6 +122,12 @@ impl StateMachine {
             return Ok(());
         };
         if session.tenant != tenant {
+            // To a tenant, another tenant's session is one that does not exist: the same
+            // answer, word for word, so that no session id tells it anything of others.
+            // The admin is told whose it is.
+            if tenant != ADMIN_TENANT {
+                return Err(unknown_session(session_id));
+            }
             return Err(permission_denied(
                 tenant_name,
                 &format!("session {session_id}, which belongs to tenant {:?}", self.tenant_name(session.tenant)),

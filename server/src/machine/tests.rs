@@ -2003,10 +2003,15 @@ fn a_session_acts_only_for_its_tenant_with_its_secret() {
         ErrorKind::WrongSessionSecret
     );
 
-    // Another tenant, even with the secret: refused, naming both.
+    // Another tenant, even with the secret: the same answer as a session that does not
+    // exist, word for word, so that the id tells it nothing.
     let error = tenants.refused(&Caller::Tenant { tenant: b, secret: [1; 16] }, release);
-    assert_eq!(error.kind, ErrorKind::PermissionDenied);
-    assert!(error.message.contains("\"beta\"") && error.message.contains("\"alpha\""), "{}", error.message);
+    let missing = SessionId::MAX;
+    let unknown = Command::Release { request: tenants.harness.request(), session: missing, name: "x".into(), token };
+    let unknown = tenants.refused(&Caller::Tenant { tenant: b, secret: [1; 16] }, unknown);
+    assert_eq!(error.kind, ErrorKind::UnknownSession);
+    assert_eq!(error.message, unknown.message.replace(&missing.to_string(), &session.to_string()));
+    assert!(!error.message.contains("alpha"), "{}", error.message);
 
     // The admin is not the session's tenant either.
     let acquire = tenants.harness.acquire_command(session, "y", false);
