@@ -121,9 +121,8 @@ impl StateMachine {
                  LOCKS_PER_SESSION_MAX",
                 session.resource_count()
             );
-            for (position, name) in session.held.iter().enumerate() {
-                assert!(!session.held[..position].contains(name), "session {id} lists lock {name:?} as held twice");
-                assert!(!session.waiting.contains(name), "session {id} both holds and waits on lock {name:?}");
+            check_listed_once(*id, &session.held, &session.waiting);
+            for name in &session.held {
                 let lock = self
                     .namespace(session.tenant)
                     .locks
@@ -134,11 +133,7 @@ impl StateMachine {
                     "session {id} lists lock {name:?} as held, but another session holds it"
                 );
             }
-            for (position, name) in session.waiting.iter().enumerate() {
-                assert!(
-                    !session.waiting[..position].contains(name),
-                    "session {id} lists lock {name:?} as waited on twice"
-                );
+            for name in &session.waiting {
                 let lock = self
                     .namespace(session.tenant)
                     .locks
@@ -149,12 +144,15 @@ impl StateMachine {
                     "session {id} lists lock {name:?} as waited on, but is not in its queue"
                 );
             }
-            for (position, claim) in session.claims.iter().enumerate() {
+            let mut claimed: Vec<(ResourceKind, &str)> =
+                session.claims.iter().map(|claim| (claim.kind, claim.name.as_str())).collect();
+            claimed.sort_unstable();
+            if let Some(pair) = claimed.windows(2).find(|pair| pair[0] == pair[1]) {
+                let (kind, name) = pair[0];
+                panic!("session {id} lists {kind:?} {name:?} twice, or both holds and waits on it");
+            }
+            for claim in &session.claims {
                 let (kind, name) = (claim.kind, &claim.name);
-                assert!(
-                    !session.claims[..position].iter().any(|earlier| earlier.kind == kind && earlier.name == *name),
-                    "session {id} lists {kind:?} {name:?} twice, or both holds and waits on it"
-                );
                 match (kind, claim.role) {
                     (ResourceKind::Lock, _) => {
                         panic!("session {id} lists lock {name:?} among its claims")
@@ -266,6 +264,20 @@ impl StateMachine {
     /// distinct waiters, none the holder, each a live session that lists the wait.
     fn check_lock_table(&self) {
         let last_applied = self.last_applied;
+        // `check_sessions` found every listed hold and wait in the tables, each once; so
+        // when the totals agree, every hold and wait in the tables is listed, and the
+        // scans of the sessions' lists below (linear in a list each) are needed only to
+        // name what is not.
+        let held_total: usize = self.sessions.values().map(|session| session.held.len()).sum();
+        let waiting_total: usize = self.sessions.values().map(|session| session.waiting.len()).sum();
+        let locks_total: usize = self.namespaces.values().map(|namespace| namespace.locks.len()).sum();
+        let waiters_total: usize = self
+            .namespaces
+            .values()
+            .flat_map(|namespace| namespace.locks.values())
+            .map(|lock| lock.waiters.len())
+            .sum();
+        let scan_lists = held_total != locks_total || waiting_total != waiters_total;
         let locks = self
             .namespaces
             .iter()
@@ -282,7 +294,7 @@ impl StateMachine {
                 "lock {name:?} of tenant {tenant} is held by another tenant's session"
             );
             assert!(
-                holder_session.held.iter().any(|held| **held == **name),
+                !scan_lists || holder_session.held.iter().any(|held| **held == **name),
                 "lock {name:?} is held by session {holder}, which does not list it"
             );
             assert!(
@@ -312,7 +324,7 @@ impl StateMachine {
                     .unwrap_or_else(|| panic!("session {waiter} waits on lock {name:?} but does not exist"));
                 assert_eq!(waiter_session.tenant, tenant, "another tenant's session waits on lock {name:?}");
                 assert!(
-                    waiter_session.waiting.iter().any(|waiting| **waiting == **name),
+                    !scan_lists || waiter_session.waiting.iter().any(|waiting| **waiting == **name),
                     "session {waiter} is queued on lock {name:?} but does not list it"
                 );
             }
@@ -496,6 +508,28 @@ impl StateMachine {
             assert_eq!(waiting.tenant, tenant, "another tenant's session waits on {kind:?} {name:?}");
             let listed = waiting.claimed(kind, Role::Waits).any(|claimed| claimed == name);
             assert!(listed, "session {waiter} is queued on {kind:?} {name:?} but does not list it");
+        }
+    }
+}
+
+/// Asserts that a session lists each lock once, as held or as waited on: sorted, so
+/// that a session with `LOCKS_PER_SESSION_MAX` locks costs k log k, not k².
+fn check_listed_once<Name: AsRef<str>>(session: SessionId, held: &[Name], waiting: &[Name]) {
+    let mut listed: Vec<(&str, bool)> = held
+        .iter()
+        .map(|name| (name.as_ref(), true))
+        .chain(waiting.iter().map(|name| (name.as_ref(), false)))
+        .collect();
+    listed.sort_unstable();
+    for pair in listed.windows(2) {
+        let ((name, first_held), (other, second_held)) = (pair[0], pair[1]);
+        if name != other {
+            continue;
+        }
+        match (first_held, second_held) {
+            (true, true) => panic!("session {session} lists lock {name:?} as held twice"),
+            (false, false) => panic!("session {session} lists lock {name:?} as waited on twice"),
+            _ => panic!("session {session} both holds and waits on lock {name:?}"),
         }
     }
 }

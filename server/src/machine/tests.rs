@@ -1581,6 +1581,14 @@ fn invariants_catch_two_sessions_claiming_one_lock() {
 }
 
 #[test]
+#[should_panic(expected = "lists lock \"orders\" as held twice")]
+fn invariants_catch_a_lock_listed_twice_by_its_holder() {
+    let (mut machine, a, _, _) = corruptible();
+    machine.sessions.get_mut(&a).unwrap().held.push("orders".to_owned());
+    machine.check_invariants();
+}
+
+#[test]
 #[should_panic(expected = "both holds and waits")]
 fn invariants_catch_a_holder_that_also_waits() {
     let (mut machine, a, _, _) = corruptible();

@@ -21,6 +21,7 @@ use crate::raft::codec;
 use crate::raft::storage::{self, COLUMN_FAMILY_META, KEY_SNAPSHOT};
 use crate::raft::types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::shell::credentials::Credentials;
+use crate::shell::clock::Stopwatch;
 use crate::shell::fail_stop;
 use crate::shell::observers::{Change, Observers};
 use crate::shell::session_deadlines::SessionDeadlines;
@@ -130,12 +131,22 @@ impl StateMachineStore {
         let applied = match stored {
             None => AppliedState::default(),
             Some(bytes) => applier.run_blocking(move || {
+                let decoding = Stopwatch::start();
                 let stored: StoredSnapshot =
                     codec::decode(&bytes).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
                 let body: SnapshotBody =
                     codec::decode(&stored.data).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
+                let decoded_ms = decoding.elapsed_ms();
+                let checking = Stopwatch::start();
                 check_loaded(&body.machine, stored.meta.last_log_id)
                     .map_err(|error| format!("the stored snapshot is refused: {error}"))?;
+                tracing::info!(
+                    index = stored.meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0),
+                    bytes = bytes.len(),
+                    decoded_ms,
+                    checked_ms = checking.elapsed_ms(),
+                    "loaded the stored snapshot"
+                );
                 Ok::<_, String>(AppliedState {
                     machine: body.machine,
                     last_applied: stored.meta.last_log_id,
