@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use super::caller::{Caller, SecretHash, TenantId, ADMIN_TENANT, ADMIN_TENANT_NAME};
 use super::election::Election;
 use super::error::{
-    permission_denied, quota_exceeded, tenant_exists, tenant_removed, unknown_session, unknown_tenant, validate_tenant_name,
-    wrong_session_secret,
+    permission_denied, quota_exceeded, tenant_exists, tenant_removed, unknown_session, unknown_tenant,
+    validate_tenant_name, wrong_session_secret,
 };
 use super::limits::{QuotaChange, Quotas};
 use super::lock::Lock;
