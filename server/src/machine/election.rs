@@ -61,10 +61,7 @@ impl StateMachine {
         let tenant = session.tenant;
         let count = session.resource_count();
         let Some(election) = self.namespace(tenant).elections.get(name) else {
-            if count >= LOCKS_PER_SESSION_MAX {
-                return Err(session_locks_full(session_id, count));
-            }
-            self.check_quota(tenant, Role::Holds)?;
+            self.admit_hold(tenant, session_id, count)?;
             self.namespace_mut(tenant).elections.insert(
                 name.to_owned(),
                 Election {

@@ -52,10 +52,7 @@ impl StateMachine {
         let tenant = session.tenant;
         let count = session.resource_count();
         let Some(lock) = self.namespace(tenant).locks.get(name) else {
-            if count >= LOCKS_PER_SESSION_MAX {
-                return Err(session_locks_full(session_id, count));
-            }
-            self.check_quota(tenant, Role::Holds)?;
+            self.admit_hold(tenant, session_id, count)?;
             self.namespace_mut(tenant).locks.insert(
                 name.into(),
                 Lock {

@@ -82,10 +82,7 @@ impl StateMachine {
         let tenant = session.tenant;
         let count = session.resource_count();
         let Some(semaphore) = self.namespace(tenant).semaphores.get(name) else {
-            if count >= LOCKS_PER_SESSION_MAX {
-                return Err(session_locks_full(session_id, count));
-            }
-            self.check_quota(tenant, Role::Holds)?;
+            self.admit_hold(tenant, session_id, count)?;
             self.namespace_mut(tenant).semaphores.insert(
                 name.to_owned(),
                 Semaphore { limit, limit_set_index: index, holders: Vec::new(), waiters: Vec::new() },
@@ -101,10 +98,7 @@ impl StateMachine {
             return Ok(AcquireOutcome::Granted { token: holder.token });
         }
         if semaphore.has_free_permit() {
-            if count >= LOCKS_PER_SESSION_MAX {
-                return Err(session_locks_full(session_id, count));
-            }
-            self.check_quota(tenant, Role::Holds)?;
+            self.admit_hold(tenant, session_id, count)?;
             self.grant_permit(index, stamp_ms, tenant, name, session_id, events);
             return Ok(AcquireOutcome::Granted { token: index });
         }

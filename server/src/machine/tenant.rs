@@ -18,15 +18,15 @@ use serde::{Deserialize, Serialize};
 use super::caller::{Caller, SecretHash, TenantId, ADMIN_TENANT, ADMIN_TENANT_NAME};
 use super::election::Election;
 use super::error::{
-    permission_denied, quota_exceeded, tenant_exists, tenant_removed, unknown_session, unknown_tenant,
-    validate_tenant_name, wrong_session_secret,
+    permission_denied, quota_exceeded, session_locks_full, tenant_exists, tenant_removed, unknown_session,
+    unknown_tenant, validate_tenant_name, wrong_session_secret,
 };
 use super::limits::{QuotaChange, Quotas};
 use super::lock::Lock;
 use super::semaphore::Semaphore;
 use super::session::Role;
 use super::{Command, CommandError, Event, RequestId, Response, SessionId, StateMachine};
-use crate::machine::limits::TENANTS_MAX;
+use crate::machine::limits::{LOCKS_PER_SESSION_MAX, TENANTS_MAX};
 
 /// What a tenant has now.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -258,6 +258,15 @@ impl StateMachine {
         }
         assert!(!self.namespaces.contains_key(&id), "an unused namespace has no entry");
         Ok(Response::TenantRemoved { tenant: id, sessions_ended: sessions.len() as u64 })
+    }
+
+    /// Refuses a new hold of a session of `tenant` that already has `count` locks,
+    /// permits and elections: at `LOCKS_PER_SESSION_MAX`, or at the tenant's quota.
+    pub(super) fn admit_hold(&self, tenant: TenantId, session: SessionId, count: usize) -> Result<(), CommandError> {
+        if count >= LOCKS_PER_SESSION_MAX {
+            return Err(session_locks_full(session, count));
+        }
+        self.check_quota(tenant, Role::Holds)
     }
 
     /// Refuses a new hold (`Role::Holds`) or wait of `tenant` at its quota.
