@@ -9,7 +9,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, Options, WriteOptions, DB};
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, DBRecoveryMode, Options, WriteOptions, DB,
+};
 
 pub const COLUMN_FAMILY_LOGS: &str = "logs";
 pub const COLUMN_FAMILY_META: &str = "meta";
@@ -25,12 +27,25 @@ pub const WRITE_BUFFER_BYTES: usize = 2 * 1024 * 1024;
 /// RocksDB's default of 32 MiB, which a single snapshot read can fill.
 pub const BLOCK_CACHE_BYTES: usize = 4 * 1024 * 1024;
 
-/// Write-ahead log files kept for reuse once their data is flushed. On the 2-core
-/// machine (ext4), an fdatasync of 1.5 KB overwriting a file took 0.075 ms against
-/// 0.11 ms appending to it. Alternating runs on 3 local nodes: lock-cycle with one
-/// client 399.9–428.9 vs 385.6–409.0 cycles/s (6 runs each), contended 560–579 vs
-/// 527–594 handoffs/s; lock-cycle with 64 clients within the machine's noise.
-pub const WAL_FILES_RECYCLED: usize = 4;
+/// How RocksDB reads its write-ahead log back at start: any bad record refuses the
+/// open (the error names the file, see `OpenError`).
+///
+/// RocksDB's default (point in time) stops at the first bad record and silently drops
+/// everything after it, and "tolerate corrupted tail records" does the same whenever
+/// the bad record looks torn: eight bytes flipped in the middle of a node's log made
+/// a record's length point past the end of the file, and RocksDB dropped the 13 KB
+/// after it, half the log, as a torn tail. The node then came back without entries it
+/// had acknowledged, and the leader, whose bookkeeping said the node had them,
+/// panicked in openraft. A Raft log must never forget an acknowledged entry, so any bad
+/// record stops the node instead; the cluster has the entries, and the node is
+/// replaced (README, "Replacing a node"). The price: a record torn by a power loss (a
+/// process killed with kill -9 tears nothing, the page cache survives it) is refused
+/// too, and that node is replaced the same way.
+///
+/// It also rules out recycling the log's files (RocksDB turns recycling off with it,
+/// since a recycled file's old tail looks like a bad record), which saved about 0.035
+/// ms per fdatasync on the 2-core machine; bench/README gives the cost in throughput.
+pub const WAL_RECOVERY_MODE: DBRecoveryMode = DBRecoveryMode::AbsoluteConsistency;
 
 pub const KEY_VOTE: &[u8] = b"vote";
 pub const KEY_COMMITTED: &[u8] = b"committed";
@@ -38,10 +53,26 @@ pub const KEY_LAST_PURGED: &[u8] = b"last_purged";
 pub const KEY_SNAPSHOT: &[u8] = b"snapshot";
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot open the database at {path}: {source}")]
+#[error("cannot open the database at {path}: {source}{}", file.as_ref().map(|file| format!(" (in {file})")).unwrap_or_default())]
 pub struct OpenError {
     pub path: String,
     pub source: rocksdb::Error,
+    /// The file RocksDB found corrupt, when its error does not name it (a bad
+    /// write-ahead log record): read from the database's own LOG.
+    pub file: Option<String>,
+}
+
+/// The file the last corruption RocksDB logged (in the `LOG` file of the database at
+/// `path`) was found in: its lines read `... [source] /path/000004.log: dropping N
+/// bytes; Corruption: ...`.
+fn corrupt_file_logged(path: &Path) -> Option<String> {
+    let log = std::fs::read_to_string(path.join("LOG")).ok()?;
+    log.lines().rev().filter(|line| line.contains("Corruption")).find_map(|line| {
+        let start = line.find(&*path.to_string_lossy())?;
+        let rest = &line[start..];
+        let end = rest.find(": ")?;
+        Some(rest[..end].to_string())
+    })
 }
 
 /// Opens (or, for a fresh data directory, creates) the node's database.
@@ -54,11 +85,7 @@ pub fn open(path: &Path, create: bool) -> Result<Arc<DB>, OpenError> {
     // not compiled in; lz4 is.
     options.set_compression_type(DBCompressionType::Lz4);
     options.set_keep_log_file_num(4);
-    // Every appended entry is fsynced. A write-ahead log file that grows makes each
-    // fdatasync also commit the file's new size to the file system's journal; a
-    // recycled one is overwritten in place. RocksDB supports recycling with its
-    // default recovery mode (point in time), which this database uses.
-    options.set_recycle_log_file_num(WAL_FILES_RECYCLED);
+    options.set_wal_recovery_mode(WAL_RECOVERY_MODE);
     let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
     let mut table_options = BlockBasedOptions::default();
     table_options.set_block_cache(&cache);
@@ -72,9 +99,15 @@ pub fn open(path: &Path, create: bool) -> Result<Arc<DB>, OpenError> {
         cf_options.set_write_buffer_size(WRITE_BUFFER_BYTES);
         ColumnFamilyDescriptor::new(name, cf_options)
     });
-    DB::open_cf_descriptors(&options, path, descriptors)
-        .map(Arc::new)
-        .map_err(|source| OpenError { path: path.display().to_string(), source })
+    DB::open_cf_descriptors(&options, path, descriptors).map(Arc::new).map_err(|source| {
+        let file = match source.kind() {
+            rocksdb::ErrorKind::Corruption if !source.to_string().contains(&*path.to_string_lossy()) => {
+                corrupt_file_logged(path)
+            }
+            _ => None,
+        };
+        OpenError { path: path.display().to_string(), source, file }
+    })
 }
 
 /// A write that is on disk when it returns.
@@ -90,4 +123,65 @@ pub fn index_key(index: u64) -> [u8; 8] {
 
 pub fn index_from_key(key: &[u8]) -> u64 {
     u64::from_be_bytes(key.try_into().expect("log keys are 8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The write-ahead log files of the database at `path`, oldest first.
+    fn wal_files(path: &Path) -> Vec<std::path::PathBuf> {
+        let mut files: Vec<_> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|file| file.extension().is_some_and(|extension| extension == "log"))
+            .collect();
+        files.sort();
+        files
+    }
+
+    #[test]
+    fn a_bad_record_in_the_middle_of_the_log_is_refused_naming_the_file() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("db");
+        {
+            let db = open(&path, true).unwrap();
+            let logs = db.cf_handle(COLUMN_FAMILY_LOGS).unwrap();
+            for index in 0..200u64 {
+                db.put_cf_opt(logs, index_key(index), vec![index as u8; 100], &synced()).unwrap();
+            }
+        }
+        let wal = wal_files(&path).pop().expect("a write-ahead log file");
+        let mut bytes = std::fs::read(&wal).unwrap();
+        assert!(bytes.len() > 10_000, "{} bytes", bytes.len());
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0xff;
+        std::fs::write(&wal, &bytes).unwrap();
+
+        let error = open(&path, false).err().expect("a log with a bad record in its middle is refused").to_string();
+        let name = wal.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(error.contains("Corruption"), "{error}");
+        assert!(error.contains(&name), "the message names the file {name}: {error}");
+    }
+
+    #[test]
+    fn a_torn_last_record_is_refused_too() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("db");
+        {
+            let db = open(&path, true).unwrap();
+            let logs = db.cf_handle(COLUMN_FAMILY_LOGS).unwrap();
+            for index in 0..50u64 {
+                db.put_cf_opt(logs, index_key(index), vec![index as u8; 100], &synced()).unwrap();
+            }
+        }
+        let wal = wal_files(&path).pop().unwrap();
+        let bytes = std::fs::read(&wal).unwrap();
+        // A crash in the middle of the last write: half of its record reached the disk.
+        std::fs::write(&wal, &bytes[..bytes.len() - 60]).unwrap();
+
+        // It cannot be told from a length field flipped in the middle of the log.
+        let error = open(&path, false).err().expect("a torn record is refused").to_string();
+        assert!(error.contains("Corruption"), "{error}");
+    }
 }
