@@ -91,7 +91,8 @@ impl Error {
             | ErrorReason::LastVoter
             | ErrorReason::MembershipRefused
             | ErrorReason::ClockKnobOff
-            | ErrorReason::WrongCluster => Error::Refused(message),
+            | ErrorReason::WrongCluster
+            | ErrorReason::StaleIncarnation => Error::Refused(message),
             ErrorReason::NotLeader
             | ErrorReason::ShuttingDown
             | ErrorReason::CommitUncertain

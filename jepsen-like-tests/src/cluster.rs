@@ -429,7 +429,12 @@ impl TestCluster {
     }
 
     fn spawn(&mut self, id: u64) {
-        let arguments = self.arguments(id);
+        self.spawn_with(id, &[]);
+    }
+
+    fn spawn_with(&mut self, id: u64, extra: &[&str]) {
+        let mut arguments = self.arguments(id);
+        arguments.extend(extra.iter().map(|argument| argument.to_string()));
         let node = self.nodes.get_mut(&id).expect("node defined");
         assert!(node.child.is_none(), "node {id} is already running");
         let log = File::options().create(true).append(true).open(&node.log).expect("open node log");
@@ -502,6 +507,45 @@ impl TestCluster {
     pub fn restart(&mut self, id: u64) {
         self.kill(id);
         self.spawn(id);
+    }
+
+    /// Starts a killed (or stopped) node again with `extra` flags after its usual ones.
+    pub fn restart_with(&mut self, id: u64, extra: &[&str]) {
+        self.kill(id);
+        self.spawn_with(id, extra);
+    }
+
+    /// Kills node `id` and deletes its data directory: a lost disk.
+    pub fn wipe(&mut self, id: u64) {
+        self.kill(id);
+        let data_dir = self.nodes[&id].data_dir.clone();
+        match std::fs::remove_dir_all(&data_dir) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => panic!("cannot wipe {}: {error}", data_dir.display()),
+        }
+    }
+
+    /// Waits for node `id`'s process to exit on its own; panics after `deadline`.
+    pub async fn exit_status(&mut self, id: u64, deadline: Duration) -> ExitStatus {
+        let give_up = Instant::now() + deadline;
+        loop {
+            let node = self.nodes.get_mut(&id).expect("node defined");
+            let child = node.child.as_mut().unwrap_or_else(|| panic!("node {id} was not started"));
+            if let Some(status) = child.try_wait().expect("wait for the node") {
+                node.child = None;
+                return status;
+            }
+            if Instant::now() >= give_up {
+                panic!("node {id} still runs {deadline:?} later; expected it to exit\n{}", self.log_tail(id));
+            }
+            tokio::time::sleep(Duration::from_millis(wait::POLL_INTERVAL_MS)).await;
+        }
+    }
+
+    /// The whole log of node `id` (every run of it).
+    pub fn log_text(&self, id: u64) -> String {
+        std::fs::read_to_string(&self.nodes[&id].log).unwrap_or_default()
     }
 
     /// Stops node `id` the way an operator does (SIGTERM) and returns how it exited;

@@ -46,7 +46,8 @@ impl ErrorReason {
             | ErrorReason::LastVoter
             | ErrorReason::MembershipRefused
             | ErrorReason::ClockKnobOff
-            | ErrorReason::WrongCluster => Code::FailedPrecondition,
+            | ErrorReason::WrongCluster
+            | ErrorReason::StaleIncarnation => Code::FailedPrecondition,
             ErrorReason::NotLeader
             | ErrorReason::ShuttingDown
             | ErrorReason::CommitUncertain

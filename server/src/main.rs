@@ -73,7 +73,7 @@ async fn run(config: Config) -> ExitCode {
         Ok(running) => running,
         Err(error) => {
             eprintln!("leasehold-server: cannot start: {error}");
-            return ExitCode::from(1);
+            return ExitCode::from(error.exit_code());
         }
     };
     let mut terminate = signal(SignalKind::terminate()).expect("install SIGTERM handler");

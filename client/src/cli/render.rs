@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 const CELL_EMPTY: &str = "-";
 
 fn member_json(member: &pb::Member) -> Value {
-    json!({"node_id": member.node_id, "client_addr": member.client_addr, "peer_addr": member.peer_addr, "role": member.role})
+    json!({"node_id": member.node_id, "client_addr": member.client_addr, "peer_addr": member.peer_addr, "role": member.role, "incarnation": member.incarnation})
 }
 
 /// `member list`, and the members under `status`.
@@ -20,12 +20,15 @@ pub fn members(members: &[pb::Member], as_json: bool) -> String {
     if as_json {
         return format!("{}\n", Value::Array(members.iter().map(member_json).collect()));
     }
-    let mut text = format!("{:<6} {:<8} {:<22} {:<22}\n", "NODE", "ROLE", "CLIENT ADDRESS", "PEER ADDRESS");
+    let mut text =
+        format!("{:<6} {:<8} {:<22} {:<22} {}\n", "NODE", "ROLE", "CLIENT ADDRESS", "PEER ADDRESS", "INCARNATION");
     for member in members {
+        // 0: the leader has not heard from the member yet.
+        let incarnation = if member.incarnation == 0 { "-".to_string() } else { member.incarnation.to_string() };
         let _ = writeln!(
             text,
-            "{:<6} {:<8} {:<22} {:<22}",
-            member.node_id, member.role, member.client_addr, member.peer_addr
+            "{:<6} {:<8} {:<22} {:<22} {}",
+            member.node_id, member.role, member.client_addr, member.peer_addr, incarnation
         );
     }
     text
@@ -48,6 +51,7 @@ pub fn status(rows: &[(String, Result<pb::StatusResponse, Error>)], as_json: boo
                     "semaphores": status.semaphores, "elections": status.elections,
                     "state_bytes": status.state_bytes, "state_budget_bytes": status.state_budget_bytes,
                     "insecure_plaintext": status.insecure_plaintext,
+                    "cluster_id": status.cluster_id, "incarnation": status.incarnation,
                 }),
                 Err(error) => json!({"endpoint": endpoint, "reachable": false, "error": error.to_string()}),
             })
@@ -105,6 +109,13 @@ pub fn status(rows: &[(String, Result<pb::StatusResponse, Error>)], as_json: boo
             status.semaphores,
             status.elections
         );
+    }
+    if let Some(cluster_id) = rows
+        .iter()
+        .filter_map(|(_, row)| row.as_ref().ok())
+        .find_map(|status| (!status.cluster_id.is_empty()).then_some(&status.cluster_id))
+    {
+        let _ = writeln!(text, "cluster id: {cluster_id}");
     }
     if let Some(known_members) = &known_members {
         text.push('\n');
@@ -477,6 +488,7 @@ payments  12/10000  24/10000  0/10000         4096
                 client_addr: "127.0.0.1:7101".to_string(),
                 peer_addr: "127.0.0.1:7201".to_string(),
                 role: "voter".to_string(),
+                incarnation: 0,
             }],
             ..Default::default()
         };

@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::{audit, Auth};
 use crate::api::convert;
-use crate::machine::{Command, QuotaChange, Quotas, Response as MachineResponse, Tenant};
+use crate::machine::{ClusterRecord, Command, QuotaChange, Quotas, Response as MachineResponse, Tenant};
 use crate::raft::network::Network;
 use crate::raft::replica::Replica;
 use crate::raft::types::{Node, RaftMetrics, MEMBERS_MAX};
@@ -28,6 +28,8 @@ pub struct AdminService {
     pub insecure_plaintext: bool,
     /// Whether the clock fault knob is enabled (--test-clock-knob).
     pub clock_knob: bool,
+    /// This node's data directory's incarnation, shown in Status.
+    pub incarnation: u64,
 }
 
 fn state_name(state: ServerState) -> &'static str {
@@ -95,7 +97,7 @@ fn refused(message: String) -> Status {
     error_status(ErrorReason::MembershipRefused, message, &[])
 }
 
-pub fn members(metrics: &RaftMetrics) -> Vec<pb::Member> {
+pub fn members(metrics: &RaftMetrics, record: &ClusterRecord) -> Vec<pb::Member> {
     let membership = metrics.membership_config.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
     membership
@@ -105,6 +107,7 @@ pub fn members(metrics: &RaftMetrics) -> Vec<pb::Member> {
             client_addr: node.client_addr.clone(),
             peer_addr: node.peer_addr.clone(),
             role: if voters.contains(id) { "voter" } else { "learner" }.to_string(),
+            incarnation: record.incarnation(*id).unwrap_or(0),
         })
         .collect()
 }
@@ -119,7 +122,7 @@ impl AdminService {
     }
 
     fn members_now(&self) -> Vec<pb::Member> {
-        members(&self.replica.raft.metrics().borrow())
+        members(&self.replica.raft.metrics().borrow(), &self.replica.shared.cluster_record.borrow())
     }
 
     /// The tenant `name` as the local state has it (the leader's, just after its
@@ -144,6 +147,7 @@ impl Admin for AdminService {
             .unwrap_or(0);
         let leader_client_addr =
             metrics.current_leader.and_then(|id| self.replica.member_client_addr(id)).unwrap_or_default();
+        let record = self.replica.shared.cluster_record.borrow().clone();
         let (sessions, locks, semaphores, elections, state_bytes) = {
             let applied = self.replica.shared.applied.read().unwrap();
             let machine = &applied.machine;
@@ -165,11 +169,13 @@ impl Admin for AdminService {
             commit_index,
             applied_index: metrics.last_applied.map(|log_id| log_id.index).unwrap_or(0),
             snapshot_index: metrics.snapshot.map(|log_id| log_id.index).unwrap_or(0),
-            members: members(&metrics),
+            members: members(&metrics, &record),
             cluster_name: self.replica.cluster_name.clone(),
             insecure_plaintext: self.insecure_plaintext,
             state_bytes,
             state_budget_bytes: self.replica.state_budget_bytes(),
+            cluster_id: record.cluster_id.map(|id| format!("{id:032x}")).unwrap_or_default(),
+            incarnation: self.incarnation,
             sessions,
             locks,
             semaphores,

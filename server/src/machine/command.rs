@@ -148,6 +148,14 @@ pub enum Command {
         request: RequestId,
         name: String,
     },
+    /// Proposed by the leader the first time it hears from a member: the member's
+    /// incarnation (see `members`), and the cluster's id if none is recorded yet.
+    /// Only the cluster proposes it; a duplicate changes nothing.
+    RecordMember {
+        cluster_id: u128,
+        node: u64,
+        incarnation: u64,
+    },
 }
 
 impl Command {
@@ -172,7 +180,7 @@ impl Command {
             | Command::RotateTenantToken { request, .. }
             | Command::SetTenantQuotas { request, .. }
             | Command::RemoveTenant { request, .. } => Some(*request),
-            Command::ExpireSessions { .. } => None,
+            Command::ExpireSessions { .. } | Command::RecordMember { .. } => None,
         }
     }
 
@@ -206,7 +214,8 @@ impl Command {
             | Command::AddTenant { .. }
             | Command::RotateTenantToken { .. }
             | Command::SetTenantQuotas { .. }
-            | Command::RemoveTenant { .. } => None,
+            | Command::RemoveTenant { .. }
+            | Command::RecordMember { .. } => None,
         }
     }
 
@@ -243,7 +252,8 @@ impl Command {
             | Command::AddTenant { .. }
             | Command::RotateTenantToken { .. }
             | Command::SetTenantQuotas { .. }
-            | Command::RemoveTenant { .. } => None,
+            | Command::RemoveTenant { .. }
+            | Command::RecordMember { .. } => None,
         }
     }
 
@@ -362,6 +372,13 @@ impl Command {
             Command::RemoveTenant { request: _, name } => {
                 hasher.write_tag(18);
                 hasher.write_str(name);
+            }
+            Command::RecordMember { cluster_id, node, incarnation } => {
+                hasher.write_tag(19);
+                hasher.write_u64((*cluster_id >> 64) as u64);
+                hasher.write_u64(*cluster_id as u64);
+                hasher.write_u64(*node);
+                hasher.write_u64(*incarnation);
             }
         }
         hasher.finish()

@@ -32,6 +32,7 @@
 //! - `session.rs`: `Session`, its remembered answers, and the session commands:
 //!   create, close, expire, and ending sessions in one entry.
 //! - `lock.rs`: `Lock`, one entry of the lock table, and the lock commands.
+//! - `members.rs`: `ClusterRecord`, the cluster's id and its members' incarnations.
 //! - `semaphore.rs`: `Semaphore`, one entry of the semaphore table, and the semaphore
 //!   commands.
 //! - `election.rs`: `Election`, one entry of the election table, and the election
@@ -54,6 +55,7 @@ mod event;
 mod invariants;
 pub mod limits;
 mod lock;
+mod members;
 mod response;
 mod semaphore;
 mod session;
@@ -86,6 +88,7 @@ pub use view::{
 pub use caller::{Caller, SecretHash, TenantId, ADMIN_TENANT, ADMIN_TENANT_NAME};
 pub use command::Submission;
 pub use limits::{QuotaChange, Quotas};
+pub use members::ClusterRecord;
 pub use tenant::{Tenant, Usage};
 
 use error::{request_id_reused, token_not_yet_applied};
@@ -160,6 +163,11 @@ pub struct StateMachine {
     /// snapshots; summed again when one is decoded.
     #[serde(skip)]
     bytes_total: u64,
+    /// The cluster's id and its members' incarnations (see `members`). Snapshots
+    /// carry it after the machine (see the state machine store), not in it, so that
+    /// snapshots written before it existed still decode.
+    #[serde(skip)]
+    cluster: ClusterRecord,
 }
 
 impl Default for StateMachine {
@@ -174,6 +182,7 @@ impl Default for StateMachine {
             client_names: BTreeMap::new(),
             tenants_by_token: BTreeMap::new(),
             bytes_total: 0,
+            cluster: ClusterRecord::default(),
         }
     }
 }
@@ -202,6 +211,7 @@ impl From<DecodedMachine> for StateMachine {
             client_names: BTreeMap::new(),
             tenants_by_token: BTreeMap::new(),
             bytes_total: 0,
+            cluster: ClusterRecord::default(),
         };
         let mut client_names = BTreeMap::new();
         for session in machine.sessions.values_mut() {
@@ -699,6 +709,9 @@ impl StateMachine {
             Command::RotateTenantToken { request: _, name, token_hash } => self.rotate_tenant_token(name, *token_hash),
             Command::SetTenantQuotas { request: _, name, quotas } => self.set_tenant_quotas(name, *quotas),
             Command::RemoveTenant { request: _, name } => self.remove_tenant(index, stamp_ms, name, events),
+            Command::RecordMember { cluster_id, node, incarnation } => {
+                self.record_member(*cluster_id, *node, *incarnation)
+            }
         };
         result.unwrap_or_else(Response::Rejected)
     }

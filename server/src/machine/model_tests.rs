@@ -37,6 +37,9 @@ struct Model {
     semaphores: Vec<ModelSemaphore>,
     /// Elections with a leader, in no particular order.
     elections: Vec<ModelElection>,
+    /// The first cluster id recorded, and each node's first recorded incarnation.
+    cluster_id: Option<u128>,
+    incarnations: Vec<(u64, u64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -154,6 +157,8 @@ impl Model {
             locks: vec![],
             semaphores: vec![],
             elections: vec![],
+            cluster_id: None,
+            incarnations: vec![],
         }
     }
 
@@ -228,7 +233,7 @@ impl Model {
         }
         let admin = tenant == ADMIN_TENANT;
         match command {
-            Command::ExpireSessions { .. } => return Some(ErrorKind::PermissionDenied),
+            Command::ExpireSessions { .. } | Command::RecordMember { .. } => return Some(ErrorKind::PermissionDenied),
             Command::AddTenant { .. }
             | Command::RotateTenantToken { .. }
             | Command::SetTenantQuotas { .. }
@@ -341,6 +346,17 @@ impl Model {
                     answers: vec![],
                 });
                 Response::SessionCreated { session: index, ttl_ms: *ttl_ms }
+            }
+            Command::RecordMember { cluster_id, node, incarnation } => {
+                let cluster_id = *self.cluster_id.get_or_insert(*cluster_id);
+                let incarnation = match self.incarnations.iter().find(|(recorded, _)| recorded == node) {
+                    Some((_, recorded)) => *recorded,
+                    None => {
+                        self.incarnations.push((*node, *incarnation));
+                        *incarnation
+                    }
+                };
+                Response::MemberRecorded { cluster_id, incarnation }
             }
             Command::CloseSession { session, .. } => {
                 if !self.is_live(*session) {
@@ -1160,6 +1176,13 @@ enum Op {
         earlier: Index,
         fresh: Box<Op>,
     },
+    /// The leader records a member's incarnation: few nodes, incarnations and
+    /// cluster ids, so that records collide.
+    RecordMember {
+        cluster_id: u8,
+        node: u8,
+        incarnation: u8,
+    },
     /// An entry without a command.
     Empty,
 }
@@ -1279,6 +1302,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<Index>(), fresh_op())
             .prop_map(|(earlier, fresh)| Op::Reuse { earlier, fresh: Box::new(fresh) }),
         1 => Just(Op::Empty),
+        1 => (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(cluster_id, node, incarnation)| Op::RecordMember {
+            cluster_id,
+            node,
+            incarnation
+        }),
     ]
 }
 
@@ -1517,7 +1545,7 @@ impl Run {
                     | Command::RotateTenantToken { request: slot, .. }
                     | Command::SetTenantQuotas { request: slot, .. }
                     | Command::RemoveTenant { request: slot, .. } => *slot = request,
-                    Command::ExpireSessions { .. } => {}
+                    Command::ExpireSessions { .. } | Command::RecordMember { .. } => {}
                 }
                 return Some((command, creation));
             }
@@ -1555,6 +1583,11 @@ impl Run {
             Op::Expire { sessions } => {
                 Command::ExpireSessions { sessions: sessions.iter().map(|pick| self.session(pick)).collect() }
             }
+            Op::RecordMember { cluster_id, node, incarnation } => Command::RecordMember {
+                cluster_id: 1 + u128::from(cluster_id % 3),
+                node: 1 + u64::from(node % 3),
+                incarnation: 1 + u64::from(incarnation % 3),
+            },
             Op::Acquire { client, session, name, wait } => Command::Acquire {
                 request: self.request(*client),
                 session: self.session(session),
@@ -1731,7 +1764,7 @@ impl Run {
     /// client would.
     fn caller(&mut self, command: &Command, creation: Option<Caller>, pose: &Pose) -> Caller {
         let owner = match command {
-            Command::ExpireSessions { .. } => Caller::Cluster,
+            Command::ExpireSessions { .. } | Command::RecordMember { .. } => Caller::Cluster,
             Command::CreateSession { .. } => creation.expect("a creation has its creator"),
             _ => match command.session() {
                 Some(session) => match self.model.sessions.iter().find(|live| live.id == session) {
@@ -2293,8 +2326,8 @@ proptest! {
         }
         let mut first_half = StateMachine::new();
         replay(&mut first_half, &run.log[..cut]);
-        let bytes = postcard::to_stdvec(&first_half).unwrap();
-        let mut restored: StateMachine = postcard::from_bytes(&bytes).unwrap();
+        let bytes = first_half.snapshot_into(Vec::new());
+        let mut restored = StateMachine::from_snapshot(&bytes).unwrap();
         prop_assert_eq!(&restored, &first_half);
         replay(&mut restored, &run.log[cut..]);
         restored.check_invariants();

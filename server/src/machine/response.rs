@@ -59,6 +59,12 @@ pub enum Response {
         tenant: TenantId,
         sessions_ended: u64,
     },
+    /// The member's incarnation as recorded (the first one proposed stands) and the
+    /// cluster's id.
+    MemberRecorded {
+        cluster_id: u128,
+        incarnation: u64,
+    },
     Rejected(CommandError),
 }
 

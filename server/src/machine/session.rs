@@ -249,7 +249,8 @@ impl Answer {
             | Response::TenantAdded { .. }
             | Response::TenantTokenRotated { .. }
             | Response::TenantQuotasSet { .. }
-            | Response::TenantRemoved { .. } => None,
+            | Response::TenantRemoved { .. }
+            | Response::MemberRecorded { .. } => None,
         }
     }
 

@@ -98,6 +98,9 @@ impl StateMachine {
             Command::ExpireSessions { .. } => {
                 return Err(permission_denied(tenant_name, "the expiry of sessions, which only the cluster proposes"))
             }
+            Command::RecordMember { .. } => {
+                return Err(permission_denied(tenant_name, "the record of a member, which only the cluster proposes"))
+            }
             Command::AddTenant { .. }
             | Command::RotateTenantToken { .. }
             | Command::RemoveTenant { .. }

@@ -130,6 +130,20 @@ pub struct RawConfig {
     /// every node the same value.
     #[arg(long)]
     pub state_budget_bytes: Option<u64>,
+    /// This node's data directory was lost and the node comes back on an empty one
+    /// to join as a new member, under the same id: the node never bootstraps and
+    /// waits to be added (`leasehold member add`). Without it, an empty directory under
+    /// the id of a member the cluster knows is refused at the first message from a
+    /// peer. See "Replacing a node" in the README.
+    #[arg(long)]
+    #[serde(default)]
+    pub new_incarnation: bool,
+    /// Turns off the incarnation checks, so that a wiped node counts as the member it
+    /// was. For the control runs of the tests that show the checks matter; never in
+    /// production.
+    #[arg(long, hide = true)]
+    #[serde(default)]
+    pub test_accept_any_incarnation: bool,
 }
 
 impl RawConfig {
@@ -158,6 +172,8 @@ impl RawConfig {
             insecure_plaintext: self.insecure_plaintext || file.insecure_plaintext,
             admin_token_file: self.admin_token_file.or(file.admin_token_file),
             state_budget_bytes: self.state_budget_bytes.or(file.state_budget_bytes),
+            new_incarnation: self.new_incarnation || file.new_incarnation,
+            test_accept_any_incarnation: self.test_accept_any_incarnation || file.test_accept_any_incarnation,
         }
     }
 
@@ -192,6 +208,9 @@ pub struct Config {
     /// Where the admin credential is read from (at start and on SIGHUP).
     pub admin_token_file: PathBuf,
     pub state_budget_bytes: u64,
+    /// Join as a new member on an empty directory (see `RawConfig::new_incarnation`).
+    pub new_incarnation: bool,
+    pub test_accept_any_incarnation: bool,
 }
 
 /// How the node's ports are served.
@@ -442,6 +461,8 @@ impl Config {
             transport,
             admin_token_file,
             state_budget_bytes,
+            new_incarnation: raw.new_incarnation,
+            test_accept_any_incarnation: raw.test_accept_any_incarnation,
         })
     }
 

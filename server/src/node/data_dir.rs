@@ -1,6 +1,12 @@
 //! The data directory's identity. A node refuses, without touching anything, a
 //! directory that belongs to another cluster or another node id, that holds files
 //! which are not Leasehold's, or whose identity cannot be read.
+//!
+//! The identity also holds the directory's incarnation: a random number drawn when
+//! the directory is first claimed, which the cluster records for each member (see
+//! `machine::members`). A wiped directory gets a new one, so the cluster can tell a
+//! node that lost its log from the one that had it. And it holds the cluster's
+//! random id once this node has learned it from the log.
 
 use std::fs;
 use std::io::Write;
@@ -18,11 +24,44 @@ pub const DATABASE_DIR: &str = "db";
 /// had none, and this build cannot read its log).
 const IDENTITY_FORMAT: u32 = 2;
 
-#[derive(Serialize, Deserialize, Debug, PartialEq, Eq)]
-struct Identity {
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
     format: u32,
     cluster_name: String,
     node_id: NodeId,
+    /// Drawn when the directory was claimed. Absent in directories claimed before
+    /// incarnations existed: `inspect` then draws one and writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    incarnation: Option<u64>,
+    /// The cluster's id (hexadecimal) once the log recorded it; a directory that
+    /// holds another id belongs to another cluster, whatever its name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cluster_id: Option<String>,
+}
+
+impl Identity {
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation.expect("inspect and claim give every identity an incarnation")
+    }
+
+    pub fn cluster_id(&self) -> Option<u128> {
+        self.cluster_id.as_deref().and_then(|hex| u128::from_str_radix(hex, 16).ok())
+    }
+}
+
+/// How a cluster id is written: 32 hexadecimal digits.
+pub fn cluster_id_text(cluster_id: u128) -> String {
+    format!("{cluster_id:032x}")
+}
+
+/// A random incarnation of 63 bits (TOML's integers are signed), never 0.
+fn new_incarnation() -> u64 {
+    loop {
+        let incarnation = rand::random::<u64>() >> 1;
+        if incarnation != 0 {
+            return incarnation;
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -35,11 +74,11 @@ fn refuse<T>(path: &Path, message: impl Into<String>) -> Result<T, DataDirError>
     Err(DataDirError::Refused { path: path.to_path_buf(), message: message.into() })
 }
 
-/// Whether the directory was just claimed (fresh) or already held this node's data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Whether the directory is empty (fresh) or already holds this node's data.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     Fresh,
-    Existing,
+    Existing(Identity),
 }
 
 /// Checks that `path` is this node's data directory, or empty/absent. Touches
@@ -106,19 +145,53 @@ pub fn inspect(path: &Path, cluster_name: &str, node_id: NodeId) -> Result<Claim
     if identity.node_id != node_id {
         return refuse(path, format!("belongs to node {}, not to node {node_id}", identity.node_id));
     }
+    if identity.cluster_id.is_some() && identity.cluster_id().is_none() {
+        return refuse(path, format!("its {IDENTITY_FILE} file is corrupt: the cluster id is not 32 hex digits"));
+    }
     if !path.join(DATABASE_DIR).is_dir() {
         return refuse(path, format!("has an identity but no {DATABASE_DIR}/ directory: it is corrupt"));
     }
-    Ok(Claim::Existing)
+    Ok(Claim::Existing(identity))
 }
 
-/// Writes the identity of a fresh data directory (durably, before any data).
-pub fn claim(path: &Path, cluster_name: &str, node_id: NodeId) -> Result<(), DataDirError> {
+/// Writes the identity of a fresh data directory (durably, before any data), with a
+/// new incarnation.
+pub fn claim(path: &Path, cluster_name: &str, node_id: NodeId) -> Result<Identity, DataDirError> {
     if let Err(error) = fs::create_dir_all(path) {
         return refuse(path, format!("cannot be created: {error}"));
     }
-    let identity = Identity { format: IDENTITY_FORMAT, cluster_name: cluster_name.to_string(), node_id };
-    let text = toml::to_string(&identity).expect("identity serializes");
+    let identity = Identity {
+        format: IDENTITY_FORMAT,
+        cluster_name: cluster_name.to_string(),
+        node_id,
+        incarnation: Some(new_incarnation()),
+        cluster_id: None,
+    };
+    write(path, &identity)?;
+    Ok(identity)
+}
+
+/// Gives a directory claimed before incarnations existed its incarnation. The
+/// cluster has no record of it yet, so any new one is as good.
+pub fn with_incarnation(path: &Path, identity: Identity) -> Result<Identity, DataDirError> {
+    if identity.incarnation.is_some() {
+        return Ok(identity);
+    }
+    let identity = Identity { incarnation: Some(new_incarnation()), ..identity };
+    write(path, &identity)?;
+    Ok(identity)
+}
+
+/// Writes the cluster's id into the identity, once the log recorded it.
+pub fn record_cluster_id(path: &Path, identity: &Identity, cluster_id: u128) -> Result<Identity, DataDirError> {
+    let identity = Identity { cluster_id: Some(cluster_id_text(cluster_id)), ..identity.clone() };
+    write(path, &identity)?;
+    Ok(identity)
+}
+
+/// Replaces the identity file atomically and durably.
+fn write(path: &Path, identity: &Identity) -> Result<(), DataDirError> {
+    let text = toml::to_string(identity).expect("identity serializes");
     let temporary = path.join(format!("{IDENTITY_FILE}.tmp"));
     let write = || -> std::io::Result<()> {
         let mut file = fs::File::create(&temporary)?;
@@ -139,9 +212,20 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let path = root.path().join("node1");
         assert_eq!(inspect(&path, "c", 1).unwrap(), Claim::Fresh);
-        claim(&path, "c", 1).unwrap();
+        let claimed = claim(&path, "c", 1).unwrap();
         fs::create_dir(path.join(DATABASE_DIR)).unwrap();
-        assert_eq!(inspect(&path, "c", 1).unwrap(), Claim::Existing);
+        assert_eq!(inspect(&path, "c", 1).unwrap(), Claim::Existing(claimed.clone()));
+        assert_ne!(claimed.incarnation(), 0);
+        let again = tempfile::tempdir().unwrap();
+        assert_ne!(
+            claim(again.path(), "c", 1).unwrap().incarnation(),
+            claimed.incarnation(),
+            "a directory claimed again is another incarnation"
+        );
+        let recorded = record_cluster_id(&path, &claimed, 0xabc).unwrap();
+        assert_eq!(inspect(&path, "c", 1).unwrap(), Claim::Existing(recorded.clone()));
+        assert_eq!(recorded.cluster_id(), Some(0xabc));
+        assert_eq!(recorded.incarnation(), claimed.incarnation());
 
         let other_node = inspect(&path, "c", 2).unwrap_err().to_string();
         assert!(other_node.contains("belongs to node 1"), "{other_node}");
@@ -154,6 +238,12 @@ mod tests {
         let message = inspect(&foreign, "c", 1).unwrap_err().to_string();
         assert!(message.contains("not a Leasehold data directory"), "{message}");
         assert_eq!(fs::read_dir(&foreign).unwrap().count(), 1);
+
+        fs::write(path.join(IDENTITY_FILE), b"format = 2\ncluster_name = \"c\"\nnode_id = 1\n").unwrap();
+        let Claim::Existing(old) = inspect(&path, "c", 1).unwrap() else { panic!("an existing directory") };
+        assert_eq!(old.incarnation, None, "claimed before incarnations existed");
+        let given = with_incarnation(&path, old).unwrap();
+        assert_eq!(inspect(&path, "c", 1).unwrap(), Claim::Existing(given));
 
         fs::write(path.join(IDENTITY_FILE), b"garbage = [").unwrap();
         let corrupt = inspect(&path, "c", 1).unwrap_err().to_string();

@@ -30,6 +30,7 @@ use crate::machine::Command;
 use crate::node::config::{Config, Transport};
 use crate::node::data_dir::{self, Claim};
 use crate::node::metrics;
+use crate::raft::incarnations::Incarnations;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{Network, PEER_MESSAGE_BYTES_MAX};
 use crate::raft::peer_service::{PeerService, Takeover};
@@ -42,9 +43,29 @@ use crate::shell::clock::LogLimiter;
 use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
 use crate::shell::tls::{tls_incoming, ClientCertificates, NodeTls, PeerClientTls, ServerTls};
 
+/// Why a node did not start; each kind has its exit code (see `exit_code`).
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct StartError(pub String);
+pub enum StartError {
+    /// A port in use, a file that cannot be read, Raft that does not start.
+    #[error("{0}")]
+    Failed(String),
+    /// The data directory is refused, and left as it was: another cluster's or node's,
+    /// not Leasehold's, corrupt, in another format, or not empty with --new-incarnation.
+    #[error("{0}")]
+    DataDirectory(String),
+}
+
+/// The exit code of a node whose data directory was refused at start.
+pub const EXIT_DATA_DIRECTORY_REFUSED: u8 = 3;
+
+impl StartError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::Failed(_) => 1,
+            StartError::DataDirectory(_) => EXIT_DATA_DIRECTORY_REFUSED,
+        }
+    }
+}
 
 /// A node that is running; dropping it does not stop it, `shutdown` does.
 pub struct RunningNode {
@@ -59,9 +80,9 @@ pub struct RunningNode {
 
 fn bind(what: &str, address: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
     let listener = std::net::TcpListener::bind(address)
-        .map_err(|error| StartError(format!("cannot listen on the {what} address {address}: {error}")))?;
-    listener.set_nonblocking(true).map_err(|error| StartError(format!("{what} listener: {error}")))?;
-    tokio::net::TcpListener::from_std(listener).map_err(|error| StartError(format!("{what} listener: {error}")))
+        .map_err(|error| StartError::Failed(format!("cannot listen on the {what} address {address}: {error}")))?;
+    listener.set_nonblocking(true).map_err(|error| StartError::Failed(format!("{what} listener: {error}")))?;
+    tokio::net::TcpListener::from_std(listener).map_err(|error| StartError::Failed(format!("{what} listener: {error}")))
 }
 
 pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartError> {
@@ -71,42 +92,84 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         Some(address) => Some(bind("metrics", address)?),
         None => None,
     };
-    let client_addr = client_listener.local_addr().map_err(|error| StartError(error.to_string()))?;
-    let peer_addr = peer_listener.local_addr().map_err(|error| StartError(error.to_string()))?;
+    let client_addr = client_listener.local_addr().map_err(|error| StartError::Failed(error.to_string()))?;
+    let peer_addr = peer_listener.local_addr().map_err(|error| StartError::Failed(error.to_string()))?;
 
+    let refused = |error: String| StartError::DataDirectory(error);
     let claim = data_dir::inspect(&config.data_dir, &config.cluster_name, config.node_id)
-        .map_err(|error| StartError(error.to_string()))?;
-    if claim == Claim::Fresh {
-        data_dir::claim(&config.data_dir, &config.cluster_name, config.node_id)
-            .map_err(|error| StartError(error.to_string()))?;
+        .map_err(|error| refused(error.to_string()))?;
+    let fresh = claim == Claim::Fresh;
+    let identity = match claim {
+        Claim::Fresh => data_dir::claim(&config.data_dir, &config.cluster_name, config.node_id),
+        Claim::Existing(_) if config.new_incarnation => {
+            return Err(refused(format!(
+                "--new-incarnation starts a node on an empty data directory, and {} holds node {}'s data; \
+                 drop the flag to restart the node with its data",
+                config.data_dir.display(),
+                config.node_id,
+            )))
+        }
+        Claim::Existing(identity) => data_dir::with_incarnation(&config.data_dir, identity),
     }
-    let db = storage::open(&config.data_dir.join(data_dir::DATABASE_DIR), claim == Claim::Fresh)
-        .map_err(|error| StartError(format!("data directory {}: {error}", config.data_dir.display())))?;
+    .map_err(|error| refused(error.to_string()))?;
+    let db = storage::open(&config.data_dir.join(data_dir::DATABASE_DIR), fresh)
+        .map_err(|error| refused(format!("data directory {}: {error}", config.data_dir.display())))?;
 
     let deadlines = SessionDeadlines::new(clock.clone());
     let state_machine = StateMachineStore::open(db.clone(), deadlines)
-        .map_err(|error| StartError(format!("data directory {}: {error}", config.data_dir.display())))?;
+        .map_err(|error| refused(format!("data directory {}: {error}", config.data_dir.display())))?;
     let shared = state_machine.shared();
+    let loaded_cluster_id = shared.cluster_record.borrow().cluster_id;
+    if let (Some(mine), Some(loaded)) = (identity.cluster_id(), loaded_cluster_id) {
+        if mine != loaded {
+            return Err(refused(format!(
+                "data directory {}: its identity names the cluster with id {}, but its log the cluster with id {}",
+                config.data_dir.display(),
+                data_dir::cluster_id_text(mine),
+                data_dir::cluster_id_text(loaded)
+            )));
+        }
+    }
+    let incarnations = Incarnations::new(
+        config.node_id,
+        identity.incarnation(),
+        shared.cluster_record.subscribe(),
+        shared.applied_index.subscribe(),
+    );
+    let incarnations = if config.test_accept_any_incarnation {
+        tracing::warn!(
+            "--test-accept-any-incarnation: a node whose data directory was wiped counts as the member it was"
+        );
+        incarnations.unchecked()
+    } else {
+        incarnations
+    };
     let log_store = LogStore::new(db);
     let raft_config =
-        config.raft_config().validate().map_err(|error| StartError(format!("raft configuration: {error}")))?;
+        config.raft_config().validate().map_err(|error| StartError::Failed(format!("raft configuration: {error}")))?;
     let peer_client = match &config.transport {
         Transport::Plaintext => None,
-        Transport::Tls { peer_port, .. } => Some(PeerClientTls::load(peer_port.clone()).map_err(StartError)?),
+        Transport::Tls { peer_port, .. } => Some(PeerClientTls::load(peer_port.clone()).map_err(StartError::Failed)?),
     };
-    let network = Network::new(Some(config.peer_bind.ip()), &config.cluster_name, peer_client.clone());
+    let network =
+        Network::new(Some(config.peer_bind.ip()), &config.cluster_name, peer_client.clone(), incarnations.clone());
     let raft = Raft::new(config.node_id, Arc::new(raft_config), network.clone(), log_store, state_machine)
         .await
-        .map_err(|error| StartError(format!("cannot start raft: {error}")))?;
+        .map_err(|error| StartError::Failed(format!("cannot start raft: {error}")))?;
 
-    let initialized = raft.is_initialized().await.map_err(|error| StartError(error.to_string()))?;
+    incarnations.set_raft(raft.clone());
+    incarnations.check_own_record();
+
+    let initialized = raft.is_initialized().await.map_err(|error| StartError::Failed(error.to_string()))?;
     let first_member = config.initial_members.keys().next().copied();
-    let bootstraps_now = !initialized && first_member == Some(config.node_id);
+    // A new incarnation joins like a node added later: it waits to be added.
+    let bootstraps = !config.new_incarnation && !config.initial_members.is_empty();
+    let bootstraps_now = bootstraps && !initialized && first_member == Some(config.node_id);
     if bootstraps_now {
         bootstrap(&raft, &config.initial_members).await;
     }
 
-    let auth = Arc::new(Auth::new(config.admin_token_file.clone(), shared.clone()).map_err(StartError)?);
+    let auth = Arc::new(Auth::new(config.admin_token_file.clone(), shared.clone()).map_err(StartError::Failed)?);
     let replica = Replica::new(
         raft.clone(),
         shared,
@@ -129,13 +192,15 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         }
         Transport::Tls { client_port, peer_port } => Some(Arc::new(NodeTls {
             client_port: ServerTls::load("client", client_port.clone(), ClientCertificates::Optional)
-                .map_err(StartError)?,
-            peer_port: ServerTls::load("peer", peer_port.clone(), ClientCertificates::Required).map_err(StartError)?,
+                .map_err(StartError::Failed)?,
+            peer_port: ServerTls::load("peer", peer_port.clone(), ClientCertificates::Required)
+                .map_err(StartError::Failed)?,
             peer_client: peer_client.clone().expect("loaded with the transport"),
         })),
     };
     // Registered before anything could send it: SIGHUP's default action ends the process.
-    let hangups = signal(SignalKind::hangup()).map_err(|error| StartError(format!("SIGHUP handler: {error}")))?;
+    let hangups =
+        signal(SignalKind::hangup()).map_err(|error| StartError::Failed(format!("SIGHUP handler: {error}")))?;
     tasks.push(tokio::spawn(reload_on_hangup(hangups, node_tls.clone(), auth.clone(), stopped.clone())));
 
     let client_server = tonic::transport::Server::builder()
@@ -161,6 +226,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
                 network: network.clone(),
                 clock_knob: config.test_clock_knob,
                 insecure_plaintext: config.transport.is_plaintext(),
+                incarnation: incarnations.incarnation(),
             })
             .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
         );
@@ -186,6 +252,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         takeover: Takeover::new(config.election_timeout_min_ms, config.election_timeout_max_ms),
         identities_checked: node_tls.is_some(),
         refusals: LogLimiter::new(Duration::from_secs(1)),
+        incarnations: incarnations.clone(),
     };
     let peer_server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -218,11 +285,18 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         }
         None => None,
     };
-    if !initialized && !bootstraps_now && !config.initial_members.is_empty() {
+    if bootstraps && !initialized && !bootstraps_now {
         let grace = Duration::from_millis(BOOTSTRAP_GRACE_ELECTION_TIMEOUTS * config.election_timeout_max_ms);
         tasks.push(tokio::spawn(bootstrap_unless_reached(raft.clone(), config.initial_members.clone(), grace)));
     }
     tasks.push(tokio::spawn(run_expiry(replica.clone(), stopped.clone())));
+    tasks.push(tokio::spawn(record_members(
+        replica.clone(),
+        incarnations.clone(),
+        config.data_dir.clone(),
+        identity.clone(),
+        stopped.clone(),
+    )));
     tasks.push(tokio::spawn(watch_membership(raft.clone(), config.node_id, retired_sender, stopped)));
 
     tracing::info!(
@@ -231,6 +305,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         %peer_addr,
         tls = !config.transport.is_plaintext(),
         data_dir = %config.data_dir.display(),
+        incarnation = incarnations.incarnation(),
         cluster = %config.cluster_name,
         worker_threads = config.worker_threads,
         "node started"
@@ -365,6 +440,70 @@ async fn run_expiry(replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
         if let Err(error) = replica.propose_quietly(Command::ExpireSessions { sessions: expired.clone() }).await {
             tracing::warn!(%error, "could not propose the expiry");
             deadlines.expiry_not_proposed(&expired);
+        }
+    }
+}
+
+/// How often the recorder looks again without being woken: a proposal that failed
+/// (a leader change) is retried this much later.
+const RECORD_RETRY_MS: u64 = 1_000;
+
+/// Keeps the record of members' incarnations (see `raft::incarnations`): as leader,
+/// records each member heard from (and itself) that the log does not hold yet, with a
+/// new random cluster id if the log has none; on every node, stops if the log knows
+/// this node as another incarnation, and writes the cluster's id into the data
+/// directory's identity once the log has it.
+async fn record_members(
+    replica: Arc<Replica>,
+    incarnations: Arc<Incarnations>,
+    data_dir: std::path::PathBuf,
+    mut identity: data_dir::Identity,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut record_changes = incarnations.record_changes();
+    loop {
+        incarnations.check_own_record();
+        let record = incarnations.record();
+        if let Some(cluster_id) = record.cluster_id.filter(|id| identity.cluster_id() != Some(*id)) {
+            match data_dir::record_cluster_id(&data_dir, &identity, cluster_id) {
+                Ok(written) => {
+                    tracing::info!(cluster_id = %data_dir::cluster_id_text(cluster_id), "the cluster's id is recorded");
+                    identity = written;
+                }
+                Err(error) => tracing::error!(%error, "cannot write the cluster's id into the data directory"),
+            }
+        }
+        let (leading, members) = {
+            let metrics = replica.raft.metrics();
+            let metrics = metrics.borrow();
+            let members: Vec<NodeId> = metrics.membership_config.membership().nodes().map(|(id, _)| *id).collect();
+            (metrics.state == ServerState::Leader, members)
+        };
+        if leading {
+            for (node, incarnation) in incarnations.to_record(&members) {
+                let cluster_id = record.cluster_id.unwrap_or_else(new_cluster_id);
+                let command = Command::RecordMember { cluster_id, node, incarnation };
+                match replica.propose_quietly(command).await {
+                    Ok(_) => tracing::info!(node, incarnation, "recorded a member's incarnation"),
+                    Err(error) => tracing::warn!(node, %error, "could not record a member's incarnation"),
+                }
+            }
+        }
+        tokio::select! {
+            _ = incarnations.heard_changed.notified() => {}
+            changed = record_changes.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_millis(RECORD_RETRY_MS)) => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
+/// A random cluster id, never 0.
+fn new_cluster_id() -> u128 {
+    loop {
+        let id = rand::random::<u128>();
+        if id != 0 {
+            return id;
         }
     }
 }

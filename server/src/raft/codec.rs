@@ -27,11 +27,21 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
 }
 
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    Ok(postcard::from_bytes(versioned_body(bytes)?)?)
+}
+
+/// A buffer holding the format version, for a blob encoded by other means.
+pub fn versioned_buffer() -> Vec<u8> {
+    vec![FORMAT_VERSION]
+}
+
+/// The body of a blob after its format version, checked.
+pub fn versioned_body(bytes: &[u8]) -> Result<&[u8], CodecError> {
     let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
     if version != FORMAT_VERSION {
         return Err(CodecError::UnsupportedVersion { found: version });
     }
-    Ok(postcard::from_bytes(body)?)
+    Ok(body)
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::raft::codec;
+use crate::raft::incarnations::Incarnations;
 use crate::raft::types::{Node, NodeId, TypeConfig};
 use crate::shell::tls::PeerClientTls;
 
@@ -63,14 +64,29 @@ struct NetworkInner {
     channels: Mutex<BTreeMap<(NodeId, String), Channel>>,
     /// None with --insecure-plaintext.
     tls: Option<Arc<PeerClientTls>>,
+    /// This node's incarnation for the messages' headers, and the checks of answers.
+    incarnations: Arc<Incarnations>,
 }
 
 impl Network {
     /// `cluster_name` was validated with the configuration (letters, digits, '-',
     /// '_' and '.'), so it is a valid header value.
-    pub fn new(local_ip: Option<IpAddr>, cluster_name: &str, tls: Option<Arc<PeerClientTls>>) -> Self {
+    pub fn new(
+        local_ip: Option<IpAddr>,
+        cluster_name: &str,
+        tls: Option<Arc<PeerClientTls>>,
+        incarnations: Arc<Incarnations>,
+    ) -> Self {
         let cluster = MetadataValue::try_from(cluster_name).expect("a validated cluster name is a header value");
-        Self { inner: Arc::new(NetworkInner { local_ip, cluster, channels: Mutex::new(BTreeMap::new()), tls }) }
+        Self {
+            inner: Arc::new(NetworkInner {
+                local_ip,
+                cluster,
+                channels: Mutex::new(BTreeMap::new()),
+                tls,
+                incarnations,
+            }),
+        }
     }
 
     fn client(&self, target: NodeId, address: &str) -> Option<PeerClient<Channel>> {
@@ -164,7 +180,13 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerConnection {
         let client = self.client(target, &node.peer_addr);
-        PeerConnection { target, address: node.peer_addr.clone(), cluster: self.inner.cluster.clone(), client }
+        PeerConnection {
+            target,
+            address: node.peer_addr.clone(),
+            cluster: self.inner.cluster.clone(),
+            incarnations: self.inner.incarnations.clone(),
+            client,
+        }
     }
 }
 
@@ -172,6 +194,7 @@ pub struct PeerConnection {
     target: NodeId,
     address: String,
     cluster: MetadataValue<Ascii>,
+    incarnations: Arc<Incarnations>,
     /// None when the address could not even be parsed; every RPC then fails.
     client: Option<PeerClient<Channel>>,
 }
@@ -217,17 +240,27 @@ impl PeerConnection {
         let mut message = tonic::Request::new(RaftMessage { payload });
         message.set_timeout(option.hard_ttl());
         message.metadata_mut().insert(CLUSTER_HEADER, self.cluster.clone());
+        self.incarnations.stamp_request(self.target, message.metadata_mut());
         let reply = match kind {
             RpcKind::Vote => client.vote(message).await,
             RpcKind::AppendEntries => client.append_entries(message).await,
             RpcKind::InstallSnapshot => client.install_snapshot(message).await,
         };
         let reply = match reply {
-            Ok(reply) => reply.into_inner(),
+            Ok(reply) => {
+                if let Err(problem) = self.incarnations.check_answer(self.target, reply.metadata()) {
+                    // Not counted: to openraft, the member did not answer.
+                    return Err(RPCError::Unreachable(Unreachable::new(&error(problem))));
+                }
+                reply.into_inner()
+            }
             Err(status) if status.code() == tonic::Code::Unavailable => {
                 return Err(RPCError::Unreachable(Unreachable::new(&error(status.message().to_string()))))
             }
-            Err(status) => return Err(RPCError::Network(NetworkError::new(&error(status.to_string())))),
+            Err(status) => {
+                self.incarnations.on_refusal(&status);
+                return Err(RPCError::Network(NetworkError::new(&error(status.to_string()))));
+            }
         };
         let result: Result<Response, RaftError<NodeId, E>> = codec::decode(&reply.payload)
             .map_err(|decode| RPCError::Network(NetworkError::new(&error(format!("bad reply: {decode}")))))?;

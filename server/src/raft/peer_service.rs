@@ -2,6 +2,7 @@
 //! node it removed. Served on the peer address only.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_proto::errors::error_status;
@@ -13,6 +14,7 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use crate::raft::codec;
+use crate::raft::incarnations::Incarnations;
 use crate::raft::network::CLUSTER_HEADER;
 use crate::raft::types::{NodeId, Raft, TypeConfig};
 use crate::shell::clock::{LogLimiter, Stopwatch};
@@ -30,6 +32,8 @@ pub struct PeerService {
     pub identities_checked: bool,
     /// Refused peers are logged at most once a second.
     pub refusals: LogLimiter,
+    /// The incarnation checks of every Raft message, and this node's on every answer.
+    pub incarnations: Arc<Incarnations>,
 }
 
 /// The most campaigns started at once to outbid one candidate's term; a candidate
@@ -229,8 +233,12 @@ fn decode<T: serde::de::DeserializeOwned>(message: &RaftMessage) -> Result<T, St
         .map_err(|error| error_status(ErrorReason::InvalidArgument, format!("malformed raft message: {error}"), &[]))
 }
 
-fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
-    Ok(Response::new(RaftMessage { payload: codec::encode(value) }))
+impl PeerService {
+    fn reply<T: serde::Serialize>(&self, value: &T) -> Result<Response<RaftMessage>, Status> {
+        let mut response = Response::new(RaftMessage { payload: codec::encode(value) });
+        self.incarnations.stamp_answer(response.metadata_mut());
+        Ok(response)
+    }
 }
 
 #[tonic::async_trait]
@@ -238,30 +246,33 @@ impl Peer for PeerService {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let presented = self.presented_node(&request, "Vote")?;
         self.check_cluster(&request)?;
+        self.incarnations.check_request(request.metadata(), "Vote")?;
         let vote: VoteRequest<NodeId> = decode(request.get_ref())?;
         self.check_claim(&request, "Vote", presented, vote.vote.leader_id().voted_for().unwrap_or(0))?;
         let answer = self.raft.vote(vote.clone()).await;
         if let Ok(response) = &answer {
             self.takeover.consider(&self.raft, &vote, response);
         }
-        reply(&answer)
+        self.reply(&answer)
     }
 
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let presented = self.presented_node(&request, "AppendEntries")?;
         self.check_cluster(&request)?;
+        self.incarnations.check_request(request.metadata(), "AppendEntries")?;
         let append: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
         self.check_claim(&request, "AppendEntries", presented, append.vote.leader_id().voted_for().unwrap_or(0))?;
         self.takeover.heard_leader();
-        reply(&self.raft.append_entries(append).await)
+        self.reply(&self.raft.append_entries(append).await)
     }
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let presented = self.presented_node(&request, "InstallSnapshot")?;
         self.check_cluster(&request)?;
+        self.incarnations.check_request(request.metadata(), "InstallSnapshot")?;
         let install: InstallSnapshotRequest<TypeConfig> = decode(request.get_ref())?;
         self.check_claim(&request, "InstallSnapshot", presented, install.vote.leader_id().voted_for().unwrap_or(0))?;
-        reply(&self.raft.install_snapshot(install).await)
+        self.reply(&self.raft.install_snapshot(install).await)
     }
 
     async fn retire(&self, request: Request<RetireRequest>) -> Result<Response<RetireResponse>, Status> {

@@ -15,7 +15,7 @@ use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::machine::{Event, Response, SessionId, StateMachine, WaitFailure};
+use crate::machine::{ClusterRecord, Event, Response, SessionId, StateMachine, WaitFailure};
 use crate::raft::applier::Applier;
 use crate::raft::codec;
 use crate::raft::storage::{self, COLUMN_FAMILY_META, KEY_SNAPSHOT};
@@ -36,17 +36,20 @@ pub struct AppliedState {
     pub membership: StoredMembership,
 }
 
-/// What a snapshot holds besides its metadata.
-#[derive(Deserialize)]
+/// What a snapshot holds besides its metadata: the machine (see
+/// `StateMachine::snapshot_into`) behind the format version.
 struct SnapshotBody {
     machine: StateMachine,
 }
 
-/// `SnapshotBody` as it is encoded: borrowing the applied state, so that building a
-/// snapshot does not copy the whole state first. Same fields, same encoding.
-#[derive(Serialize)]
-struct SnapshotBodyRef<'a> {
-    machine: &'a StateMachine,
+impl SnapshotBody {
+    fn encode(machine: &StateMachine) -> Vec<u8> {
+        machine.snapshot_into(codec::versioned_buffer())
+    }
+
+    fn decode(bytes: &[u8]) -> Result<SnapshotBody, codec::CodecError> {
+        Ok(SnapshotBody { machine: StateMachine::from_snapshot(codec::versioned_body(bytes)?)? })
+    }
 }
 
 /// The latest snapshot as stored under `KEY_SNAPSHOT`.
@@ -78,9 +81,24 @@ pub struct Shared {
     pub credentials: Credentials,
     /// The replicated state's estimated size as last applied, for the budget check.
     pub state_bytes: AtomicU64,
+    /// The cluster's id and its members' incarnations as last applied, for the peer
+    /// messages' checks (a copy, changed only when the record changes).
+    pub cluster_record: watch::Sender<Arc<ClusterRecord>>,
 }
 
 impl Shared {
+    /// Publishes the applied cluster record to the peer messages' checks, if it changed.
+    fn publish_cluster_record(&self) {
+        let record = self.applied.read().unwrap().machine.cluster_record().clone();
+        self.cluster_record.send_if_modified(|published| {
+            let changed = **published != record;
+            if changed {
+                *published = Arc::new(record);
+            }
+            changed
+        });
+    }
+
     /// Every live session as an (id, ttl) pair, from the applied state.
     pub fn session_ttls(machine: &StateMachine) -> Vec<(SessionId, u64)> {
         machine.sessions().map(|session| (session.id(), session.ttl_ms())).collect()
@@ -134,8 +152,8 @@ impl StateMachineStore {
                 let decoding = Stopwatch::start();
                 let stored: StoredSnapshot =
                     codec::decode(&bytes).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
-                let body: SnapshotBody =
-                    codec::decode(&stored.data).map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
+                let body = SnapshotBody::decode(&stored.data)
+                    .map_err(|error| format!("the stored snapshot is corrupt: {error}"))?;
                 let decoded_ms = decoding.elapsed_ms();
                 let checking = Stopwatch::start();
                 check_loaded(&body.machine, stored.meta.last_log_id)
@@ -155,6 +173,7 @@ impl StateMachineStore {
             })?,
         };
         let ttls = Shared::session_ttls(&applied.machine);
+        let applied_record = applied.machine.cluster_record().clone();
         let deadlines = applier.run_blocking(move || {
             deadlines.restart_all(ttls);
             deadlines
@@ -169,6 +188,7 @@ impl StateMachineStore {
             applied_index: watch::Sender::new(last_index),
             credentials: Credentials::default(),
             state_bytes: AtomicU64::new(0),
+            cluster_record: watch::Sender::new(Arc::new(applied_record.clone())),
         });
         shared.state_bytes.store(shared.applied.read().unwrap().machine.state_bytes().0, Ordering::Relaxed);
         shared.credentials.refresh(&shared.applied.read().unwrap().machine);
@@ -217,7 +237,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             // would double the node's memory for the moment.
             let (data, last_applied, membership) = {
                 let applied = store.shared.applied.read().unwrap();
-                let data = codec::encode(&SnapshotBodyRef { machine: &applied.machine });
+                let data = SnapshotBody::encode(&applied.machine);
                 (data, applied.last_applied, applied.membership.clone())
             };
             let snapshot_id = match last_applied {
@@ -241,6 +261,7 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
     let mut events = Vec::new();
     let mut created = Vec::new();
     let mut tenants_changed = false;
+    let mut record_changed = false;
     let last_index;
     {
         let mut applied = shared.applied.write().unwrap();
@@ -255,6 +276,8 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
                 EntryPayload::Membership(membership) => {
                     applied.membership = StoredMembership::new(Some(entry.log_id), membership.clone());
                     applied.machine.apply_empty(index);
+                    applied.machine.retain_members(|node| membership.get_node(&node).is_some());
+                    record_changed = true;
                     responses.push(Vec::new());
                 }
                 EntryPayload::Normal(proposal) => {
@@ -266,6 +289,7 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
                             Response::TenantAdded { .. }
                             | Response::TenantTokenRotated { .. }
                             | Response::TenantRemoved { .. } => tenants_changed = true,
+                            Response::MemberRecorded { .. } => record_changed = true,
                             _ => {}
                         }
                         events.extend(entry_events.into_iter().map(|event| (index, event)));
@@ -290,6 +314,9 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
     }
     if tenants_changed {
         shared.credentials.refresh(&shared.applied.read().unwrap().machine);
+    }
+    if record_changed {
+        shared.publish_cluster_record();
     }
     AppliedRun { responses, events, last_index }
 }
@@ -341,7 +368,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let (data, body) = self
             .applier
             .run(move || {
-                let body = codec::decode::<SnapshotBody>(&data)
+                let body = SnapshotBody::decode(&data)
                     .map_err(|error| format!("the snapshot is corrupt: {error}"))
                     .and_then(|body| check_loaded(&body.machine, last_log_id).map(|()| body));
                 (data, body)
@@ -376,6 +403,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             self.shared.credentials.refresh(&applied.machine);
             self.shared.state_bytes.store(applied.machine.bytes_total(), Ordering::Relaxed);
         }
+        self.shared.publish_cluster_record();
         self.shared.applied_index.send_replace(last_index);
         Ok(())
     }

@@ -1,0 +1,272 @@
+//! Data safety under operator faults, with real server processes: a node whose data
+//! directory was wiped is refused and can never count as the member it was, a
+//! corrupt log is refused instead of silently cut short, and the documented
+//! procedure brings such a node back.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use leasehold::{Client, Session};
+use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
+use leasehold_jepsen::wait;
+
+const LEADER_DEADLINE: Duration = Duration::from_secs(20);
+const SESSION_TTL: Duration = Duration::from_secs(60);
+/// A refused node exits within this (it learns of its record at the first message
+/// from the leader, a heartbeat after it starts).
+const EXIT_DEADLINE: Duration = Duration::from_secs(20);
+/// The exit codes `leasehold-server --help` and the README document.
+const EXIT_DATA_DIRECTORY_REFUSED: i32 = 3;
+const EXIT_STALE_INCARNATION: i32 = 4;
+
+async fn take_locks(session: &Session, prefix: &str, count: usize) -> Vec<(String, u64)> {
+    let mut grants = Vec::new();
+    for i in 0..count {
+        let name = format!("{prefix}/{i}");
+        let guard = session.try_lock(&name).await.expect("acquire").expect("the lock is free");
+        grants.push((name, guard.detach()));
+    }
+    grants
+}
+
+async fn assert_held(client: &Client, session_id: u64, grants: &[(String, u64)]) {
+    for (name, token) in grants {
+        let lock = client.describe_lock(name, false).await.expect("describe lock");
+        let holder = lock.holder.unwrap_or_else(|| panic!("acknowledged grant of {name} was lost"));
+        assert_eq!((holder.session_id, holder.token), (session_id, *token), "grant of {name} changed");
+    }
+}
+
+/// Waits until the leader's log recorded the incarnation of every member.
+async fn wait_recorded(cluster: &TestCluster, members: usize) -> u64 {
+    wait::until(LEADER_DEADLINE, "every member's incarnation to be recorded", || async {
+        let leader = cluster.leader().await?;
+        let status = cluster.status(leader).await?;
+        let recorded = status.members.iter().filter(|member| member.incarnation != 0).count();
+        (recorded == members && !status.cluster_id.is_empty()).then_some(leader)
+    })
+    .await
+}
+
+fn exit_code(status: ExitStatus) -> Option<i32> {
+    status.code().or_else(|| status.signal().map(|signal| 128 + signal))
+}
+
+/// Removes `id`, then brings it back as the README says: an empty data directory,
+/// --new-incarnation, `member add`. Returns the new incarnation.
+async fn replace(cluster: &mut TestCluster, id: u64) -> u64 {
+    let admin = cluster.admin_client();
+    let members = admin.remove_member(id).await.expect("remove the refused member");
+    assert!(!members.iter().any(|member| member.node_id == id), "{members:?}");
+    cluster.wipe(id);
+    cluster.restart_with(id, &["--new-incarnation"]);
+    let (client_addr, peer_addr) = (cluster.nodes[&id].client_addr.clone(), cluster.nodes[&id].peer_addr.clone());
+    let members = admin.add_member(id, &client_addr, &peer_addr, false).await.expect("add it back");
+    assert!(members.iter().any(|member| member.node_id == id && member.role == "voter"), "{members:?}");
+    let incarnation = cluster.status(id).await.expect("the new incarnation answers").incarnation;
+    wait::until(LEADER_DEADLINE, "the new incarnation to be recorded", || async {
+        let leader = cluster.leader().await?;
+        let status = cluster.status(leader).await?;
+        status.members.iter().any(|member| member.node_id == id && member.incarnation == incarnation).then_some(())
+    })
+    .await;
+    incarnation
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_follower_is_refused_and_rejoins_as_a_new_incarnation() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let leader = wait_recorded(&cluster, 3).await;
+    let client = cluster.client();
+    let session = client.session(SESSION_TTL).await.expect("session");
+    let before = take_locks(&session, "wiped/before", 10).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let old_incarnation = cluster.status(follower).await.expect("follower status").incarnation;
+
+    // The disk is replaced; the supervisor starts the node with the same flags.
+    cluster.wipe(follower);
+    cluster.restart(follower);
+    let status = cluster.exit_status(follower, EXIT_DEADLINE).await;
+    let log = cluster.log_text(follower);
+    assert_eq!(exit_code(status), Some(EXIT_STALE_INCARNATION), "{status}\n{log}");
+    assert!(log.contains(&format!("the cluster knows node {follower} as incarnation {old_incarnation}")), "{log}");
+    assert!(log.contains("--new-incarnation") && log.contains("member remove"), "says what to do: {log}");
+
+    // The two others serve on, with every acknowledged grant.
+    let during = take_locks(&session, "wiped/during", 3).await;
+    assert_held(&client, session.id(), &before).await;
+
+    let new_incarnation = replace(&mut cluster, follower).await;
+    assert_ne!(new_incarnation, old_incarnation);
+    let commit = cluster.status(cluster.leader().await.unwrap()).await.unwrap().commit_index;
+    cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
+
+    // The new incarnation is a voter that counts: with another node down, it and the
+    // remaining one commit.
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let other = (1..=3).find(|id| *id != leader && *id != follower).unwrap();
+    cluster.kill(other);
+    let after = take_locks(&session, "wiped/after", 3).await;
+    for grants in [&before, &during, &after] {
+        assert_held(&client, session.id(), grants).await;
+    }
+}
+
+/// The fault that makes a wiped node dangerous. Node D is down while grants are
+/// made (the leader L and node W acknowledge them); then W's disk is replaced and L
+/// dies. D and the wiped W are two of three: if W's vote counted, D would lead without
+/// the grants, and hand their locks, and their tokens, out again. W is refused: it
+/// stops at the first message from D, D cannot be elected alone, and once L is back
+/// every grant is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_node_cannot_elect_a_leader_that_lacks_acknowledged_grants() {
+    let (mut cluster, lost_leader, wiped, grants) = wipe_after_grants_the_others_lack(&[]).await;
+    let status = cluster.exit_status(wiped, EXIT_DEADLINE).await;
+    assert_eq!(exit_code(status), Some(EXIT_STALE_INCARNATION), "{status}\n{}", cluster.log_text(wiped));
+    // No leader without L, however long one waits for an election.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(cluster.leader().await, None, "a leader was elected with the wiped node's vote");
+
+    cluster.restart(lost_leader);
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let client = cluster.client();
+    for (name, token) in &grants {
+        let lock = client.describe_lock(name, false).await.expect("describe lock");
+        let holder = lock.holder.unwrap_or_else(|| panic!("acknowledged grant of {name} was lost"));
+        assert_eq!(holder.token, *token, "grant of {name} changed");
+    }
+}
+
+/// The control: with the checks off (a test-only flag), the same wiped node's vote
+/// counts, a leader is elected without the grants, and they are lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_the_checks_a_wiped_node_loses_acknowledged_grants() {
+    let (cluster, _, _, grants) = wipe_after_grants_the_others_lack(&["--test-accept-any-incarnation"]).await;
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let client = cluster.client();
+    let mut lost = 0;
+    for (name, token) in &grants {
+        let lock = client.describe_lock(name, false).await.expect("describe lock");
+        if lock.holder.is_none_or(|holder| holder.token != *token) {
+            lost += 1;
+        }
+    }
+    assert_eq!(lost, grants.len(), "every grant made while D was down is lost without the checks");
+}
+
+/// A 3-node cluster started with `extra` flags: node D is killed, grants are made by
+/// the leader L and node W; then W is wiped, L is killed, and D and W are started
+/// again with the same flags. Returns the cluster, L, W and the grants.
+async fn wipe_after_grants_the_others_lack(extra: &[&str]) -> (TestCluster, u64, u64, Vec<(String, u64)>) {
+    let options =
+        ClusterOptions { extra_arguments: extra.iter().map(|flag| flag.to_string()).collect(), ..Default::default() };
+    let mut cluster = TestCluster::start(options);
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let leader = wait_recorded(&cluster, 3).await;
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let (wiped, down) = (followers[0], followers[1]);
+    cluster.kill(down);
+    let client = cluster.client();
+    let session = client.session(SESSION_TTL).await.expect("session");
+    let grants = take_locks(&session, "amnesia", 5).await;
+    let commit = cluster.status(leader).await.expect("leader status").commit_index;
+    cluster.wait_applied(wiped, commit, LEADER_DEADLINE).await;
+
+    cluster.wipe(wiped);
+    cluster.kill(leader);
+    cluster.restart(down);
+    cluster.restart(wiped);
+    (cluster, leader, wiped, grants)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_incarnation_on_a_directory_with_data_is_refused_and_changes_nothing() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.kill(follower);
+    let data_dir = cluster.data_dir(follower).to_path_buf();
+    let before = listing(&data_dir);
+    cluster.restart_with(follower, &["--new-incarnation"]);
+    let status = cluster.exit_status(follower, EXIT_DEADLINE).await;
+    let log = cluster.log_text(follower);
+    assert_eq!(exit_code(status), Some(EXIT_DATA_DIRECTORY_REFUSED), "{status}\n{log}");
+    assert!(log.contains("--new-incarnation starts a node on an empty data directory"), "{log}");
+    assert_eq!(listing(&data_dir), before, "the directory is as it was");
+
+    // Without the flag it is the member it was.
+    cluster.restart(follower);
+    let commit = cluster.status(leader).await.expect("leader").commit_index;
+    cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
+}
+
+/// Every file under `path` with its size and modification time.
+fn listing(path: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
+    let mut files = Vec::new();
+    let mut directories = vec![path.to_path_buf()];
+    while let Some(directory) = directories.pop() {
+        for entry in std::fs::read_dir(&directory).expect("read the data directory") {
+            let entry = entry.unwrap();
+            let metadata = entry.metadata().unwrap();
+            if metadata.is_dir() {
+                directories.push(entry.path());
+            } else {
+                files.push((entry.path(), metadata.len(), metadata.modified().unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The largest write-ahead log file of node `id`'s database.
+fn largest_wal(data_dir: &Path) -> PathBuf {
+    let database = data_dir.join("db");
+    std::fs::read_dir(&database)
+        .expect("read the database directory")
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
+        .max_by_key(|path| std::fs::metadata(path).map(|metadata| metadata.len()).unwrap_or(0))
+        .expect("a write-ahead log file")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_log_is_refused_naming_the_file_and_the_node_is_replaced() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let leader = wait_recorded(&cluster, 3).await;
+    let client = cluster.client();
+    let session = client.session(SESSION_TTL).await.expect("session");
+    let before = take_locks(&session, "corrupt/before", 200).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let commit = cluster.status(leader).await.expect("leader").commit_index;
+    cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
+
+    cluster.kill(follower);
+    let wal = largest_wal(cluster.data_dir(follower));
+    let mut bytes = std::fs::read(&wal).expect("read the log file");
+    assert!(bytes.len() > 20_000, "{} holds {} bytes", wal.display(), bytes.len());
+    let middle = bytes.len() / 2;
+    for byte in &mut bytes[middle..middle + 8] {
+        *byte ^= 0x5a;
+    }
+    std::fs::write(&wal, &bytes).expect("write the log file");
+
+    cluster.restart(follower);
+    let status = cluster.exit_status(follower, EXIT_DEADLINE).await;
+    let log = cluster.log_text(follower);
+    assert_eq!(exit_code(status), Some(EXIT_DATA_DIRECTORY_REFUSED), "{status}\n{log}");
+    let name = wal.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(log.contains("Corruption") && log.contains(&name), "the message names {name}: {log}");
+
+    // The rest of the cluster is unaffected; the node is replaced as documented.
+    let during = take_locks(&session, "corrupt/during", 3).await;
+    replace(&mut cluster, follower).await;
+    let commit = cluster.status(cluster.leader().await.unwrap()).await.unwrap().commit_index;
+    cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
+    assert_held(&client, session.id(), &before).await;
+    assert_held(&client, session.id(), &during).await;
+}

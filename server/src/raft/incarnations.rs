@@ -1,0 +1,402 @@
+//! Which incarnation of a member each peer message comes from, and the checks that
+//! keep a node whose data directory was wiped from counting as the member it was.
+//!
+//! Every Raft message and every answer carries its sender's node id and incarnation
+//! (`MEMBER_HEADER`), and a message also carries what the sender's applied record says
+//! of its recipient (`RECORD_HEADER`). The record is the log's (`machine::members`):
+//!
+//! - A node refuses a message from a member whose recorded incarnation is another:
+//!   a wiped node's votes, appends and snapshots go nowhere.
+//! - A node does not count an answer from a member whose recorded incarnation is
+//!   another: a wiped node's granted votes and acknowledgements are not counted, so
+//!   it cannot help elect a leader or commit an entry with the log it lost.
+//! - A node that learns, from a record at least as new as its own log, that the
+//!   cluster knows it as another incarnation stops (`EXIT_STALE_INCARNATION`) with a
+//!   message that says how to bring it back. A record from a peer whose log is behind
+//!   this node's may predate this node's own (re-)addition, and is not believed.
+//!
+//! A member the log has not recorded yet (the first moments of a new cluster or of an
+//! added node, or a cluster upgraded from a build without incarnations) is believed,
+//! and the leader records it as soon as it hears from it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use leasehold_proto::errors::{error_metadata, error_reason, error_status};
+use leasehold_proto::ErrorReason;
+use tokio::sync::{watch, Notify};
+use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
+use tonic::Status;
+
+use crate::machine::ClusterRecord;
+use crate::raft::types::{NodeId, Raft};
+use crate::shell::clock::LogLimiter;
+
+/// `<node>.<incarnation>` of the node that sent a message or an answer.
+pub const MEMBER_HEADER: &str = "leasehold-member";
+/// `<node>.<incarnation>.<applied index>`: the recipient as the sender's applied
+/// record has it, and how far the sender had applied.
+pub const RECORD_HEADER: &str = "leasehold-record";
+/// The cluster's id (32 hex digits) once the sender's log recorded it.
+pub const CLUSTER_ID_HEADER: &str = "leasehold-cluster-id";
+
+/// The exit code of a node that found the cluster knows it as another incarnation.
+pub const EXIT_STALE_INCARNATION: i32 = 4;
+
+/// This node's incarnation and the applied record, shared by the network (answers it
+/// receives), the peer service (messages it receives) and the recorder task.
+pub struct Incarnations {
+    node_id: NodeId,
+    incarnation: u64,
+    member: MetadataValue<Ascii>,
+    record: watch::Receiver<Arc<ClusterRecord>>,
+    applied_index: watch::Receiver<u64>,
+    /// Set once Raft is running: this node's last log index decides whether a peer's
+    /// record may be newer than what this node knows.
+    raft: OnceLock<Raft>,
+    /// Members heard from whose incarnation the record does not hold yet.
+    heard: Mutex<BTreeMap<NodeId, u64>>,
+    /// Wakes the recorder when `heard` gains a member.
+    pub heard_changed: Notify,
+    refusals: LogLimiter,
+    /// False only with --test-accept-any-incarnation: nothing is refused or stopped.
+    checked: bool,
+}
+
+impl Incarnations {
+    pub fn new(
+        node_id: NodeId,
+        incarnation: u64,
+        record: watch::Receiver<Arc<ClusterRecord>>,
+        applied_index: watch::Receiver<u64>,
+    ) -> Arc<Incarnations> {
+        let member = MetadataValue::try_from(format!("{node_id}.{incarnation}")).expect("digits and a dot");
+        Arc::new(Incarnations {
+            node_id,
+            incarnation,
+            member,
+            record,
+            applied_index,
+            raft: OnceLock::new(),
+            heard: Mutex::new(BTreeMap::new()),
+            heard_changed: Notify::new(),
+            refusals: LogLimiter::new(Duration::from_secs(1)),
+            checked: true,
+        })
+    }
+
+    /// The same, checking nothing (--test-accept-any-incarnation): the control that
+    /// shows what the checks prevent.
+    pub fn unchecked(self: Arc<Incarnations>) -> Arc<Incarnations> {
+        let mut incarnations = Arc::into_inner(self).expect("not shared yet");
+        incarnations.checked = false;
+        Arc::new(incarnations)
+    }
+
+    pub fn set_raft(&self, raft: Raft) {
+        let _ = self.raft.set(raft);
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    pub fn record(&self) -> Arc<ClusterRecord> {
+        self.record.borrow().clone()
+    }
+
+    pub fn record_changes(&self) -> watch::Receiver<Arc<ClusterRecord>> {
+        self.record.clone()
+    }
+
+    fn last_log_index(&self) -> u64 {
+        self.raft.get().and_then(|raft| raft.metrics().borrow().last_log_index).unwrap_or(0)
+    }
+
+    /// The headers of a Raft message to `target`.
+    pub fn stamp_request(&self, target: NodeId, metadata: &mut MetadataMap) {
+        metadata.insert(MEMBER_HEADER, self.member.clone());
+        let record = self.record.borrow();
+        if let Some(cluster_id) = record.cluster_id {
+            metadata.insert(CLUSTER_ID_HEADER, header(format!("{cluster_id:032x}")));
+        }
+        if let Some(incarnation) = record.incarnation(target) {
+            let applied = *self.applied_index.borrow();
+            metadata.insert(RECORD_HEADER, header(format!("{target}.{incarnation}.{applied}")));
+        }
+    }
+
+    /// The header of an answer to a Raft message.
+    pub fn stamp_answer(&self, metadata: &mut MetadataMap) {
+        metadata.insert(MEMBER_HEADER, self.member.clone());
+    }
+
+    /// Checks a Raft message before it is decoded: the sender's cluster id, what it
+    /// says of this node (which may stop this node), and the sender's incarnation.
+    pub fn check_request(&self, metadata: &MetadataMap, rpc: &str) -> Result<(), Status> {
+        let record = self.record();
+        if !self.checked {
+            if let Some((node, incarnation)) = text(metadata, MEMBER_HEADER).and_then(parse_member) {
+                self.heard(node, incarnation);
+            }
+            return Ok(());
+        }
+        if let (Some(theirs), Some(ours)) = (text(metadata, CLUSTER_ID_HEADER), record.cluster_id) {
+            if u128::from_str_radix(theirs, 16).ok() != Some(ours) {
+                return Err(error_status(
+                    ErrorReason::WrongCluster,
+                    format!("{rpc} refused: this node belongs to the cluster with id {ours:032x}, not {theirs}"),
+                    &[],
+                ));
+            }
+        }
+        if let Some((node, recorded, applied)) = text(metadata, RECORD_HEADER).and_then(parse_record) {
+            if node == self.node_id && recorded != self.incarnation {
+                self.learned_recorded(recorded, applied, "a peer's message");
+                return Err(error_status(
+                    ErrorReason::StaleIncarnation,
+                    format!(
+                        "{rpc} refused: the sender knows this node as incarnation {recorded}, but it is incarnation {}",
+                        self.incarnation
+                    ),
+                    &[],
+                ));
+            }
+        }
+        let Some((node, incarnation)) = text(metadata, MEMBER_HEADER).and_then(parse_member) else {
+            return Ok(());
+        };
+        match record.incarnation(node) {
+            Some(recorded) if recorded != incarnation => {
+                let applied = *self.applied_index.borrow();
+                if self.refusals.allow() {
+                    tracing::warn!(
+                        target: "audit",
+                        rpc,
+                        node,
+                        incarnation,
+                        recorded,
+                        "refused a Raft message from a member whose data directory is not the one recorded"
+                    );
+                }
+                Err(error_status(
+                    ErrorReason::StaleIncarnation,
+                    format!(
+                        "{rpc} refused: node {node} is recorded as incarnation {recorded}, and this message comes \
+                         from incarnation {incarnation}: its data directory was wiped or replaced"
+                    ),
+                    &[
+                        ("node", node.to_string()),
+                        ("recorded_incarnation", recorded.to_string()),
+                        ("incarnation", incarnation.to_string()),
+                        ("applied_index", applied.to_string()),
+                    ],
+                ))
+            }
+            Some(_) => Ok(()),
+            None => {
+                self.heard(node, incarnation);
+                Ok(())
+            }
+        }
+    }
+
+    /// Checks the answer `target` gave: an answer from another incarnation than the
+    /// recorded one is not counted (the caller treats it as unreachable).
+    pub fn check_answer(&self, target: NodeId, metadata: &MetadataMap) -> Result<(), String> {
+        let Some((node, incarnation)) = text(metadata, MEMBER_HEADER).and_then(parse_member) else {
+            return Ok(());
+        };
+        if node != target {
+            return Err(format!("node {target}'s address answered as node {node}"));
+        }
+        let recorded = self.record.borrow().incarnation(node);
+        match recorded {
+            Some(recorded) if recorded != incarnation && self.checked => Err(format!(
+                "node {node} answered as incarnation {incarnation}, but the cluster recorded incarnation {recorded}: \
+                 its data directory was wiped or replaced, so its answer is not counted"
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.heard(node, incarnation);
+                Ok(())
+            }
+        }
+    }
+
+    /// A peer refused this node's message: if for this node's incarnation, and the
+    /// peer's record is at least as new as this node's log, this node stops.
+    pub fn on_refusal(&self, status: &Status) {
+        if !self.checked {
+            return;
+        }
+        if error_reason(status) != Some(ErrorReason::StaleIncarnation) {
+            return;
+        }
+        let number = |key: &str| error_metadata(status, key).and_then(|value| value.parse::<u64>().ok());
+        if let (Some(node), Some(recorded), Some(applied)) =
+            (number("node"), number("recorded_incarnation"), number("applied_index"))
+        {
+            if node == self.node_id {
+                self.learned_recorded(recorded, applied, "a peer's refusal");
+            }
+        }
+    }
+
+    /// This node's own applied record names it with another incarnation: it stops.
+    pub fn check_own_record(&self) {
+        if !self.checked {
+            return;
+        }
+        let recorded = self.record.borrow().incarnation(self.node_id);
+        if let Some(recorded) = recorded.filter(|recorded| *recorded != self.incarnation) {
+            stop_stale(self.node_id, self.incarnation, recorded, "this node's own log");
+        }
+    }
+
+    fn learned_recorded(&self, recorded: u64, peer_applied: u64, source: &str) {
+        let last_log = self.last_log_index();
+        if peer_applied >= last_log {
+            stop_stale(self.node_id, self.incarnation, recorded, source);
+        }
+        if self.refusals.allow() {
+            tracing::warn!(
+                recorded,
+                incarnation = self.incarnation,
+                peer_applied,
+                last_log,
+                "a peer whose log is behind this node's knows it as another incarnation; not believed"
+            );
+        }
+    }
+
+    fn heard(&self, node: NodeId, incarnation: u64) {
+        let mut heard = self.heard.lock().unwrap();
+        if heard.insert(node, incarnation) != Some(incarnation) {
+            drop(heard);
+            self.heard_changed.notify_one();
+        }
+    }
+
+    /// The members (of `members`) whose incarnation the leader should record: heard
+    /// from, or this node itself, and not in the record yet.
+    pub fn to_record(&self, members: &[NodeId]) -> Vec<(NodeId, u64)> {
+        let record = self.record();
+        let mut heard = self.heard.lock().unwrap();
+        heard.retain(|node, _| record.incarnation(*node).is_none());
+        let mut unrecorded: Vec<(NodeId, u64)> = heard
+            .iter()
+            .filter(|(node, _)| members.contains(node))
+            .map(|(node, incarnation)| (*node, *incarnation))
+            .collect();
+        if members.contains(&self.node_id) && record.incarnation(self.node_id).is_none() {
+            unrecorded.push((self.node_id, self.incarnation));
+        }
+        unrecorded
+    }
+}
+
+/// Stops the process: the cluster knows this node as another incarnation.
+fn stop_stale(node: NodeId, incarnation: u64, recorded: u64, source: &str) -> ! {
+    let message = format!(
+        "the cluster knows node {node} as incarnation {recorded} ({source} says so), but this data directory is \
+         incarnation {incarnation}: the node's data was wiped or replaced, and it stops so that it never votes or \
+         acknowledges with a log it does not have. To bring it back: `leasehold member remove {node}`, empty its data \
+         directory, start it with --new-incarnation, then `leasehold member add {node} CLIENT_ADDR PEER_ADDR` \
+         (README, \"Replacing a node\")"
+    );
+    tracing::error!(node, incarnation, recorded, source, "stale incarnation: stopping the node");
+    eprintln!("leasehold-server: {message}");
+    std::process::exit(EXIT_STALE_INCARNATION);
+}
+
+fn header(value: String) -> MetadataValue<Ascii> {
+    MetadataValue::try_from(value).expect("digits, hex digits and dots")
+}
+
+fn text<'a>(metadata: &'a MetadataMap, key: &str) -> Option<&'a str> {
+    metadata.get(key).and_then(|value| value.to_str().ok())
+}
+
+fn parse_member(text: &str) -> Option<(NodeId, u64)> {
+    let (node, incarnation) = text.split_once('.')?;
+    Some((node.parse().ok()?, incarnation.parse().ok()?))
+}
+
+fn parse_record(text: &str) -> Option<(NodeId, u64, u64)> {
+    let mut parts = text.splitn(3, '.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn incarnations(record: ClusterRecord) -> Arc<Incarnations> {
+        let (_, record) = watch::channel(Arc::new(record));
+        let (_, applied) = watch::channel(40);
+        Incarnations::new(1, 11, record, applied)
+    }
+
+    fn member(node: NodeId, incarnation: u64) -> MetadataMap {
+        let mut metadata = MetadataMap::new();
+        metadata.insert(MEMBER_HEADER, header(format!("{node}.{incarnation}")));
+        metadata
+    }
+
+    fn recorded(pairs: &[(NodeId, u64)]) -> ClusterRecord {
+        ClusterRecord { cluster_id: Some(7), incarnations: pairs.iter().copied().collect() }
+    }
+
+    #[test]
+    fn another_incarnation_of_a_recorded_member_is_refused_and_not_counted() {
+        let checks = incarnations(recorded(&[(1, 11), (2, 22)]));
+        assert!(checks.check_request(&member(2, 22), "Vote").is_ok());
+        let refused = checks.check_request(&member(2, 23), "Vote").unwrap_err();
+        assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation));
+        assert_eq!(error_metadata(&refused, "recorded_incarnation").as_deref(), Some("22"));
+        assert_eq!(error_metadata(&refused, "applied_index").as_deref(), Some("40"));
+        assert!(checks.check_answer(2, &member(2, 22)).is_ok());
+        let not_counted = checks.check_answer(2, &member(2, 23)).unwrap_err();
+        assert!(not_counted.contains("not counted"), "{not_counted}");
+        assert!(checks.check_answer(2, &member(3, 22)).is_err(), "another node on the address");
+        assert!(checks.check_answer(2, &MetadataMap::new()).is_ok(), "a build without incarnations");
+    }
+
+    #[test]
+    fn an_unrecorded_member_is_believed_and_queued_for_the_record() {
+        let checks = incarnations(recorded(&[(1, 11)]));
+        assert!(checks.check_answer(3, &member(3, 33)).is_ok());
+        assert!(checks.check_request(&member(4, 44), "AppendEntries").is_ok());
+        assert_eq!(checks.to_record(&[1, 3]), vec![(3, 33)], "a non-member is not recorded");
+        let fresh = incarnations(ClusterRecord::default());
+        assert_eq!(fresh.to_record(&[1, 2]), vec![(1, 11)], "the leader records itself");
+    }
+
+    #[test]
+    fn another_cluster_id_is_refused() {
+        let checks = incarnations(recorded(&[]));
+        let mut metadata = member(2, 22);
+        metadata.insert(CLUSTER_ID_HEADER, header(format!("{:032x}", 8)));
+        let refused = checks.check_request(&metadata, "Vote").unwrap_err();
+        assert_eq!(error_reason(&refused), Some(ErrorReason::WrongCluster));
+        metadata.insert(CLUSTER_ID_HEADER, header(format!("{:032x}", 7)));
+        assert!(checks.check_request(&metadata, "Vote").is_ok());
+    }
+
+    #[test]
+    fn headers_parse_as_written() {
+        let checks = incarnations(recorded(&[(2, 22)]));
+        let mut metadata = MetadataMap::new();
+        checks.stamp_request(2, &mut metadata);
+        assert_eq!(text(&metadata, MEMBER_HEADER).and_then(parse_member), Some((1, 11)));
+        assert_eq!(text(&metadata, RECORD_HEADER).and_then(parse_record), Some((2, 22, 40)));
+        assert_eq!(text(&metadata, CLUSTER_ID_HEADER), Some("00000000000000000000000000000007"));
+        let mut unrecorded = MetadataMap::new();
+        checks.stamp_request(3, &mut unrecorded);
+        assert!(unrecorded.get(RECORD_HEADER).is_none());
+        assert_eq!(parse_member("x.1"), None);
+        assert_eq!(parse_record("1.2"), None);
+    }
+}
