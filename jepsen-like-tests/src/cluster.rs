@@ -171,6 +171,8 @@ pub struct NodeProcess {
     /// Where the node serves Prometheus metrics (with ephemeral addressing only).
     pub metrics_addr: Option<String>,
     child: Option<Child>,
+    /// How its last process ended on its own, once seen.
+    exited: Option<ExitStatus>,
 }
 
 /// The files a test cluster's nodes and clients authenticate with, under the
@@ -365,6 +367,7 @@ impl TestCluster {
             initial,
             metrics_addr,
             child: None,
+            exited: None,
         };
         self.nodes.insert(id, node);
     }
@@ -433,12 +436,29 @@ impl TestCluster {
     }
 
     fn spawn_with(&mut self, id: u64, extra: &[&str]) {
+        self.spawn_wrapped(id, &[], extra);
+    }
+
+    /// Starts node `id` as the last arguments of `wrapper` (a command that sets
+    /// something up and then execs the node, so that the node keeps its process id).
+    fn spawn_wrapped(&mut self, id: u64, wrapper: &[String], extra: &[&str]) {
         let mut arguments = self.arguments(id);
         arguments.extend(extra.iter().map(|argument| argument.to_string()));
+        let server = binary("leasehold-server");
+        let (program, arguments) = match wrapper.split_first() {
+            None => (server.into_os_string(), arguments),
+            Some((program, rest)) => {
+                let mut all: Vec<String> = rest.to_vec();
+                all.push(server.display().to_string());
+                all.extend(arguments);
+                (program.into(), all)
+            }
+        };
         let node = self.nodes.get_mut(&id).expect("node defined");
         assert!(node.child.is_none(), "node {id} is already running");
+        node.exited = None;
         let log = File::options().create(true).append(true).open(&node.log).expect("open node log");
-        let child = Command::new(binary("leasehold-server"))
+        let child = Command::new(program)
             .args(&arguments)
             .env("RUST_LOG", std::env::var("LEASEHOLD_TEST_LOG").unwrap_or_else(|_| "info,openraft=warn".into()))
             .stdin(Stdio::null())
@@ -515,6 +535,26 @@ impl TestCluster {
         self.spawn_with(id, extra);
     }
 
+    /// Starts node `id` again with its data directory on a tmpfs of `bytes` that only
+    /// the node sees (a mount namespace of its own, gone with the process): a small
+    /// disk to fill. Needs root, as CI runs. `extra` flags follow the usual ones.
+    pub fn restart_on_small_disk(&mut self, id: u64, bytes: u64, extra: &[&str]) {
+        self.kill(id);
+        let data_dir = self.nodes[&id].data_dir.clone();
+        std::fs::create_dir_all(&data_dir).expect("create the mount point");
+        let wrapper: Vec<String> = vec![
+            "unshare".into(),
+            "--mount".into(),
+            "--propagation".into(),
+            "private".into(),
+            "sh".into(),
+            "-c".into(),
+            format!("mount -t tmpfs -o size={bytes} leasehold-small-disk \"$0\" && exec \"$@\""),
+            data_dir.display().to_string(),
+        ];
+        self.spawn_wrapped(id, &wrapper, extra);
+    }
+
     /// Kills node `id` and deletes its data directory: a lost disk.
     pub fn wipe(&mut self, id: u64) {
         self.kill(id);
@@ -528,16 +568,28 @@ impl TestCluster {
 
     /// Waits for node `id`'s process to exit on its own; panics after `deadline`.
     pub async fn exit_status(&mut self, id: u64, deadline: Duration) -> ExitStatus {
+        match self.try_exit_status(id, deadline).await {
+            Some(status) => status,
+            None => panic!("node {id} still runs {deadline:?} later; expected it to exit\n{}", self.log_tail(id)),
+        }
+    }
+
+    /// How node `id`'s process exited on its own, or None if it still runs after
+    /// `deadline` (it is left running).
+    pub async fn try_exit_status(&mut self, id: u64, deadline: Duration) -> Option<ExitStatus> {
         let give_up = Instant::now() + deadline;
         loop {
             let node = self.nodes.get_mut(&id).expect("node defined");
-            let child = node.child.as_mut().unwrap_or_else(|| panic!("node {id} was not started"));
+            let Some(child) = node.child.as_mut() else {
+                return node.exited;
+            };
             if let Some(status) = child.try_wait().expect("wait for the node") {
                 node.child = None;
-                return status;
+                node.exited = Some(status);
+                return Some(status);
             }
             if Instant::now() >= give_up {
-                panic!("node {id} still runs {deadline:?} later; expected it to exit\n{}", self.log_tail(id));
+                return None;
             }
             tokio::time::sleep(Duration::from_millis(wait::POLL_INTERVAL_MS)).await;
         }
@@ -585,7 +637,12 @@ impl TestCluster {
             None => false,
             Some(child) => match child.try_wait() {
                 Ok(None) => true,
-                _ => {
+                Ok(Some(status)) => {
+                    node.child = None;
+                    node.exited = Some(status);
+                    false
+                }
+                Err(_) => {
                     node.child = None;
                     false
                 }

@@ -270,3 +270,49 @@ async fn a_corrupt_log_is_refused_naming_the_file_and_the_node_is_replaced() {
     assert_held(&client, session.id(), &before).await;
     assert_held(&client, session.id(), &during).await;
 }
+
+/// The exit code of a node whose Raft stopped on a fatal error (a failed write).
+const EXIT_RAFT_FATAL: i32 = 5;
+
+/// A follower whose disk fills up stops with the documented exit code and a last
+/// line that says why, instead of staying up half-serving; the others serve on with
+/// every acknowledged grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_whose_disk_fills_up_stops_and_the_cluster_serves_on() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let leader = wait_recorded(&cluster, 3).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+
+    // The follower moves to a 2 MiB disk, as a new incarnation.
+    let admin = cluster.admin_client();
+    admin.remove_member(follower).await.expect("remove the follower");
+    cluster.wipe(follower);
+    cluster.restart_on_small_disk(follower, 2 << 20, &["--new-incarnation"]);
+    let (client_addr, peer_addr) =
+        (cluster.nodes[&follower].client_addr.clone(), cluster.nodes[&follower].peer_addr.clone());
+    admin.add_member(follower, &client_addr, &peer_addr, false).await.expect("add it back");
+
+    // Ten grants kept, then lock cycles on long names until the small disk is full.
+    let client = cluster.client();
+    let session = client.session(SESSION_TTL).await.expect("session");
+    let grants = take_locks(&session, "full/before", 10).await;
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(120);
+    let mut cycles = 0;
+    while cluster.is_running(follower) {
+        assert!(tokio::time::Instant::now() < give_up, "the follower still runs after {cycles} lock cycles");
+        let name = format!("{}/{}", "d".repeat(200), cycles % 100);
+        let guard = session.try_lock(&name).await.expect("acquire").expect("free");
+        guard.release().await.expect("release");
+        cycles += 1;
+    }
+    let status = cluster.exit_status(follower, EXIT_DEADLINE).await;
+    let log = cluster.log_text(follower);
+    assert_eq!(exit_code(status), Some(EXIT_RAFT_FATAL), "{status}\n{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(last.contains("Raft stopped on a fatal error") && last.contains("No space left"), "last line: {last}");
+
+    let more = take_locks(&session, "full/after", 3).await;
+    assert_held(&client, session.id(), &grants).await;
+    assert_held(&client, session.id(), &more).await;
+}

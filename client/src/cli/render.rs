@@ -488,8 +488,9 @@ payments  12/10000  24/10000  0/10000         4096
                 client_addr: "127.0.0.1:7101".to_string(),
                 peer_addr: "127.0.0.1:7201".to_string(),
                 role: "voter".to_string(),
-                incarnation: 0,
+                incarnation: 42,
             }],
+            cluster_id: "00ab".to_string(),
             ..Default::default()
         };
         let rows = vec![
@@ -501,10 +502,13 @@ payments  12/10000  24/10000  0/10000         4096
             text.contains("127.0.0.1:7102         unreachable: unavailable: 127.0.0.1:7102: no answer\n"),
             "{text}"
         );
-        assert!(text.ends_with("1      voter    127.0.0.1:7101         127.0.0.1:7201        \n"), "{text}");
+        assert!(text.ends_with("1      voter    127.0.0.1:7101         127.0.0.1:7201         42\n"), "{text}");
+        assert!(text.contains("cluster id: 00ab\n"), "{text}");
         assert!(!text.contains("WARNING"), "{text}");
         let json: Value = serde_json::from_str(&status(&rows, true)).unwrap();
         assert_eq!(json["nodes"][1]["reachable"], false);
         assert_eq!(json["members"][0]["client_addr"], "127.0.0.1:7101");
+        assert_eq!(json["members"][0]["incarnation"], 42);
+        assert_eq!(json["nodes"][0]["cluster_id"], "00ab");
     }
 }

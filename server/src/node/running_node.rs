@@ -290,6 +290,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         tasks.push(tokio::spawn(bootstrap_unless_reached(raft.clone(), config.initial_members.clone(), grace)));
     }
     tasks.push(tokio::spawn(run_expiry(replica.clone(), stopped.clone())));
+    tasks.push(tokio::spawn(stop_on_fatal(raft.clone(), stopped.clone())));
     tasks.push(tokio::spawn(record_members(
         replica.clone(),
         incarnations.clone(),
@@ -495,6 +496,39 @@ async fn record_members(
             _ = tokio::time::sleep(Duration::from_millis(RECORD_RETRY_MS)) => {}
             _ = stopped.wait_for(|stop| *stop) => return,
         }
+    }
+}
+
+/// The exit code of a node whose Raft stopped on a fatal error: a failed write or
+/// fsync of its log or vote (a full or failing disk), or a broken storage invariant.
+pub const EXIT_RAFT_FATAL: i32 = 5;
+
+/// How often `stop_on_fatal` looks at Raft's running state.
+const FATAL_CHECK_MS: u64 = 100;
+
+/// Fail-stop for Raft: openraft stops its core on a storage error (after a failed
+/// fsync the data on disk is unknown; retrying it is how databases lost data) and
+/// on a broken invariant, and the node would then keep its ports open and answer
+/// nothing useful. It exits instead, saying why, and a supervisor restarts it on the
+/// directory it left as it was.
+async fn stop_on_fatal(raft: Raft, mut stopped: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(FATAL_CHECK_MS)) => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+        let fatal = match &raft.metrics().borrow().running_state {
+            Ok(()) => continue,
+            Err(fatal) => fatal.to_string(),
+        };
+        if *stopped.borrow() {
+            return;
+        }
+        tracing::error!(%fatal, "Raft stopped on a fatal error: stopping the node");
+        eprintln!(
+            "leasehold-server: Raft stopped on a fatal error: {fatal}; stopping the node (exit code {EXIT_RAFT_FATAL})"
+        );
+        std::process::exit(EXIT_RAFT_FATAL);
     }
 }
 

@@ -132,9 +132,10 @@ impl Incarnations {
         metadata.insert(MEMBER_HEADER, self.member.clone());
     }
 
-    /// Checks a Raft message before it is decoded: the sender's cluster id, what it
-    /// says of this node (which may stop this node), and the sender's incarnation.
-    pub fn check_request(&self, metadata: &MetadataMap, rpc: &str) -> Result<(), Status> {
+    /// Checks a Raft message from `sender` (the node it says it comes from, which the
+    /// peer's certificate was checked against): the sender's cluster id, what it says
+    /// of this node (which may stop this node), and the sender's incarnation.
+    pub fn check_request(&self, metadata: &MetadataMap, rpc: &str, sender: NodeId) -> Result<(), Status> {
         let record = self.record();
         if !self.checked {
             if let Some((node, incarnation)) = text(metadata, MEMBER_HEADER).and_then(parse_member) {
@@ -167,6 +168,13 @@ impl Incarnations {
         let Some((node, incarnation)) = text(metadata, MEMBER_HEADER).and_then(parse_member) else {
             return Ok(());
         };
+        if node != sender {
+            return Err(error_status(
+                ErrorReason::WrongPeer,
+                format!("{rpc} refused: it comes from node {sender}, but its {MEMBER_HEADER} header names node {node}"),
+                &[],
+            ));
+        }
         match record.incarnation(node) {
             Some(recorded) if recorded != incarnation => {
                 let applied = *self.applied_index.borrow();
@@ -352,8 +360,8 @@ mod tests {
     #[test]
     fn another_incarnation_of_a_recorded_member_is_refused_and_not_counted() {
         let checks = incarnations(recorded(&[(1, 11), (2, 22)]));
-        assert!(checks.check_request(&member(2, 22), "Vote").is_ok());
-        let refused = checks.check_request(&member(2, 23), "Vote").unwrap_err();
+        assert!(checks.check_request(&member(2, 22), "Vote", 2).is_ok());
+        let refused = checks.check_request(&member(2, 23), "Vote", 2).unwrap_err();
         assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation));
         assert_eq!(error_metadata(&refused, "recorded_incarnation").as_deref(), Some("22"));
         assert_eq!(error_metadata(&refused, "applied_index").as_deref(), Some("40"));
@@ -368,7 +376,7 @@ mod tests {
     fn an_unrecorded_member_is_believed_and_queued_for_the_record() {
         let checks = incarnations(recorded(&[(1, 11)]));
         assert!(checks.check_answer(3, &member(3, 33)).is_ok());
-        assert!(checks.check_request(&member(4, 44), "AppendEntries").is_ok());
+        assert!(checks.check_request(&member(4, 44), "AppendEntries", 4).is_ok());
         assert_eq!(checks.to_record(&[1, 3]), vec![(3, 33)], "a non-member is not recorded");
         let fresh = incarnations(ClusterRecord::default());
         assert_eq!(fresh.to_record(&[1, 2]), vec![(1, 11)], "the leader records itself");
@@ -379,10 +387,12 @@ mod tests {
         let checks = incarnations(recorded(&[]));
         let mut metadata = member(2, 22);
         metadata.insert(CLUSTER_ID_HEADER, header(format!("{:032x}", 8)));
-        let refused = checks.check_request(&metadata, "Vote").unwrap_err();
+        let refused = checks.check_request(&metadata, "Vote", 2).unwrap_err();
         assert_eq!(error_reason(&refused), Some(ErrorReason::WrongCluster));
         metadata.insert(CLUSTER_ID_HEADER, header(format!("{:032x}", 7)));
-        assert!(checks.check_request(&metadata, "Vote").is_ok());
+        assert!(checks.check_request(&metadata, "Vote", 2).is_ok());
+        let lying = checks.check_request(&metadata, "Vote", 3).unwrap_err();
+        assert_eq!(error_reason(&lying), Some(ErrorReason::WrongPeer), "the header names another node");
     }
 
     #[test]

@@ -246,9 +246,10 @@ impl Peer for PeerService {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let presented = self.presented_node(&request, "Vote")?;
         self.check_cluster(&request)?;
-        self.incarnations.check_request(request.metadata(), "Vote")?;
         let vote: VoteRequest<NodeId> = decode(request.get_ref())?;
-        self.check_claim(&request, "Vote", presented, vote.vote.leader_id().voted_for().unwrap_or(0))?;
+        let claimed = vote.vote.leader_id().voted_for().unwrap_or(0);
+        self.check_claim(&request, "Vote", presented, claimed)?;
+        self.incarnations.check_request(request.metadata(), "Vote", claimed)?;
         let answer = self.raft.vote(vote.clone()).await;
         if let Ok(response) = &answer {
             self.takeover.consider(&self.raft, &vote, response);
@@ -259,9 +260,10 @@ impl Peer for PeerService {
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let presented = self.presented_node(&request, "AppendEntries")?;
         self.check_cluster(&request)?;
-        self.incarnations.check_request(request.metadata(), "AppendEntries")?;
         let append: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
-        self.check_claim(&request, "AppendEntries", presented, append.vote.leader_id().voted_for().unwrap_or(0))?;
+        let claimed = append.vote.leader_id().voted_for().unwrap_or(0);
+        self.check_claim(&request, "AppendEntries", presented, claimed)?;
+        self.incarnations.check_request(request.metadata(), "AppendEntries", claimed)?;
         self.takeover.heard_leader();
         self.reply(&self.raft.append_entries(append).await)
     }
@@ -269,9 +271,10 @@ impl Peer for PeerService {
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let presented = self.presented_node(&request, "InstallSnapshot")?;
         self.check_cluster(&request)?;
-        self.incarnations.check_request(request.metadata(), "InstallSnapshot")?;
         let install: InstallSnapshotRequest<TypeConfig> = decode(request.get_ref())?;
-        self.check_claim(&request, "InstallSnapshot", presented, install.vote.leader_id().voted_for().unwrap_or(0))?;
+        let claimed = install.vote.leader_id().voted_for().unwrap_or(0);
+        self.check_claim(&request, "InstallSnapshot", presented, claimed)?;
+        self.incarnations.check_request(request.metadata(), "InstallSnapshot", claimed)?;
         self.reply(&self.raft.install_snapshot(install).await)
     }
 
