@@ -17,6 +17,8 @@
 //!   acknowledged, unreleased grant is still there and tokens did not go back.
 //! * (f) `linearizability` — per key, with a time budget ("unknown", never "pass").
 //! * (g) `liveness` — after the final heal every worker acquired within a bound.
+//! * `refusals` — every node the nemesis started on a wiped or corrupted data
+//!   directory stopped with the documented exit code instead of serving.
 //! * `attacks` — no attack of the intruder tenant ever succeeded, and every attack
 //!   was refused often enough that the check says something (see `attack`).
 //! * `believed_at_once` — how often two workers believed they held a lock at once
@@ -922,6 +924,47 @@ pub fn believed_at_once(operations: &[Operation]) -> (usize, Vec<String>) {
     (count, examples)
 }
 
+/// A node the nemesis brought back on a wiped or corrupted data directory, and how
+/// its process ended: it must stop with `expected_exit` instead of serving.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Refusal {
+    pub fault: &'static str,
+    pub node: u64,
+    pub expected_exit: i32,
+    /// None: still running at the deadline (it was accepted).
+    pub exit: Option<i32>,
+    pub at_ns: u64,
+}
+
+/// (i) Every node started on a wiped or corrupted data directory stopped with the
+/// documented exit code: none served, voted or acknowledged with a log it lost.
+pub fn refusals(refusals: &[Refusal]) -> CheckResult {
+    let mut anomalies = Vec::new();
+    for refusal in refusals {
+        if refusal.exit != Some(refusal.expected_exit) {
+            anomalies.push(Anomaly {
+                what: format!(
+                    "{}: node {} at {} ms {} (expected exit code {})",
+                    refusal.fault,
+                    refusal.node,
+                    refusal.at_ns / 1_000_000,
+                    match refusal.exit {
+                        None => "kept running".to_string(),
+                        Some(code) => format!("exited with code {code}"),
+                    },
+                    refusal.expected_exit
+                ),
+                operations: Vec::new(),
+            });
+        }
+    }
+    CheckResult::from_anomalies(
+        "refused-nodes",
+        format!("{} node(s) started on a wiped or corrupted data directory", refusals.len()),
+        anomalies,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1412,5 +1455,22 @@ mod tests {
         let result = attacks(&attacks_refused(1));
         assert_eq!(result.verdict, Verdict::Fail);
         assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("(a) unauthenticated attacks")));
+    }
+
+    fn refusal(exit: Option<i32>) -> Refusal {
+        Refusal { fault: "wipe-rejoin", node: 2, expected_exit: 4, exit, at_ns: 7_000_000 }
+    }
+
+    #[test]
+    fn a_wiped_node_that_stopped_passes_and_one_that_served_fails() {
+        assert_eq!(refusals(&[refusal(Some(4))]).verdict, Verdict::Pass);
+        assert_eq!(refusals(&[]).verdict, Verdict::Pass);
+        let accepted = refusals(&[refusal(Some(4)), refusal(None)]);
+        assert_eq!(accepted.verdict, Verdict::Fail);
+        assert_eq!(accepted.anomalies.len(), 1);
+        assert!(accepted.anomalies[0].what.contains("node 2 at 7 ms kept running"), "{:?}", accepted.anomalies);
+        let crashed = refusals(&[refusal(Some(134))]);
+        assert_eq!(crashed.verdict, Verdict::Fail, "a crash is not the documented refusal");
+        assert!(crashed.anomalies[0].what.contains("exited with code 134"));
     }
 }

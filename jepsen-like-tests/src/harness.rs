@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
 use crate::attack::INTRUDER_TENANT;
-use crate::checker::{self, CheckResult, ReplicaState, RestartObservation, Verdict};
+use crate::checker::{self, CheckResult, Refusal, ReplicaState, RestartObservation, Verdict};
 use crate::cluster::{Addressing, ClusterOptions, TestCluster};
 use crate::fenced_store::FencedStore;
 use crate::history::{self, monotonic_ns, Kind, Record};
@@ -47,6 +47,13 @@ pub const REPLICA_READ_MS_MAX: u64 = 1_000;
 pub const RECOVERY_MS_MAX: u64 = 30_000;
 /// How long a removed node may take to exit.
 pub const REMOVED_EXIT_MS_MAX: u64 = 15_000;
+/// How long a node started on a wiped or corrupted data directory may take to stop
+/// (it learns of its record at the first message from the leader).
+pub const REFUSED_EXIT_MS_MAX: u64 = 15_000;
+/// The exit codes of `leasehold-server` that the disk faults expect (README,
+/// "Exit codes").
+pub const EXIT_DATA_DIRECTORY_REFUSED: i32 = 3;
+pub const EXIT_STALE_INCARNATION: i32 = 4;
 /// Workers get this long beyond the liveness bound to finish and exit.
 pub const WORKER_EXIT_SLACK_MS: u64 = 30_000;
 pub const STATUS_POLL_MS: u64 = 100;
@@ -97,6 +104,10 @@ pub struct RunArguments {
     /// the nodes (at least one each), as `cluster.sh` does.
     #[arg(long)]
     pub node_threads: Option<usize>,
+    /// The control of the disk faults: nodes start with their incarnation checks off,
+    /// so a wiped node counts as the member it was (and `refused-nodes` fails).
+    #[arg(long)]
+    pub no_incarnation_checks: bool,
 }
 
 fn parse_workloads(text: &str) -> anyhow::Result<Vec<Workload>> {
@@ -205,7 +216,8 @@ struct Harness {
     /// Each node's own (stale-read) semaphore and election states, sampled after
     /// every fault and after the final heal, for the white-box check.
     replica_states: Vec<ReplicaState>,
-    next_node_id: u64,
+    /// Nodes started on a wiped or corrupted data directory, and how they ended.
+    refusals: Vec<Refusal>,
     /// Nodes whose clock was skewed (reset at the final heal).
     skewed: BTreeSet<u64>,
     started: Instant,
@@ -233,14 +245,17 @@ impl Harness {
             election_timeout_min_ms: Some(ELECTION_TIMEOUT_MIN_MS),
             election_timeout_max_ms: Some(ELECTION_TIMEOUT_MAX_MS),
             worker_threads: arguments.node_threads,
-            extra_arguments: vec!["--test-clock-knob".into()],
+            extra_arguments: std::iter::once("--test-clock-knob")
+                .chain(arguments.no_incarnation_checks.then_some("--test-accept-any-incarnation"))
+                .map(String::from)
+                .collect(),
             ..Default::default()
         });
         let store = FencedStore::new(!arguments.no_fencing);
         let harness = Harness {
             random: StdRng::seed_from_u64(seed),
             seed,
-            next_node_id: arguments.nodes + 1,
+            refusals: Vec::new(),
             arguments,
             cluster,
             store,
@@ -562,6 +577,8 @@ impl Harness {
                 (outcome, vec![target], detail)
             }
             Fault::MemberReplace => self.replace_member(leader).await,
+            Fault::WipeRejoin => self.wipe_rejoin(leader).await,
+            Fault::CorruptReplace => self.corrupt_replace(leader).await,
         }
     }
 
@@ -667,23 +684,96 @@ impl Harness {
         )
     }
 
-    /// Removes a follower, waits for its process to exit, starts a fresh node on
-    /// the same addresses with a new id and an empty data directory, adds it.
-    async fn replace_member(&mut self, leader: Option<u64>) -> (Outcome, Vec<u64>, String) {
+    /// A follower chosen at random, if there is a leader and a follower.
+    fn random_follower(&mut self, leader: Option<u64>) -> Result<u64, (Outcome, Vec<u64>, String)> {
         let Some(leader) = leader else {
-            return (Outcome::Skipped, vec![], "no leader".into());
+            return Err((Outcome::Skipped, vec![], "no leader".into()));
         };
         let followers: Vec<u64> = self.cluster.nodes.keys().copied().filter(|id| *id != leader).collect();
-        let Some(target) = followers.choose(&mut self.random).copied() else {
-            return (Outcome::Skipped, vec![], "no follower".into());
+        followers.choose(&mut self.random).copied().ok_or_else(|| (Outcome::Skipped, vec![], "no follower".into()))
+    }
+
+    /// Replaces a follower as the README says: remove it, empty its data directory,
+    /// start it under its id with --new-incarnation, add it back.
+    async fn replace_member(&mut self, leader: Option<u64>) -> (Outcome, Vec<u64>, String) {
+        let target = match self.random_follower(leader) {
+            Ok(target) => target,
+            Err(skipped) => return skipped,
         };
+        let mut detail = String::new();
+        let outcome = self.replace_in_place(target, &mut detail).await;
+        (outcome, vec![target], detail)
+    }
+
+    /// Wipes a follower's data directory and starts it again with its usual flags (a
+    /// replaced disk under a supervisor): it must stop with the stale-incarnation exit
+    /// code, recorded for the `refused-nodes` check. Then it is replaced as documented.
+    async fn wipe_rejoin(&mut self, leader: Option<u64>) -> (Outcome, Vec<u64>, String) {
+        let target = match self.random_follower(leader) {
+            Ok(target) => target,
+            Err(skipped) => return skipped,
+        };
+        self.cluster.wipe(target);
+        self.cluster.restart(target);
+        let mut detail = self.expect_refusal(Fault::WipeRejoin, target, EXIT_STALE_INCARNATION).await;
+        let outcome = self.replace_in_place(target, &mut detail).await;
+        (outcome, vec![target], detail)
+    }
+
+    /// Flips bytes in the middle of a stopped follower's write-ahead log and starts it
+    /// again: it must refuse to start with the data-directory exit code. Then it is
+    /// replaced as documented.
+    async fn corrupt_replace(&mut self, leader: Option<u64>) -> (Outcome, Vec<u64>, String) {
+        let target = match self.random_follower(leader) {
+            Ok(target) => target,
+            Err(skipped) => return skipped,
+        };
+        self.cluster.kill(target);
+        let corrupted = corrupt_write_ahead_log(self.cluster.data_dir(target), &mut self.random);
+        self.cluster.restart(target);
+        let file = match corrupted {
+            Ok(file) => file,
+            Err(reason) => return (Outcome::Skipped, vec![target], format!("restarted as it was: {reason}")),
+        };
+        let mut detail = format!("corrupted {file}; ");
+        detail.push_str(&self.expect_refusal(Fault::CorruptReplace, target, EXIT_DATA_DIRECTORY_REFUSED).await);
+        let outcome = self.replace_in_place(target, &mut detail).await;
+        (outcome, vec![target], detail)
+    }
+
+    /// Waits for `target` to exit and records how, for the `refused-nodes` check; a
+    /// node still running at the deadline was accepted, and is killed.
+    async fn expect_refusal(&mut self, fault: Fault, target: u64, expected_exit: i32) -> String {
+        let at_ns = monotonic_ns();
+        let status = self.cluster.try_exit_status(target, Duration::from_millis(REFUSED_EXIT_MS_MAX)).await;
+        let exit = status.map(|status| status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
+        if exit.is_none() {
+            self.cluster.kill(target);
+        }
+        self.refusals.push(Refusal { fault: fault.name(), node: target, expected_exit, exit, at_ns });
+        match exit {
+            Some(code) => format!("node {target} exited with code {code}; "),
+            None => format!("node {target} kept running (killed); "),
+        }
+    }
+
+    /// Removes `target`, empties its data directory, starts it under its id with
+    /// --new-incarnation and adds it back (README, "Replacing a node"). The removal is
+    /// retried while the cluster elects a leader.
+    async fn replace_in_place(&mut self, target: u64, detail: &mut String) -> Outcome {
         let client = self.cluster.admin_client();
-        if let Err(error) = client.remove_member(target).await {
-            let outcome = if error.is_definite() { Outcome::Skipped } else { Outcome::Indeterminate };
-            return (outcome, vec![target], format!("remove: {error}"));
+        let give_up = Instant::now() + Duration::from_millis(RECOVERY_MS_MAX);
+        loop {
+            match client.remove_member(target).await {
+                Ok(_) => break,
+                Err(error) if Instant::now() >= give_up => {
+                    detail.push_str(&format!("remove: {error}"));
+                    return if error.is_definite() { Outcome::Skipped } else { Outcome::Indeterminate };
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS * 5)).await,
+            }
         }
         let give_up = Instant::now() + Duration::from_millis(REMOVED_EXIT_MS_MAX);
-        let mut detail = String::new();
         while self.cluster.is_running(target) {
             if Instant::now() >= give_up {
                 detail.push_str("the removed node did not exit; killed; ");
@@ -691,32 +781,30 @@ impl Harness {
             }
             tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
         }
+        self.cluster.wipe(target);
+        self.cluster.restart_with(target, &["--new-incarnation"]);
         let (client_addr, peer_addr) = {
             let node = &self.cluster.nodes[&target];
             (node.client_addr.clone(), node.peer_addr.clone())
         };
-        self.cluster.retire(target);
-        let new_id = self.next_node_id;
-        self.next_node_id += 1;
-        self.cluster.start_joining_node_at(new_id, client_addr.clone(), peer_addr.clone());
         let added =
-            tokio::time::timeout(Duration::from_secs(90), client.add_member(new_id, &client_addr, &peer_addr, false))
+            tokio::time::timeout(Duration::from_secs(90), client.add_member(target, &client_addr, &peer_addr, false))
                 .await;
         match added {
             Ok(Ok(members)) => {
                 detail.push_str(&format!(
-                    "node {target} removed, node {new_id} added; members {:?}",
+                    "node {target} removed and added back as a new incarnation; members {:?}",
                     members.iter().map(|member| member.node_id).collect::<Vec<_>>()
                 ));
-                (Outcome::Installed, vec![target, new_id], detail)
+                Outcome::Installed
             }
             Ok(Err(error)) => {
-                detail.push_str(&format!("node {target} removed; adding {new_id}: {error}"));
-                (Outcome::Indeterminate, vec![target, new_id], detail)
+                detail.push_str(&format!("node {target} removed; adding it back: {error}"));
+                Outcome::Indeterminate
             }
             Err(_) => {
-                detail.push_str(&format!("node {target} removed; adding {new_id} timed out"));
-                (Outcome::Indeterminate, vec![target, new_id], detail)
+                detail.push_str(&format!("node {target} removed; adding it back timed out"));
+                Outcome::Indeterminate
             }
         }
     }
@@ -878,6 +966,7 @@ impl Harness {
             checker::semaphore_holders(&operations, SEMAPHORE_LIMIT as usize),
             checker::elections(&operations),
             checker::replica_states(&operations, &self.replica_states, SEMAPHORE_LIMIT),
+            checker::refusals(&self.refusals),
             checker::liveness(
                 &operations,
                 &processes,
@@ -1089,4 +1178,26 @@ fn holding(history: &Path) -> bool {
             | (history::Function::SemAcquire, Kind::Ok)
             | (history::Function::Campaign, Kind::Ok)
     )
+}
+
+/// Flips eight bytes at a random place in the middle half of the largest write-ahead
+/// log file of the database in `data_dir`; returns the file's name.
+fn corrupt_write_ahead_log(data_dir: &std::path::Path, random: &mut StdRng) -> Result<String, String> {
+    let database = data_dir.join("db");
+    let entries = std::fs::read_dir(&database).map_err(|error| format!("{}: {error}", database.display()))?;
+    let wal = entries
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
+        .max_by_key(|path| std::fs::metadata(path).map(|metadata| metadata.len()).unwrap_or(0))
+        .ok_or("no write-ahead log file")?;
+    let mut bytes = std::fs::read(&wal).map_err(|error| format!("{}: {error}", wal.display()))?;
+    if bytes.len() < 1_024 {
+        return Err(format!("{} holds only {} bytes", wal.display(), bytes.len()));
+    }
+    let at = random.random_range(bytes.len() / 4..bytes.len() * 3 / 4 - 8);
+    for byte in &mut bytes[at..at + 8] {
+        *byte ^= 0x5a;
+    }
+    std::fs::write(&wal, &bytes).map_err(|error| format!("{}: {error}", wal.display()))?;
+    Ok(format!("{} at byte {at}", wal.file_name().unwrap_or_default().to_string_lossy()))
 }

@@ -24,13 +24,21 @@ pub enum NemesisKind {
     Partition,
     Clock,
     Member,
+    /// Operator faults on a node's disk: wiped, corrupted.
+    Disk,
 }
 
 impl NemesisKind {
-    pub const ALL: [NemesisKind; 5] =
-        [NemesisKind::Kill, NemesisKind::Pause, NemesisKind::Partition, NemesisKind::Clock, NemesisKind::Member];
+    pub const ALL: [NemesisKind; 6] = [
+        NemesisKind::Kill,
+        NemesisKind::Pause,
+        NemesisKind::Partition,
+        NemesisKind::Clock,
+        NemesisKind::Member,
+        NemesisKind::Disk,
+    ];
 
-    /// Parses "kill,pause,partition,clock,member" or "all" (or "none"), and
+    /// Parses "kill,pause,partition,clock,member,disk" or "all" (or "none"), and
     /// "worker-pause" (only the GC pause of workers: the unfenced control).
     pub fn parse_list(text: &str) -> Result<BTreeSet<NemesisKind>, String> {
         let mut kinds = BTreeSet::new();
@@ -56,9 +64,12 @@ impl NemesisKind {
                 "member" => {
                     kinds.insert(NemesisKind::Member);
                 }
+                "disk" => {
+                    kinds.insert(NemesisKind::Disk);
+                }
                 other => {
                     return Err(format!(
-                        "unknown nemesis {other:?}: use kill, pause, partition, clock, member, all or none"
+                        "unknown nemesis {other:?}: use kill, pause, partition, clock, member, disk, all or none"
                     ))
                 }
             }
@@ -77,6 +88,7 @@ impl NemesisKind {
             }
             NemesisKind::Clock => &[Fault::ClockFast, Fault::ClockSlow, Fault::ClockJump],
             NemesisKind::Member => &[Fault::MemberReplace],
+            NemesisKind::Disk => &[Fault::WipeRejoin, Fault::CorruptReplace],
         }
     }
 }
@@ -105,8 +117,16 @@ pub enum Fault {
     ClockSlow,
     /// The leader's monotonic clock jumps forward by more than a TTL.
     ClockJump,
-    /// Remove a node, start it fresh with an empty data directory, add it back.
+    /// Remove a node, empty its data directory, start it again under its id as a new
+    /// incarnation, add it back (README, "Replacing a node").
     MemberReplace,
+    /// A follower's data directory is wiped and the node restarted with the same
+    /// flags: it must stop (exit code 4) without voting or acknowledging; then it is
+    /// replaced as the README says.
+    WipeRejoin,
+    /// Bytes flipped in the middle of a stopped follower's write-ahead log: it must
+    /// refuse to start (exit code 3); then it is replaced as the README says.
+    CorruptReplace,
 }
 
 impl Fault {
@@ -126,6 +146,8 @@ impl Fault {
             Fault::ClockSlow => "clock-slow",
             Fault::ClockJump => "clock-jump",
             Fault::MemberReplace => "member-replace",
+            Fault::WipeRejoin => "wipe-rejoin",
+            Fault::CorruptReplace => "corrupt-replace",
         }
     }
 }
@@ -237,7 +259,8 @@ mod tests {
 
     #[test]
     fn nemesis_lists_parse() {
-        assert_eq!(NemesisKind::parse_list("all").unwrap().len(), 5);
+        assert_eq!(NemesisKind::parse_list("all").unwrap().len(), 6);
+        assert_eq!(NemesisKind::parse_list("disk").unwrap(), BTreeSet::from([NemesisKind::Disk]));
         assert_eq!(
             NemesisKind::parse_list("kill,pause").unwrap(),
             BTreeSet::from([NemesisKind::Kill, NemesisKind::Pause])

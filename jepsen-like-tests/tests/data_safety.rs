@@ -316,3 +316,33 @@ async fn a_follower_whose_disk_fills_up_stops_and_the_cluster_serves_on() {
     assert_held(&client, session.id(), &grants).await;
     assert_held(&client, session.id(), &more).await;
 }
+
+/// A node replaced twice replays, from its new log, the records of its earlier
+/// incarnations before its own: it must not take them for its own record, on the way
+/// in or after every node restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_replaced_twice_comes_back_after_a_full_restart() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let leader = wait_recorded(&cluster, 3).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let client = cluster.client();
+    let session = client.session(SESSION_TTL).await.expect("session");
+    let mut grants = take_locks(&session, "twice/0", 3).await;
+    for round in 1..=2 {
+        cluster.kill(follower);
+        replace(&mut cluster, follower).await;
+        grants.extend(take_locks(&session, &format!("twice/{round}"), 3).await);
+    }
+    for id in 1..=3 {
+        cluster.kill(id);
+    }
+    for id in 1..=3 {
+        cluster.restart(id);
+    }
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let commit = cluster.status(leader).await.expect("leader status").commit_index;
+    cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
+    assert!(cluster.is_running(follower), "{}", cluster.log_tail(follower));
+    assert_held(&client, session.id(), &grants).await;
+}

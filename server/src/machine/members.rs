@@ -24,12 +24,25 @@ pub struct ClusterRecord {
     /// Set by the first `RecordMember` applied; never changes after.
     pub cluster_id: Option<u128>,
     /// Each member's incarnation, recorded when the leader first heard from it.
-    pub incarnations: BTreeMap<NodeId, u64>,
+    pub incarnations: BTreeMap<NodeId, Recorded>,
+}
+
+/// A member's incarnation and the index of the entry that recorded it. A record made
+/// later (the member was removed and added again) says more than an earlier one: a
+/// node that is still applying old entries holds an old record for a while.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    pub incarnation: u64,
+    pub index: u64,
 }
 
 impl ClusterRecord {
     /// The recorded incarnation of `node`, if any.
     pub fn incarnation(&self, node: NodeId) -> Option<u64> {
+        self.incarnations.get(&node).map(|recorded| recorded.incarnation)
+    }
+
+    pub fn recorded(&self, node: NodeId) -> Option<Recorded> {
         self.incarnations.get(&node).copied()
     }
 }
@@ -37,6 +50,7 @@ impl ClusterRecord {
 impl StateMachine {
     pub(super) fn record_member(
         &mut self,
+        index: u64,
         cluster_id: u128,
         node: NodeId,
         incarnation: u64,
@@ -46,8 +60,8 @@ impl StateMachine {
         // The first record of a member stands until the member is removed: a later
         // proposal with another incarnation comes from a leader that heard a node
         // whose directory was replaced, and changes nothing.
-        let recorded = *record.incarnations.entry(node).or_insert(incarnation);
-        Ok(Response::MemberRecorded { cluster_id, incarnation: recorded })
+        let recorded = *record.incarnations.entry(node).or_insert(Recorded { incarnation, index });
+        Ok(Response::MemberRecorded { cluster_id, incarnation: recorded.incarnation })
     }
 
     /// Forgets the incarnations of nodes that are no longer members (applied with
@@ -108,6 +122,8 @@ mod tests {
         assert_eq!(machine.cluster_record().incarnation(2), None, "a removed member is forgotten");
         assert_eq!(machine.cluster_record().incarnation(3), Some(30));
         assert_eq!(record(&mut machine, 4, 9, 2, 21), Response::MemberRecorded { cluster_id: 7, incarnation: 21 });
+        assert_eq!(machine.cluster_record().recorded(2), Some(Recorded { incarnation: 21, index: 4 }));
+        assert_eq!(machine.cluster_record().recorded(3), Some(Recorded { incarnation: 30, index: 3 }));
     }
 
     #[test]

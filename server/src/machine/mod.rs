@@ -88,7 +88,7 @@ pub use view::{
 pub use caller::{Caller, SecretHash, TenantId, ADMIN_TENANT, ADMIN_TENANT_NAME};
 pub use command::Submission;
 pub use limits::{QuotaChange, Quotas};
-pub use members::ClusterRecord;
+pub use members::{ClusterRecord, Recorded};
 pub use tenant::{Tenant, Usage};
 
 use error::{request_id_reused, token_not_yet_applied};
@@ -710,7 +710,7 @@ impl StateMachine {
             Command::SetTenantQuotas { request: _, name, quotas } => self.set_tenant_quotas(name, *quotas),
             Command::RemoveTenant { request: _, name } => self.remove_tenant(index, stamp_ms, name, events),
             Command::RecordMember { cluster_id, node, incarnation } => {
-                self.record_member(*cluster_id, *node, *incarnation)
+                self.record_member(index, *cluster_id, *node, *incarnation)
             }
         };
         result.unwrap_or_else(Response::Rejected)

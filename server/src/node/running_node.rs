@@ -158,7 +158,6 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         .map_err(|error| StartError::Failed(format!("cannot start raft: {error}")))?;
 
     incarnations.set_raft(raft.clone());
-    incarnations.check_own_record();
 
     let initialized = raft.is_initialized().await.map_err(|error| StartError::Failed(error.to_string()))?;
     let first_member = config.initial_members.keys().next().copied();
@@ -451,9 +450,8 @@ const RECORD_RETRY_MS: u64 = 1_000;
 
 /// Keeps the record of members' incarnations (see `raft::incarnations`): as leader,
 /// records each member heard from (and itself) that the log does not hold yet, with a
-/// new random cluster id if the log has none; on every node, stops if the log knows
-/// this node as another incarnation, and writes the cluster's id into the data
-/// directory's identity once the log has it.
+/// new random cluster id if the log has none; on every node, writes the cluster's id
+/// into the data directory's identity once the log has it.
 async fn record_members(
     replica: Arc<Replica>,
     incarnations: Arc<Incarnations>,
@@ -463,7 +461,6 @@ async fn record_members(
 ) {
     let mut record_changes = incarnations.record_changes();
     loop {
-        incarnations.check_own_record();
         let record = incarnations.record();
         if let Some(cluster_id) = record.cluster_id.filter(|id| identity.cluster_id() != Some(*id)) {
             match data_dir::record_cluster_id(&data_dir, &identity, cluster_id) {

@@ -15,6 +15,13 @@
 //!   message that says how to bring it back. A record from a peer whose log is behind
 //!   this node's may predate this node's own (re-)addition, and is not believed.
 //!
+//! Records are compared by the index of the entry that made them: a member removed
+//! and added again is recorded anew by a later entry, and a node still applying the
+//! log's older entries holds the older record for a while. A sender whose own record
+//! of itself is later than the receiver's record of it is not refused (the receiver
+//! is behind), and a node that holds a later record of itself does not stop. A wiped
+//! node holds no record of itself, so it always loses the comparison.
+//!
 //! A member the log has not recorded yet (the first moments of a new cluster or of an
 //! added node, or a cluster upgraded from a build without incarnations) is believed,
 //! and the leader records it as soon as it hears from it.
@@ -33,10 +40,13 @@ use crate::machine::ClusterRecord;
 use crate::raft::types::{NodeId, Raft};
 use crate::shell::clock::LogLimiter;
 
-/// `<node>.<incarnation>` of the node that sent a message or an answer.
+/// `<node>.<incarnation>.<index>` of the node that sent a message or an answer:
+/// `index` is the entry that recorded this incarnation as the sender's own applied
+/// record has it, 0 when that record does not hold it (yet).
 pub const MEMBER_HEADER: &str = "leasehold-member";
-/// `<node>.<incarnation>.<applied index>`: the recipient as the sender's applied
-/// record has it, and how far the sender had applied.
+/// `<node>.<incarnation>.<index>.<applied index>`: the recipient as the sender's
+/// applied record has it (recorded by the entry at `index`), and how far the sender
+/// had applied.
 pub const RECORD_HEADER: &str = "leasehold-record";
 /// The cluster's id (32 hex digits) once the sender's log recorded it.
 pub const CLUSTER_ID_HEADER: &str = "leasehold-cluster-id";
@@ -49,7 +59,6 @@ pub const EXIT_STALE_INCARNATION: i32 = 4;
 pub struct Incarnations {
     node_id: NodeId,
     incarnation: u64,
-    member: MetadataValue<Ascii>,
     record: watch::Receiver<Arc<ClusterRecord>>,
     applied_index: watch::Receiver<u64>,
     /// Set once Raft is running: this node's last log index decides whether a peer's
@@ -71,11 +80,9 @@ impl Incarnations {
         record: watch::Receiver<Arc<ClusterRecord>>,
         applied_index: watch::Receiver<u64>,
     ) -> Arc<Incarnations> {
-        let member = MetadataValue::try_from(format!("{node_id}.{incarnation}")).expect("digits and a dot");
         Arc::new(Incarnations {
             node_id,
             incarnation,
-            member,
             record,
             applied_index,
             raft: OnceLock::new(),
@@ -114,22 +121,39 @@ impl Incarnations {
         self.raft.get().and_then(|raft| raft.metrics().borrow().last_log_index).unwrap_or(0)
     }
 
+    /// The index of the entry that recorded this node's incarnation, as this node's
+    /// applied record has it; 0 when it holds none, or another incarnation's.
+    fn own_record_index(&self, record: &ClusterRecord) -> u64 {
+        match record.recorded(self.node_id) {
+            Some(recorded) if recorded.incarnation == self.incarnation => recorded.index,
+            _ => 0,
+        }
+    }
+
+    fn member_header(&self, record: &ClusterRecord) -> MetadataValue<Ascii> {
+        header(format!("{}.{}.{}", self.node_id, self.incarnation, self.own_record_index(record)))
+    }
+
     /// The headers of a Raft message to `target`.
     pub fn stamp_request(&self, target: NodeId, metadata: &mut MetadataMap) {
-        metadata.insert(MEMBER_HEADER, self.member.clone());
         let record = self.record.borrow();
+        metadata.insert(MEMBER_HEADER, self.member_header(&record));
         if let Some(cluster_id) = record.cluster_id {
             metadata.insert(CLUSTER_ID_HEADER, header(format!("{cluster_id:032x}")));
         }
-        if let Some(incarnation) = record.incarnation(target) {
+        if let Some(recorded) = record.recorded(target) {
             let applied = *self.applied_index.borrow();
-            metadata.insert(RECORD_HEADER, header(format!("{target}.{incarnation}.{applied}")));
+            metadata.insert(
+                RECORD_HEADER,
+                header(format!("{target}.{}.{}.{applied}", recorded.incarnation, recorded.index)),
+            );
         }
     }
 
     /// The header of an answer to a Raft message.
     pub fn stamp_answer(&self, metadata: &mut MetadataMap) {
-        metadata.insert(MEMBER_HEADER, self.member.clone());
+        let record = self.record.borrow();
+        metadata.insert(MEMBER_HEADER, self.member_header(&record));
     }
 
     /// Checks a Raft message from `sender` (the node it says it comes from, which the
@@ -138,7 +162,7 @@ impl Incarnations {
     pub fn check_request(&self, metadata: &MetadataMap, rpc: &str, sender: NodeId) -> Result<(), Status> {
         let record = self.record();
         if !self.checked {
-            if let Some((node, incarnation)) = text(metadata, MEMBER_HEADER).and_then(parse_member) {
+            if let Some((node, incarnation, _)) = text(metadata, MEMBER_HEADER).and_then(parse_member) {
                 self.heard(node, incarnation);
             }
             return Ok(());
@@ -152,9 +176,9 @@ impl Incarnations {
                 ));
             }
         }
-        if let Some((node, recorded, applied)) = text(metadata, RECORD_HEADER).and_then(parse_record) {
+        if let Some((node, recorded, index, applied)) = text(metadata, RECORD_HEADER).and_then(parse_record) {
             if node == self.node_id && recorded != self.incarnation {
-                self.learned_recorded(recorded, applied, "a peer's message");
+                self.learned_recorded(&record, recorded, index, applied, "a peer's message");
                 return Err(error_status(
                     ErrorReason::StaleIncarnation,
                     format!(
@@ -165,7 +189,7 @@ impl Incarnations {
                 ));
             }
         }
-        let Some((node, incarnation)) = text(metadata, MEMBER_HEADER).and_then(parse_member) else {
+        let Some((node, incarnation, their_index)) = text(metadata, MEMBER_HEADER).and_then(parse_member) else {
             return Ok(());
         };
         if node != sender {
@@ -175,8 +199,8 @@ impl Incarnations {
                 &[],
             ));
         }
-        match record.incarnation(node) {
-            Some(recorded) if recorded != incarnation => {
+        match record.recorded(node) {
+            Some(recorded) if recorded.incarnation != incarnation && their_index <= recorded.index => {
                 let applied = *self.applied_index.borrow();
                 if self.refusals.allow() {
                     tracing::warn!(
@@ -184,19 +208,21 @@ impl Incarnations {
                         rpc,
                         node,
                         incarnation,
-                        recorded,
+                        recorded = recorded.incarnation,
                         "refused a Raft message from a member whose data directory is not the one recorded"
                     );
                 }
                 Err(error_status(
                     ErrorReason::StaleIncarnation,
                     format!(
-                        "{rpc} refused: node {node} is recorded as incarnation {recorded}, and this message comes \
-                         from incarnation {incarnation}: its data directory was wiped or replaced"
+                        "{rpc} refused: node {node} is recorded as incarnation {}, and this message comes from \
+                         incarnation {incarnation}: its data directory was wiped or replaced",
+                        recorded.incarnation
                     ),
                     &[
                         ("node", node.to_string()),
-                        ("recorded_incarnation", recorded.to_string()),
+                        ("recorded_incarnation", recorded.incarnation.to_string()),
+                        ("recorded_index", recorded.index.to_string()),
                         ("incarnation", incarnation.to_string()),
                         ("applied_index", applied.to_string()),
                     ],
@@ -213,18 +239,21 @@ impl Incarnations {
     /// Checks the answer `target` gave: an answer from another incarnation than the
     /// recorded one is not counted (the caller treats it as unreachable).
     pub fn check_answer(&self, target: NodeId, metadata: &MetadataMap) -> Result<(), String> {
-        let Some((node, incarnation)) = text(metadata, MEMBER_HEADER).and_then(parse_member) else {
+        let Some((node, incarnation, their_index)) = text(metadata, MEMBER_HEADER).and_then(parse_member) else {
             return Ok(());
         };
         if node != target {
             return Err(format!("node {target}'s address answered as node {node}"));
         }
-        let recorded = self.record.borrow().incarnation(node);
+        let recorded = self.record.borrow().recorded(node);
         match recorded {
-            Some(recorded) if recorded != incarnation && self.checked => Err(format!(
-                "node {node} answered as incarnation {incarnation}, but the cluster recorded incarnation {recorded}: \
-                 its data directory was wiped or replaced, so its answer is not counted"
-            )),
+            Some(recorded) if recorded.incarnation != incarnation && their_index <= recorded.index && self.checked => {
+                Err(format!(
+                    "node {node} answered as incarnation {incarnation}, but the cluster recorded incarnation {}: its \
+                     data directory was wiped or replaced, so its answer is not counted",
+                    recorded.incarnation
+                ))
+            }
             Some(_) => Ok(()),
             None => {
                 self.heard(node, incarnation);
@@ -234,47 +263,39 @@ impl Incarnations {
     }
 
     /// A peer refused this node's message: if for this node's incarnation, and the
-    /// peer's record is at least as new as this node's log, this node stops.
+    /// peer's record is at least as new as this node's, this node stops.
     pub fn on_refusal(&self, status: &Status) {
-        if !self.checked {
-            return;
-        }
-        if error_reason(status) != Some(ErrorReason::StaleIncarnation) {
+        if !self.checked || error_reason(status) != Some(ErrorReason::StaleIncarnation) {
             return;
         }
         let number = |key: &str| error_metadata(status, key).and_then(|value| value.parse::<u64>().ok());
-        if let (Some(node), Some(recorded), Some(applied)) =
-            (number("node"), number("recorded_incarnation"), number("applied_index"))
+        if let (Some(node), Some(recorded), Some(index), Some(applied)) =
+            (number("node"), number("recorded_incarnation"), number("recorded_index"), number("applied_index"))
         {
             if node == self.node_id {
-                self.learned_recorded(recorded, applied, "a peer's refusal");
+                self.learned_recorded(&self.record(), recorded, index, applied, "a peer's refusal");
             }
         }
     }
 
-    /// This node's own applied record names it with another incarnation: it stops.
-    pub fn check_own_record(&self) {
-        if !self.checked {
-            return;
-        }
-        let recorded = self.record.borrow().incarnation(self.node_id);
-        if let Some(recorded) = recorded.filter(|recorded| *recorded != self.incarnation) {
-            stop_stale(self.node_id, self.incarnation, recorded, "this node's own log");
-        }
-    }
-
-    fn learned_recorded(&self, recorded: u64, peer_applied: u64, source: &str) {
+    /// A peer's record (made by the entry at `index`, as of its applied index
+    /// `peer_applied`) knows this node as incarnation `recorded`. This node stops
+    /// unless it holds a later record of itself, or the peer's log is behind its own.
+    fn learned_recorded(&self, record: &ClusterRecord, recorded: u64, index: u64, peer_applied: u64, source: &str) {
+        let own_index = self.own_record_index(record);
         let last_log = self.last_log_index();
-        if peer_applied >= last_log {
+        if own_index <= index && peer_applied >= last_log {
             stop_stale(self.node_id, self.incarnation, recorded, source);
         }
         if self.refusals.allow() {
             tracing::warn!(
                 recorded,
                 incarnation = self.incarnation,
+                own_index,
+                index,
                 peer_applied,
                 last_log,
-                "a peer whose log is behind this node's knows it as another incarnation; not believed"
+                "a peer whose record or log is behind this node's knows it as another incarnation; not believed"
             );
         }
     }
@@ -327,65 +348,95 @@ fn text<'a>(metadata: &'a MetadataMap, key: &str) -> Option<&'a str> {
     metadata.get(key).and_then(|value| value.to_str().ok())
 }
 
-fn parse_member(text: &str) -> Option<(NodeId, u64)> {
-    let (node, incarnation) = text.split_once('.')?;
-    Some((node.parse().ok()?, incarnation.parse().ok()?))
+/// Dot-separated numbers, exactly `N` of them.
+fn numbers<const N: usize>(text: &str) -> Option<[u64; N]> {
+    let mut numbers = [0; N];
+    let mut parts = text.split('.');
+    for number in &mut numbers {
+        *number = parts.next()?.parse().ok()?;
+    }
+    parts.next().is_none().then_some(numbers)
 }
 
-fn parse_record(text: &str) -> Option<(NodeId, u64, u64)> {
-    let mut parts = text.splitn(3, '.');
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+fn parse_member(text: &str) -> Option<(NodeId, u64, u64)> {
+    numbers::<3>(text).map(|[node, incarnation, index]| (node, incarnation, index))
+}
+
+fn parse_record(text: &str) -> Option<(NodeId, u64, u64, u64)> {
+    numbers::<4>(text).map(|[node, incarnation, index, applied]| (node, incarnation, index, applied))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machine::Recorded;
 
+    /// Node 1, incarnation 11, recorded (as its own record says) by entry 5, applied
+    /// up to 40.
     fn incarnations(record: ClusterRecord) -> Arc<Incarnations> {
         let (_, record) = watch::channel(Arc::new(record));
         let (_, applied) = watch::channel(40);
         Incarnations::new(1, 11, record, applied)
     }
 
-    fn member(node: NodeId, incarnation: u64) -> MetadataMap {
+    fn member(node: NodeId, incarnation: u64, index: u64) -> MetadataMap {
         let mut metadata = MetadataMap::new();
-        metadata.insert(MEMBER_HEADER, header(format!("{node}.{incarnation}")));
+        metadata.insert(MEMBER_HEADER, header(format!("{node}.{incarnation}.{index}")));
         metadata
     }
 
-    fn recorded(pairs: &[(NodeId, u64)]) -> ClusterRecord {
-        ClusterRecord { cluster_id: Some(7), incarnations: pairs.iter().copied().collect() }
+    /// (node, incarnation, recorded by entry).
+    fn recorded(members: &[(NodeId, u64, u64)]) -> ClusterRecord {
+        ClusterRecord {
+            cluster_id: Some(7),
+            incarnations: members
+                .iter()
+                .map(|(node, incarnation, index)| (*node, Recorded { incarnation: *incarnation, index: *index }))
+                .collect(),
+        }
     }
 
     #[test]
     fn another_incarnation_of_a_recorded_member_is_refused_and_not_counted() {
-        let checks = incarnations(recorded(&[(1, 11), (2, 22)]));
-        assert!(checks.check_request(&member(2, 22), "Vote", 2).is_ok());
-        let refused = checks.check_request(&member(2, 23), "Vote", 2).unwrap_err();
+        let checks = incarnations(recorded(&[(1, 11, 5), (2, 22, 6)]));
+        assert!(checks.check_request(&member(2, 22, 6), "Vote", 2).is_ok());
+        // A wiped node holds no record of itself: index 0.
+        let refused = checks.check_request(&member(2, 23, 0), "Vote", 2).unwrap_err();
         assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation));
         assert_eq!(error_metadata(&refused, "recorded_incarnation").as_deref(), Some("22"));
+        assert_eq!(error_metadata(&refused, "recorded_index").as_deref(), Some("6"));
         assert_eq!(error_metadata(&refused, "applied_index").as_deref(), Some("40"));
-        assert!(checks.check_answer(2, &member(2, 22)).is_ok());
-        let not_counted = checks.check_answer(2, &member(2, 23)).unwrap_err();
+        assert!(checks.check_answer(2, &member(2, 22, 6)).is_ok());
+        let not_counted = checks.check_answer(2, &member(2, 23, 0)).unwrap_err();
         assert!(not_counted.contains("not counted"), "{not_counted}");
-        assert!(checks.check_answer(2, &member(3, 22)).is_err(), "another node on the address");
+        assert!(checks.check_answer(2, &member(2, 23, 6)).is_err(), "a record as old is no better");
+        assert!(checks.check_answer(2, &member(3, 22, 6)).is_err(), "another node on the address");
         assert!(checks.check_answer(2, &MetadataMap::new()).is_ok(), "a build without incarnations");
     }
 
     #[test]
+    fn a_member_recorded_again_later_is_believed_by_a_node_still_behind() {
+        // This node applied only the old record of node 2; node 2 was removed and
+        // added again, and recorded anew by entry 30.
+        let checks = incarnations(recorded(&[(1, 11, 5), (2, 22, 6)]));
+        assert!(checks.check_request(&member(2, 23, 30), "AppendEntries", 2).is_ok());
+        assert!(checks.check_answer(2, &member(2, 23, 30)).is_ok());
+    }
+
+    #[test]
     fn an_unrecorded_member_is_believed_and_queued_for_the_record() {
-        let checks = incarnations(recorded(&[(1, 11)]));
-        assert!(checks.check_answer(3, &member(3, 33)).is_ok());
-        assert!(checks.check_request(&member(4, 44), "AppendEntries", 4).is_ok());
+        let checks = incarnations(recorded(&[(1, 11, 5)]));
+        assert!(checks.check_answer(3, &member(3, 33, 0)).is_ok());
+        assert!(checks.check_request(&member(4, 44, 0), "AppendEntries", 4).is_ok());
         assert_eq!(checks.to_record(&[1, 3]), vec![(3, 33)], "a non-member is not recorded");
         let fresh = incarnations(ClusterRecord::default());
         assert_eq!(fresh.to_record(&[1, 2]), vec![(1, 11)], "the leader records itself");
     }
 
     #[test]
-    fn another_cluster_id_is_refused() {
+    fn another_cluster_id_or_another_node_is_refused() {
         let checks = incarnations(recorded(&[]));
-        let mut metadata = member(2, 22);
+        let mut metadata = member(2, 22, 0);
         metadata.insert(CLUSTER_ID_HEADER, header(format!("{:032x}", 8)));
         let refused = checks.check_request(&metadata, "Vote", 2).unwrap_err();
         assert_eq!(error_reason(&refused), Some(ErrorReason::WrongCluster));
@@ -396,17 +447,33 @@ mod tests {
     }
 
     #[test]
+    fn a_record_of_this_node_from_a_node_behind_it_is_not_believed() {
+        // This node (1, incarnation 11) was recorded by entry 5. A peer whose record
+        // says incarnation 10 from entry 3 is behind: refused, and this node goes on.
+        let checks = incarnations(recorded(&[(1, 11, 5)]));
+        let mut metadata = member(2, 22, 0);
+        metadata.insert(RECORD_HEADER, header("1.10.3.90".to_string()));
+        let refused = checks.check_request(&metadata, "AppendEntries", 2).unwrap_err();
+        assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation));
+    }
+
+    #[test]
     fn headers_parse_as_written() {
-        let checks = incarnations(recorded(&[(2, 22)]));
+        let checks = incarnations(recorded(&[(1, 11, 5), (2, 22, 6)]));
         let mut metadata = MetadataMap::new();
         checks.stamp_request(2, &mut metadata);
-        assert_eq!(text(&metadata, MEMBER_HEADER).and_then(parse_member), Some((1, 11)));
-        assert_eq!(text(&metadata, RECORD_HEADER).and_then(parse_record), Some((2, 22, 40)));
+        assert_eq!(text(&metadata, MEMBER_HEADER).and_then(parse_member), Some((1, 11, 5)));
+        assert_eq!(text(&metadata, RECORD_HEADER).and_then(parse_record), Some((2, 22, 6, 40)));
         assert_eq!(text(&metadata, CLUSTER_ID_HEADER), Some("00000000000000000000000000000007"));
         let mut unrecorded = MetadataMap::new();
         checks.stamp_request(3, &mut unrecorded);
         assert!(unrecorded.get(RECORD_HEADER).is_none());
-        assert_eq!(parse_member("x.1"), None);
-        assert_eq!(parse_record("1.2"), None);
+        let wiped = incarnations(recorded(&[(1, 10, 5)]));
+        let mut answer = MetadataMap::new();
+        wiped.stamp_answer(&mut answer);
+        assert_eq!(text(&answer, MEMBER_HEADER), Some("1.11.0"), "no record of this incarnation: index 0");
+        assert_eq!(parse_member("x.1.2"), None);
+        assert_eq!(parse_member("1.2"), None);
+        assert_eq!(parse_record("1.2.3.4.5"), None);
     }
 }
