@@ -49,7 +49,7 @@ pub const RECOVERY_MS_MAX: u64 = 30_000;
 pub const REMOVED_EXIT_MS_MAX: u64 = 15_000;
 /// How long a node started on a wiped or corrupted data directory may take to stop
 /// (it learns of its record at the first message from the leader).
-pub const REFUSED_EXIT_MS_MAX: u64 = 15_000;
+pub const REFUSED_EXIT_MS_MAX: u64 = 10_000;
 /// The exit codes of `leasehold-server` that the disk faults expect (README,
 /// "Exit codes").
 pub const EXIT_DATA_DIRECTORY_REFUSED: i32 = 3;

@@ -3,7 +3,8 @@
 //! and a random one (printed), must end `valid: true` — the nodes sharing this
 //! machine's cores in one run, each with a thread per core in the other — and its
 //! attack workload must have run, every attack refused; the control with fencing
-//! switched off must end `valid: false` with the lost writes listed.
+//! switched off must end `valid: false` with the lost writes listed, and the control
+//! with the nodes' incarnation checks off must take a wiped node back.
 //!
 //! The harness runs in its own network and pid namespaces (it re-executes itself
 //! under `unshare`): nothing it starts outlives it.
@@ -100,6 +101,37 @@ fn without_fencing_worker_pauses_lose_writes() {
     assert!(
         text.contains("acknowledged increment lost") || text.contains("stale write accepted"),
         "the control must list lost or stale writes:\n{text}"
+    );
+    println!("{text}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The control of the disk faults: with the nodes' incarnation checks off, a wiped
+/// node is taken back as the member it was, and the `refused-nodes` check fails.
+/// (The run with the checks on is the `disk` nemesis in `every_nemesis_...`.)
+#[test]
+fn without_incarnation_checks_a_wiped_node_is_taken_back() {
+    let (output, text, out) = run_harness(
+        "fault-suite-control-incarnations",
+        &[
+            "--nodes",
+            "3",
+            "--time",
+            "10s",
+            "--seed",
+            "7",
+            "--workload",
+            "lock,fenced-counter",
+            "--nemesis",
+            "disk",
+            "--no-incarnation-checks",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "the control must fail its checks:\n{text}");
+    assert!(text.contains("\nvalid: false"), "{text}");
+    assert!(
+        text.lines().any(|line| line.contains("[refused-nodes]") && line.contains("kept running")),
+        "the control must name the wiped node that was taken back:\n{text}"
     );
     println!("{text}");
     let _ = std::fs::remove_dir_all(&out);

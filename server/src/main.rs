@@ -9,8 +9,21 @@ use leasehold_server::node::config::{Config, RawConfig};
 use leasehold_server::shell::clock::Clock;
 use tokio::signal::unix::{signal, SignalKind};
 
+/// The exit codes, as the README's "Operations" section explains them.
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    stopped by SIGTERM/SIGINT, or removed from the cluster
+  1    could not start (a port in use, a file it cannot read, Raft did not start)
+  2    invalid configuration
+  3    the data directory is refused, untouched (another cluster's or node's, not
+       Leasehold's, another format, corrupt, or not empty with --new-incarnation)
+  4    the cluster knows this node as another incarnation: its data directory was
+       wiped or replaced; replace the node (README, \"Replacing a node\")
+  5    Raft stopped on a fatal error (a failed write or fsync: a full or failing disk)
+  134  a panic: a broken invariant stopped the process";
+
 #[derive(Parser, Debug)]
-#[command(name = "leasehold-server", version, about = "Runs one Leasehold node.")]
+#[command(name = "leasehold-server", version, about = "Runs one Leasehold node.", after_help = EXIT_CODES)]
 struct Arguments {
     /// A TOML file with any of the settings below (flags override it).
     #[arg(long)]
@@ -85,4 +98,19 @@ async fn run(config: Config) -> ExitCode {
     }
     running.shutdown().await;
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_server::node::running_node::{EXIT_DATA_DIRECTORY_REFUSED, EXIT_RAFT_FATAL};
+    use leasehold_server::raft::incarnations::EXIT_STALE_INCARNATION;
+
+    use super::EXIT_CODES;
+
+    #[test]
+    fn the_help_lists_every_exit_code_the_node_uses() {
+        for code in [i32::from(EXIT_DATA_DIRECTORY_REFUSED), EXIT_STALE_INCARNATION, EXIT_RAFT_FATAL] {
+            assert!(EXIT_CODES.contains(&format!("\n  {code}    ")), "exit code {code} is missing:\n{EXIT_CODES}");
+        }
+    }
 }

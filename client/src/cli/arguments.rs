@@ -269,7 +269,8 @@ pub enum MemberAction {
         #[arg(long)]
         json: bool,
     },
-    /// Add a node (started without --initial-member): learner first, then voter.
+    /// Add a node (started without --initial-member, or with --new-incarnation to
+    /// replace a node that lost its data): learner first, then voter.
     Add {
         node_id: u64,
         client_addr: String,
@@ -278,9 +279,9 @@ pub enum MemberAction {
         #[arg(long)]
         learner: bool,
     },
-    Remove {
-        node_id: u64,
-    },
+    /// Remove a node; it stops serving. The first step of replacing a node whose
+    /// data directory was lost.
+    Remove { node_id: u64 },
 }
 
 #[derive(Subcommand, Debug)]
