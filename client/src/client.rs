@@ -551,8 +551,10 @@ impl Client {
             peer_addr: peer_addr.into(),
             learner_only,
         };
+        // The leader answers once the node caught up (or made no progress for 10 s):
+        // an attempt may take that long.
         let response = self
-            .with_leader("add member", Duration::from_secs(60), |channel| {
+            .with_leader_patient("add member", Duration::from_secs(120), Duration::from_secs(60), None, |channel| {
                 let request = request.clone();
                 async move {
                     let mut request = tonic::Request::new(request);
@@ -578,9 +580,18 @@ impl Client {
     pub async fn remove_member(&self, node_id: u64) -> Result<Vec<pb::Member>> {
         let request = pb::RemoveMemberRequest { node_id };
         let response = self
-            .with_leader("remove member", Duration::from_secs(30), |channel| async move {
-                Client::admin(channel).remove_member(request).await.map(|response| response.into_inner())
-            })
+            .with_leader_patient(
+                "remove member",
+                Duration::from_secs(60),
+                Duration::from_secs(30),
+                None,
+                |channel| async move {
+                    // The leader waits for the voters to answer a probe before it changes anything.
+                    let mut request = tonic::Request::new(request);
+                    request.set_timeout(Duration::from_secs(30));
+                    Client::admin(channel).remove_member(request).await.map(|response| response.into_inner())
+                },
+            )
             .await?;
         Ok(response.members)
     }

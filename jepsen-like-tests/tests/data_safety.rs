@@ -65,7 +65,8 @@ async fn replace(cluster: &mut TestCluster, id: u64) -> u64 {
     let (client_addr, peer_addr) = (cluster.nodes[&id].client_addr.clone(), cluster.nodes[&id].peer_addr.clone());
     let members = admin.add_member(id, &client_addr, &peer_addr, false).await.expect("add it back");
     assert!(members.iter().any(|member| member.node_id == id && member.role == "voter"), "{members:?}");
-    let incarnation = cluster.status(id).await.expect("the new incarnation answers").incarnation;
+    let incarnation =
+        wait::until(LEADER_DEADLINE, "the new incarnation to answer", || cluster.status(id)).await.incarnation;
     wait::until(LEADER_DEADLINE, "the new incarnation to be recorded", || async {
         let leader = cluster.leader().await?;
         let status = cluster.status(leader).await?;

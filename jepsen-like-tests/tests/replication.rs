@@ -401,3 +401,111 @@ async fn members_are_added_and_removed_while_traffic_flows() {
     let status = cluster.status(4).await.expect("the new member answers");
     assert_eq!(status.members.len(), 3);
 }
+
+/// How long `member add` waits for a learner that acknowledges nothing more
+/// (`CATCH_UP_STALL_MS`), with room for the probe and the answer.
+const CATCH_UP_REFUSED_WITHIN: Duration = Duration::from_secs(20);
+
+fn unused_addresses() -> (String, String) {
+    let [client_port, peer_port] = free_ports();
+    (format!("127.0.0.1:{client_port}"), format!("127.0.0.1:{peer_port}"))
+}
+
+/// Adding a node that nobody runs used to answer OK at once and make it a voter: a
+/// 3-node cluster then needed 3 of 4 votes and stalled on the next crash. It is
+/// refused, naming what the node lacked, and stays a learner that counts for no quorum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_a_node_nobody_runs_is_refused_and_costs_no_quorum() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let admin = cluster.admin_client();
+    let (client_addr, peer_addr) = unused_addresses();
+    let added = tokio::time::timeout(CATCH_UP_REFUSED_WITHIN, admin.add_member(4, &client_addr, &peer_addr, false))
+        .await
+        .expect("answered within the stall deadline");
+    let error = added.expect_err("a node nobody runs is not promoted").to_string();
+    assert!(error.contains("node 4 did not catch up") && error.contains("never acknowledged"), "{error}");
+    let members = admin.status_any().await.expect("status").members;
+    assert!(members.iter().any(|member| member.node_id == 4 && member.role == "learner"), "{members:?}");
+
+    // A voter dies: the three voters still have a majority.
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.kill(follower);
+    let session = cluster.client().session(SESSION_TTL).await.expect("a session with one voter down");
+    take_locks(&session, "unrun", 2).await;
+    let members = admin.remove_member(4).await.expect("the learner is removed");
+    assert!(!members.iter().any(|member| member.node_id == 4), "{members:?}");
+}
+
+/// A node that stops answering while it is being added is refused; once it runs
+/// again the same command promotes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_is_promoted_only_once_it_answers() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let node = cluster.start_joining_node(4);
+    let (client_addr, peer_addr) = (node.client_addr.clone(), node.peer_addr.clone());
+    wait::until(LEADER_DEADLINE, "node 4 to answer", || cluster.status(4)).await;
+    cluster.pause(4);
+    let admin = cluster.admin_client();
+    let refused = admin.add_member(4, &client_addr, &peer_addr, false).await;
+    assert!(refused.is_err(), "a paused node is not promoted: {refused:?}");
+    cluster.resume(4);
+    let members = admin.add_member(4, &client_addr, &peer_addr, false).await.expect("promoted once it answers");
+    assert!(members.iter().any(|member| member.node_id == 4 && member.role == "voter"), "{members:?}");
+}
+
+/// The leader dies between adding the learner and promoting it: the command fails,
+/// the node is a learner in the new leader's membership, and the same command
+/// finishes the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_between_the_two_steps_leaves_a_learner_the_command_can_promote() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let node = cluster.start_joining_node(4);
+    let (client_addr, peer_addr) = (node.client_addr.clone(), node.peer_addr.clone());
+    wait::until(LEADER_DEADLINE, "node 4 to answer", || cluster.status(4)).await;
+    // Paused, node 4 keeps the leader waiting between the two steps.
+    cluster.pause(4);
+    let admin = cluster.admin_client_of(leader);
+    let adding = {
+        let (admin, client_addr, peer_addr) = (admin.clone(), client_addr.clone(), peer_addr.clone());
+        tokio::spawn(async move { admin.add_member(4, &client_addr, &peer_addr, false).await })
+    };
+    wait::until(LEADER_DEADLINE, "node 4 to be a learner", || async {
+        let status = cluster.status(leader).await?;
+        status.members.iter().any(|member| member.node_id == 4 && member.role == "learner").then_some(())
+    })
+    .await;
+    cluster.kill(leader);
+    let failed = adding.await.expect("the add task");
+    assert!(failed.is_err(), "the add ended with its leader: {failed:?}");
+    cluster.resume(4);
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let admin = cluster.admin_client();
+    let members = admin.add_member(4, &client_addr, &peer_addr, false).await.expect("promoted by the same command");
+    assert!(members.iter().any(|member| member.node_id == 4 && member.role == "voter"), "{members:?}");
+    // Four voters, one of them down (the old leader): three answer, a quorum.
+    let session = cluster.client().session(SESSION_TTL).await.expect("session");
+    take_locks(&session, "between", 2).await;
+}
+
+/// Removing a voter that answers while another is down would leave one reachable
+/// voter of two: refused, naming the silent one. Removing the dead one is fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_that_leaves_no_reachable_quorum_is_refused() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let (alive, dead) = (followers[0], followers[1]);
+    cluster.kill(dead);
+    let admin = cluster.admin_client();
+    let error = admin.remove_member(alive).await.expect_err("refused").to_string();
+    assert!(error.contains("fewer than a quorum") && error.contains(&format!("[{dead}] did not")), "{error}");
+    let members = admin.status_any().await.expect("status").members;
+    assert_eq!(members.iter().filter(|member| member.role == "voter").count(), 3, "nothing changed: {members:?}");
+    let members = admin.remove_member(dead).await.expect("the dead voter is removed");
+    assert_eq!(members.len(), 2, "{members:?}");
+    let session = cluster.client().session(SESSION_TTL).await.expect("session");
+    take_locks(&session, "after-removal", 2).await;
+}

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use leasehold_proto as pb;
 use leasehold_proto::admin_server::Admin;
@@ -93,6 +94,13 @@ fn unexpected(response: MachineResponse) -> Status {
 }
 
 /// Raft refused a membership change; `message` says why.
+/// How long a learner being added may go without acknowledging more of the log
+/// before the addition is refused.
+pub const CATCH_UP_STALL_MS: u64 = 10_000;
+/// How long a membership change waits for the voters to acknowledge the leader's
+/// probe entry.
+pub const REACHABLE_PROBE_MS: u64 = 2_000;
+
 fn refused(message: String) -> Status {
     error_status(ErrorReason::MembershipRefused, message, &[])
 }
@@ -123,6 +131,103 @@ impl AdminService {
 
     fn members_now(&self) -> Vec<pb::Member> {
         members(&self.replica.raft.metrics().borrow(), &self.replica.shared.cluster_record.borrow())
+    }
+
+    /// Waits until learner `node_id` has acknowledged the leader's log up to its last
+    /// index as of now (later entries keep coming; this one is a fixed goal). Refused
+    /// when its acknowledged index has not moved for `CATCH_UP_STALL_MS`: the node does
+    /// not run, cannot be reached, or is another incarnation than the one recorded. It
+    /// stays a learner (it counts for no quorum); `member remove` takes it out, and
+    /// `member add` again promotes it once it runs.
+    async fn wait_caught_up(&self, node_id: u64) -> Result<(), Status> {
+        let goal = self.replica.raft.metrics().borrow().last_log_index.unwrap_or(0);
+        let mut metrics = self.replica.raft.metrics();
+        let mut best: Option<u64> = None;
+        let mut stalled_since = tokio::time::Instant::now();
+        loop {
+            let (acknowledged, leading) = {
+                let now = metrics.borrow_and_update();
+                let acknowledged = now
+                    .replication
+                    .as_ref()
+                    .and_then(|replication| replication.get(&node_id).cloned().flatten())
+                    .map(|log_id| log_id.index);
+                (acknowledged, now.state == ServerState::Leader)
+            };
+            if !leading {
+                return Err(self.replica.leader_hint());
+            }
+            if acknowledged.is_some_and(|index| index >= goal) {
+                return Ok(());
+            }
+            if acknowledged > best {
+                best = acknowledged;
+                stalled_since = tokio::time::Instant::now();
+            }
+            let stall_ends = stalled_since + Duration::from_millis(CATCH_UP_STALL_MS);
+            if tokio::time::Instant::now() >= stall_ends {
+                let lacked = match best {
+                    None => "it never acknowledged an entry (is it running, on these addresses, as a new \
+                             incarnation if its data was lost?)"
+                        .to_string(),
+                    Some(index) => format!("it acknowledged the log up to index {index} only"),
+                };
+                return Err(refused(format!(
+                    "node {node_id} did not catch up with the leader's log (index {goal}) within {} s of no \
+                     progress: {lacked}; it stays a learner, which counts for no quorum: `member add` again once \
+                     it runs, or `member remove` it",
+                    CATCH_UP_STALL_MS / 1_000
+                )));
+            }
+            let _ = tokio::time::timeout_at(stall_ends, metrics.changed()).await;
+        }
+    }
+
+    /// Refuses a change to `voters` unless a majority of them answers now: the
+    /// leader commits an empty entry and waits `REACHABLE_PROBE_MS` for the voters to
+    /// acknowledge it. A change that leaves fewer reachable voters than a quorum
+    /// would stop the cluster from committing anything until they are back.
+    async fn require_reachable_quorum(&self, voters: &BTreeSet<u64>, change: &str) -> Result<(), Status> {
+        self.replica
+            .propose_quietly(Command::ExpireSessions { sessions: Vec::new() })
+            .await
+            .map_err(|error| refused(format!("cannot {change}: the leader could not commit an entry: {error}")))?;
+        let probe = self.replica.raft.metrics().borrow().last_log_index.unwrap_or(0);
+        let leader = self.replica.node_id;
+        let reachable = |metrics: &RaftMetrics| -> BTreeSet<u64> {
+            let replication = metrics.replication.as_ref();
+            voters
+                .iter()
+                .copied()
+                .filter(|voter| {
+                    *voter == leader
+                        || replication
+                            .and_then(|replication| replication.get(voter).cloned().flatten())
+                            .is_some_and(|log_id| log_id.index >= probe)
+                })
+                .collect()
+        };
+        let quorum = voters.len() / 2 + 1;
+        let mut metrics = self.replica.raft.metrics();
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(REACHABLE_PROBE_MS);
+        loop {
+            let answered = reachable(&metrics.borrow_and_update());
+            if answered.len() == voters.len() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                if answered.len() >= quorum {
+                    return Ok(());
+                }
+                let silent: Vec<u64> = voters.difference(&answered).copied().collect();
+                return Err(refused(format!(
+                    "cannot {change}: of the voters it would leave, {voters:?}, only {answered:?} acknowledged the \
+                     leader within {REACHABLE_PROBE_MS} ms ({silent:?} did not), fewer than a quorum of {quorum}: \
+                     the cluster could commit nothing until they are back"
+                )));
+            }
+            let _ = tokio::time::timeout_at(deadline, metrics.changed()).await;
+        }
     }
 
     /// The tenant `name` as the local state has it (the leader's, just after its
@@ -219,21 +324,26 @@ impl Admin for AdminService {
                 &[],
             ));
         }
+        let node_id = request.node_id;
         let node = Node { client_addr: request.client_addr, peer_addr: request.peer_addr };
-        tracing::info!(node_id = request.node_id, %node, "adding a learner and waiting for it to catch up");
+        tracing::info!(node_id, %node, "adding a learner and waiting for it to catch up");
         self.replica
             .raft
-            .add_learner(request.node_id, node, true)
+            .add_learner(node_id, node, false)
             .await
-            .map_err(|error| refused(format!("cannot add node {}: {error}", request.node_id)))?;
+            .map_err(|error| refused(format!("cannot add node {node_id}: {error}")))?;
+        self.wait_caught_up(node_id).await?;
         if !request.learner_only {
-            tracing::info!(node_id = request.node_id, "promoting the learner to voter");
-            let voters = BTreeSet::from([request.node_id]);
+            let mut voters: BTreeSet<u64> =
+                self.replica.raft.metrics().borrow().membership_config.voter_ids().collect();
+            voters.insert(node_id);
+            self.require_reachable_quorum(&voters, &format!("promote node {node_id}")).await?;
+            tracing::info!(node_id, "promoting the learner to voter");
             self.replica
                 .raft
-                .change_membership(ChangeMembers::AddVoterIds(voters), true)
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node_id])), true)
                 .await
-                .map_err(|error| refused(format!("cannot promote node {}: {error}", request.node_id)))?;
+                .map_err(|error| refused(format!("cannot promote node {node_id}: {error}")))?;
         }
         Ok(Response::new(pb::AddMemberResponse { members: self.members_now() }))
     }
@@ -279,6 +389,12 @@ impl Admin for AdminService {
         let voters = current.iter().filter(|member| member.role == "voter").count();
         if removed.role == "voter" && voters <= 1 {
             return Err(error_status(ErrorReason::LastVoter, "cannot remove the last voter", &[]));
+        }
+        if removed.role == "voter" {
+            let mut voters: BTreeSet<u64> =
+                self.replica.raft.metrics().borrow().membership_config.voter_ids().collect();
+            voters.remove(&node_id);
+            self.require_reachable_quorum(&voters, &format!("remove node {node_id}")).await?;
         }
         let change = if removed.role == "voter" {
             ChangeMembers::RemoveVoters(BTreeSet::from([node_id]))
