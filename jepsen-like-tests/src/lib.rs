@@ -10,6 +10,7 @@
 //! * `fenced_store` — a store that keeps the highest fencing token per resource and
 //!   rejects lower ones, served over TCP to worker processes.
 //! * `wait` — waiting on a condition with a deadline and a reason.
+//! * `grants` — locks the cluster tests take and check survived.
 //! * `worker` — the worker process used by tests (`leasehold-jepsen worker …`).
 //! * `history` — invoke/ok/fail/info records with CLOCK_MONOTONIC timestamps.
 //! * `workload` — the workloads and their worker process
@@ -27,6 +28,7 @@ pub mod attack;
 pub mod checker;
 pub mod cluster;
 pub mod fenced_store;
+pub mod grants;
 pub mod harness;
 pub mod history;
 pub mod linearizability;

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use leasehold::{Client, Session};
 use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
+use leasehold_jepsen::grants::{assert_held, take_locks};
 use leasehold_jepsen::wait;
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(20);
@@ -20,24 +20,6 @@ const EXIT_DEADLINE: Duration = Duration::from_secs(20);
 /// The exit codes `leasehold-server --help` and the README document.
 const EXIT_DATA_DIRECTORY_REFUSED: i32 = 3;
 const EXIT_STALE_INCARNATION: i32 = 4;
-
-async fn take_locks(session: &Session, prefix: &str, count: usize) -> Vec<(String, u64)> {
-    let mut grants = Vec::new();
-    for i in 0..count {
-        let name = format!("{prefix}/{i}");
-        let guard = session.try_lock(&name).await.expect("acquire").expect("the lock is free");
-        grants.push((name, guard.detach()));
-    }
-    grants
-}
-
-async fn assert_held(client: &Client, session_id: u64, grants: &[(String, u64)]) {
-    for (name, token) in grants {
-        let lock = client.describe_lock(name, false).await.expect("describe lock");
-        let holder = lock.holder.unwrap_or_else(|| panic!("acknowledged grant of {name} was lost"));
-        assert_eq!((holder.session_id, holder.token), (session_id, *token), "grant of {name} changed");
-    }
-}
 
 /// Waits until the leader's log recorded the incarnation of every member.
 async fn wait_recorded(cluster: &TestCluster, members: usize) -> u64 {

@@ -7,34 +7,15 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use leasehold::{certs, Client, Session};
+use leasehold::certs;
 use leasehold_jepsen::cluster::{binary, free_ports, ClusterOptions, TestCluster};
+use leasehold_jepsen::grants::{assert_held, take_locks};
 use leasehold_jepsen::wait;
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(20);
 const SESSION_TTL: Duration = Duration::from_secs(60);
 /// A node stops within this after SIGTERM (it waits for raft to shut down).
 const STOP_DEADLINE: Duration = Duration::from_secs(10);
-
-/// Takes `count` locks on one long-lived session; returns (name, token) of each
-/// acknowledged grant.
-async fn take_locks(session: &Session, prefix: &str, count: usize) -> Vec<(String, u64)> {
-    let mut grants = Vec::new();
-    for i in 0..count {
-        let name = format!("{prefix}/{i}");
-        let guard = session.try_lock(&name).await.expect("acquire").expect("the lock is free");
-        grants.push((name, guard.detach()));
-    }
-    grants
-}
-
-async fn assert_held(client: &Client, session_id: u64, grants: &[(String, u64)]) {
-    for (name, token) in grants {
-        let lock = client.describe_lock(name, false).await.expect("describe lock");
-        let holder = lock.holder.unwrap_or_else(|| panic!("acknowledged grant of {name} was lost"));
-        assert_eq!((holder.session_id, holder.token), (session_id, *token), "grant of {name} changed");
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_grants_survive_kill_of_the_leader() {

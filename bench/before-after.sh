@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The cost of a change, in the same run: this checkout's leasehold-server ("after")
+# against another build of it ("before", e.g. one built from the commit before the
+# change), each as a 3-node cluster run as production runs it (TLS on both ports,
+# an admin token, the tenant `bench`), the workloads alternating which cluster goes
+# first from round to round. Prints each side's medians (`leasehold-bench
+# summarize`); the after/before ratios go into bench/README.md.
+#
+#   bench/before-after.sh --before PATH/leasehold-server [--rounds 3] [--duration 10s]
+#                         [--warmup 2s] [--clients 64] [--contended-clients 16]
+#                         [--keepalive-clients 64] [--workloads lock-cycle,contended,keepalive]
+#                         [--keep]
+#
+# A "before" binary from an older commit, without rebuilding RocksDB: copy the warm
+# target directory and build the commit in a worktree against the copy
+#   git worktree add /tmp/before COMMIT
+#   cp -a "$CARGO_TARGET_DIR" /tmp/before-target
+#   (cd /tmp/before && CARGO_TARGET_DIR=/tmp/before-target cargo build --release -p leasehold-server)
+set -euo pipefail
+
+BEFORE=""
+ROUNDS=3
+DURATION=10s
+WARMUP=2s
+CLIENTS=64
+CONTENDED_CLIENTS=16
+KEEPALIVE_CLIENTS=64
+WORKLOADS=lock-cycle,contended,keepalive
+KEEP=0
+THREADS=$(( $(nproc) / 3 > 1 ? $(nproc) / 3 : 1 ))
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --before) BEFORE="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --duration) DURATION="$2"; shift 2 ;;
+    --warmup) WARMUP="$2"; shift 2 ;;
+    --clients) CLIENTS="$2"; shift 2 ;;
+    --contended-clients) CONTENDED_CLIENTS="$2"; shift 2 ;;
+    --keepalive-clients) KEEPALIVE_CLIENTS="$2"; shift 2 ;;
+    --workloads) WORKLOADS="$2"; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "before-after.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -x "$BEFORE" ] || { echo "before-after.sh: --before must name a leasehold-server binary" >&2; exit 2; }
+
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
+cd "$LEASEHOLD_ROOT"
+unset LEASEHOLD_ENDPOINTS LEASEHOLD_CA_FILE LEASEHOLD_TOKEN_FILE LEASEHOLD_TOKEN LEASEHOLD_CERT_FILE \
+  LEASEHOLD_KEY_FILE LEASEHOLD_INSECURE_PLAINTEXT LEASEHOLD_ADMIN_TOKEN_FILE
+leasehold_build
+BENCH="$LEASEHOLD_BIN/leasehold-bench"
+CLI="$LEASEHOLD_BIN/leasehold"
+declare -A SERVER=([before]="$BEFORE" [after]="$LEASEHOLD_BIN/leasehold-server")
+declare -A CLIENT_PORTS=([before]=781 [after]=791)
+declare -A PEER_PORTS=([before]=782 [after]=792)
+
+WORK="$(mktemp -d /tmp/leasehold-before-after.XXXXXX)"
+declare -A PID=()
+cleanup() {
+  for name in "${!PID[@]}"; do kill -KILL "${PID[$name]}" 2>/dev/null || true; done
+  for name in "${!PID[@]}"; do wait "${PID[$name]}" 2>/dev/null || true; done
+  if [ "$KEEP" = 1 ]; then echo "before-after.sh: kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+CERTS="$WORK/certs"
+"$CLI" cert ca "$CERTS" >/dev/null
+for i in 1 2 3; do "$CLI" cert node "$CERTS" --id "$i" --host 127.0.0.1 >/dev/null; done
+(umask 077 && "$CLI" new-token --prefix admin >"$CERTS/admin.token")
+
+endpoints_of() { local c="${CLIENT_PORTS[$1]}"; echo "127.0.0.1:${c}1,127.0.0.1:${c}2,127.0.0.1:${c}3"; }
+pids_of() { echo "${PID[${1}1]},${PID[${1}2]},${PID[${1}3]}"; }
+for side in before after; do
+  for port in 1 2 3; do
+    for prefix in "${CLIENT_PORTS[$side]}" "${PEER_PORTS[$side]}"; do
+      if timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$prefix$port" 2>/dev/null; then
+        echo "before-after.sh: port 127.0.0.1:$prefix$port is already in use" >&2
+        exit 1
+      fi
+    done
+  done
+  members=()
+  for j in 1 2 3; do
+    members+=(--initial-member "$j=127.0.0.1:${CLIENT_PORTS[$side]}$j,127.0.0.1:${PEER_PORTS[$side]}$j")
+  done
+  for i in 1 2 3; do
+    RUST_LOG=warn "${SERVER[$side]}" --node-id "$i" --cluster-name bench --data-dir "$WORK/$side$i" \
+      --client-addr "127.0.0.1:${CLIENT_PORTS[$side]}$i" --peer-addr "127.0.0.1:${PEER_PORTS[$side]}$i" \
+      "${members[@]}" --tls-cert "$CERTS/node-$i.pem" --tls-key "$CERTS/node-$i.key" \
+      --peer-cert "$CERTS/node-$i.pem" --peer-key "$CERTS/node-$i.key" --peer-ca "$CERTS/ca.pem" \
+      --admin-token-file "$CERTS/admin.token" --worker-threads "$THREADS" >>"$WORK/$side$i.log" 2>&1 &
+    PID[$side$i]=$!
+  done
+done
+for side in before after; do
+  deadline=$((SECONDS + 60))
+  until env LEASEHOLD_ENDPOINTS="$(endpoints_of "$side")" LEASEHOLD_CA_FILE="$CERTS/ca.pem" \
+    LEASEHOLD_ADMIN_TOKEN_FILE="$CERTS/admin.token" "$CLI" status --json 2>/dev/null | grep -q '"state":"leader"'; do
+    [ "$SECONDS" -lt "$deadline" ] || { echo "before-after.sh: $side did not elect a leader in 60 s" >&2; exit 1; }
+    sleep 0.2
+  done
+  env LEASEHOLD_CA_FILE="$CERTS/ca.pem" "$BENCH" add-tenant --endpoints "$(endpoints_of "$side")" --name bench \
+    --admin-token-file "$CERTS/admin.token" --token-file "$CERTS/$side.token" \
+    --max-sessions 1000000 --max-holds 10000000 --max-waiters 10000000 >/dev/null
+done
+
+echo "before-after.sh: before = $BEFORE, after = ${SERVER[after]}; $ROUNDS rounds of $DURATION; $THREADS thread(s) per node"
+IFS=, read -r -a workloads <<<"$WORKLOADS"
+for round in $(seq 1 "$ROUNDS"); do
+  order=(before after)
+  [ $((round % 2)) -eq 0 ] && order=(after before)
+  for workload in "${workloads[@]}"; do
+    case "$workload" in
+      contended) clients="$CONTENDED_CLIENTS" ;;
+      keepalive) clients="$KEEPALIVE_CLIENTS" ;;
+      *) clients="$CLIENTS" ;;
+    esac
+    for side in "${order[@]}"; do
+      echo "== round $round: $workload on $side, $clients clients"
+      env LEASEHOLD_CA_FILE="$CERTS/ca.pem" LEASEHOLD_TOKEN_FILE="$CERTS/$side.token" \
+        "$BENCH" run --target leasehold --endpoints "$(endpoints_of "$side")" --workload "$workload" \
+        --clients "$clients" --duration "$DURATION" --warmup "$WARMUP" --pids "$(pids_of "$side")" \
+        --label "round=$round" --json-out "$WORK/$side.jsonl" | grep -v '^{' ||
+        echo "before-after.sh: $workload on $side failed in round $round" >&2
+    done
+  done
+done
+for side in before after; do
+  echo
+  echo "Medians over $ROUNDS rounds, $side:"
+  "$BENCH" summarize "$WORK/$side.jsonl"
+done
