@@ -577,6 +577,47 @@ impl Client {
             .map_err(|status| Error::from_status(&status))
     }
 
+    /// The whole replicated state at a linearizable point, as a backup file
+    /// (`leasehold-server restore` reads it), with the admin credential. What arrived
+    /// is checked against the size and SHA-256 the leader sent with the first piece.
+    pub async fn snapshot(&self) -> Result<Snapshot> {
+        let received = self
+            .with_leader_patient(
+                "snapshot",
+                Duration::from_secs(300),
+                Duration::from_secs(240),
+                None,
+                |channel| async move {
+                    let mut request = tonic::Request::new(pb::SnapshotRequest {});
+                    request.set_timeout(Duration::from_secs(240));
+                    let mut stream = Client::admin(channel).snapshot(request).await?.into_inner();
+                    let mut first: Option<pb::SnapshotChunk> = None;
+                    let mut file = Vec::new();
+                    while let Some(mut chunk) = stream.message().await? {
+                        file.append(&mut chunk.data);
+                        first.get_or_insert(chunk);
+                    }
+                    Ok((first.unwrap_or_default(), file))
+                },
+            )
+            .await?;
+        let (first, file) = received;
+        let sha256: String = ring::digest::digest(&ring::digest::SHA256, &file)
+            .as_ref()
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        if file.len() as u64 != first.total_bytes || sha256 != first.sha256 {
+            return Err(Error::Other(format!(
+                "snapshot: received {} bytes with SHA-256 {sha256}, the leader sent {} bytes with SHA-256 {}",
+                file.len(),
+                first.total_bytes,
+                first.sha256
+            )));
+        }
+        Ok(Snapshot { file, index: first.index, cluster_id: first.cluster_id, sha256 })
+    }
+
     pub async fn remove_member(&self, node_id: u64) -> Result<Vec<pb::Member>> {
         let request = pb::RemoveMemberRequest { node_id };
         let response = self
@@ -748,4 +789,16 @@ mod tests {
         let refused = Status::failed_precondition("was already used for a different command");
         assert_eq!(shape(classify(&refused, "n1", None)), "failed: Refused");
     }
+}
+
+/// A backup file as `Client::snapshot` received and checked it.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub file: Vec<u8>,
+    /// The log index the state was read at.
+    pub index: u64,
+    /// The cluster's id (32 hex digits), empty if none was recorded.
+    pub cluster_id: String,
+    /// The file's SHA-256, hex.
+    pub sha256: String,
 }

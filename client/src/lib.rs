@@ -52,7 +52,7 @@ pub mod semaphore;
 pub mod session;
 pub mod settings;
 
-pub use client::{parse_endpoints, Client, DEFAULT_ENDPOINTS};
+pub use client::{parse_endpoints, Client, Snapshot, DEFAULT_ENDPOINTS};
 pub use election::{Leader, Leadership, Observation};
 pub use error::{Error, Result};
 pub use fence::FencingToken;

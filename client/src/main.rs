@@ -50,6 +50,7 @@ async fn run(arguments: Arguments) -> Result<u8, Error> {
             cli::status::run(&client(role)?, json, all).await
         }
         Command::Member { action } => cli::member::run(&client(Role::Admin)?, action).await,
+        Command::Snapshot { action } => cli::snapshot::run(&client(Role::Admin)?, action).await,
         Command::Tenant { action } => cli::tenant::run(&client(Role::Admin)?, action).await,
         Command::Lock { name, hold } => cli::hold::lock(&client(Role::Tenant)?, &name, hold).await,
         Command::Sem { name, limit, hold } => cli::hold::semaphore(&client(Role::Tenant)?, &name, limit, hold).await,

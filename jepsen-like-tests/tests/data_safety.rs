@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
+use leasehold_jepsen::cluster::{binary, ClusterOptions, TestCluster};
 use leasehold_jepsen::grants::{assert_held, take_locks};
 use leasehold_jepsen::wait;
 
@@ -328,4 +328,84 @@ async fn a_node_replaced_twice_comes_back_after_a_full_restart() {
     cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
     assert!(cluster.is_running(follower), "{}", cluster.log_tail(follower));
     assert_held(&client, session.id(), &grants).await;
+}
+
+/// Runs `leasehold-server restore` for node `id` of `cluster` (defined, not running)
+/// from `file`, with every member of `cluster` as the initial members.
+fn restore_node(cluster: &TestCluster, id: u64, file: &Path) -> std::process::Output {
+    let mut command = std::process::Command::new(binary("leasehold-server"));
+    command.arg("restore").arg("--from").arg(file).arg("--data-dir").arg(cluster.data_dir(id)).args([
+        "--node-id",
+        &id.to_string(),
+        "--cluster-name",
+        &cluster.cluster_name,
+    ]);
+    for node in cluster.nodes.values() {
+        command.args(["--initial-member", &format!("{}={},{}", node.id, node.client_addr, node.peer_addr)]);
+    }
+    command.output().expect("run leasehold-server restore")
+}
+
+/// Backup and restore, end to end: `leasehold snapshot save` on a cluster, more
+/// grants after it, every node destroyed, three new nodes restored from the file.
+/// The locks and the session are as saved, the grants made after the backup are
+/// not there, and every new grant's token is above every token the old cluster gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_cluster_keeps_the_saved_locks_and_fences_above_every_old_token() {
+    let backups = tempfile::tempdir().expect("a temporary directory");
+    let file = backups.path().join("cluster.backup");
+    let (saved, after_backup, old_last_index, saved_session) = {
+        let old = TestCluster::start(ClusterOptions::default());
+        let leader = old.wait_for_leader(LEADER_DEADLINE).await;
+        let session = old.client().session(SESSION_TTL).await.expect("session");
+        let saved = take_locks(&session, "backup/saved", 5).await;
+        let output = std::process::Command::new(binary("leasehold"))
+            .args(["snapshot", "save"])
+            .arg(&file)
+            .env("LEASEHOLD_ENDPOINTS", old.endpoints().join(","))
+            .envs(old.credentials.env())
+            .output()
+            .expect("run leasehold snapshot save");
+        let printed = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{printed}{}", String::from_utf8_lossy(&output.stderr));
+        assert!(printed.contains("the state at index") && printed.contains("sha256"), "{printed}");
+        // Granted after the backup: not in it, and their tokens are above its index.
+        let after_backup = take_locks(&session, "backup/after", 5).await;
+        let old_last_index = old.status(leader).await.expect("leader status").last_log_index;
+        (saved, after_backup, old_last_index, session.id())
+        // Dropped here: every node of the old cluster is killed.
+    };
+
+    let mut new = TestCluster::start_only(ClusterOptions::default(), &[]);
+    for id in 1..=3 {
+        let output = restore_node(&new, id, &file);
+        let printed = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{printed}{}", String::from_utf8_lossy(&output.stderr));
+        assert!(printed.contains("starting at index"), "{printed}");
+        new.restart(id);
+    }
+    new.wait_for_leader(LEADER_DEADLINE).await;
+    let client = new.client();
+    assert_held(&client, saved_session, &saved).await;
+    for (name, _) in &after_backup {
+        let lock = client.describe_lock(name, false).await.expect("describe lock");
+        assert!(lock.holder.is_none(), "{name} was granted after the backup, yet it is held: {lock:?}");
+    }
+    let newest_old_token = after_backup.iter().map(|(_, token)| *token).max().unwrap();
+    assert!(newest_old_token <= old_last_index);
+    let session = client.session(SESSION_TTL).await.expect("a session on the restored cluster");
+    let mut fresh = take_locks(&session, "backup/new", 3).await;
+    fresh.extend(take_locks(&session, "backup/after", 1).await);
+    for (name, token) in &fresh {
+        assert!(
+            *token > old_last_index,
+            "{name} granted with token {token}, not above the old cluster's {old_last_index}"
+        );
+    }
+    let busy = session.try_lock(&saved[0].0).await.expect("try a saved lock");
+    assert!(busy.is_none(), "a saved lock is still held by the saved session");
+
+    // A restore never touches a directory that holds data.
+    let again = restore_node(&new, 1, &file);
+    assert_eq!(again.status.code(), Some(EXIT_DATA_DIRECTORY_REFUSED), "{}", String::from_utf8_lossy(&again.stderr));
 }

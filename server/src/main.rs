@@ -23,7 +23,13 @@ Exit codes:
   134  a panic: a broken invariant stopped the process";
 
 #[derive(Parser, Debug)]
-#[command(name = "leasehold-server", version, about = "Runs one Leasehold node.", after_help = EXIT_CODES)]
+#[command(
+    name = "leasehold-server",
+    version,
+    about = "Runs one Leasehold node.",
+    after_help = EXIT_CODES,
+    args_conflicts_with_subcommands = true
+)]
 struct Arguments {
     /// A TOML file with any of the settings below (flags override it).
     #[arg(long)]
@@ -33,6 +39,82 @@ struct Arguments {
     log_format: String,
     #[command(flatten)]
     settings: RawConfig,
+    #[command(subcommand)]
+    command: Option<ServerCommand>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum ServerCommand {
+    /// Makes a new cluster's data directory for one node from a backup file
+    /// (`leasehold snapshot save`), then exits. Run it for every node of the new
+    /// cluster with the same file, floor and members, then start the nodes as usual.
+    Restore(RestoreArguments),
+}
+
+#[derive(clap::Args, Debug)]
+struct RestoreArguments {
+    /// The backup file.
+    #[arg(long)]
+    from: PathBuf,
+    /// The new node's data directory: absent or empty.
+    #[arg(long)]
+    data_dir: PathBuf,
+    #[arg(long)]
+    node_id: u64,
+    #[arg(long, default_value = leasehold_server::node::config::CLUSTER_NAME_DEFAULT)]
+    cluster_name: String,
+    /// The new cluster's members, `ID=CLIENT_ADDR,PEER_ADDR`, repeated: the same list
+    /// for every node, given again as --initial-member when the nodes start.
+    #[arg(long = "initial-member", value_name = "ID=CLIENT_ADDR,PEER_ADDR", required = true)]
+    initial_members: Vec<String>,
+    /// Every token the new cluster grants is above this: give the old cluster's last
+    /// log index or more (`leasehold status`, or the metric
+    /// leasehold_raft_last_log_index), so that tokens granted after the backup was
+    /// taken are below it too. Default: the backup's index + 2^40.
+    #[arg(long)]
+    token_floor: Option<u64>,
+}
+
+fn restore(arguments: RestoreArguments) -> ExitCode {
+    let mut members = std::collections::BTreeMap::new();
+    for text in &arguments.initial_members {
+        match leasehold_server::node::config::parse_member(text) {
+            Ok((id, node)) => {
+                members.insert(id, node);
+            }
+            Err(error) => {
+                eprintln!("leasehold-server restore: {error}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let options = leasehold_server::node::restore::RestoreOptions {
+        backup: arguments.from,
+        data_dir: arguments.data_dir,
+        node_id: arguments.node_id,
+        cluster_name: arguments.cluster_name,
+        members,
+        token_floor: arguments.token_floor,
+    };
+    match leasehold_server::node::restore::restore(&options) {
+        Ok(restored) => {
+            println!(
+                "restored node {} into {}: the state saved at index {} ({} sessions, {} locks), starting at index {}; \
+                 every new token is above it",
+                options.node_id,
+                options.data_dir.display(),
+                restored.backup_index,
+                restored.sessions,
+                restored.locks,
+                restored.starts_at
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("leasehold-server restore: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -48,6 +130,9 @@ fn main() -> ExitCode {
         }
     }
     leasehold_server::shell::fail_stop::install();
+    if let Some(ServerCommand::Restore(restore_arguments)) = arguments.command {
+        return restore(restore_arguments);
+    }
     let raw = match &arguments.config {
         Some(path) => match RawConfig::from_toml_file(path) {
             Ok(file) => arguments.settings.merged_over(file),

@@ -115,6 +115,11 @@ pub enum Command {
         #[command(subcommand)]
         action: MemberAction,
     },
+    /// Back up the whole replicated state (admin credential).
+    Snapshot {
+        #[command(subcommand)]
+        action: SnapshotAction,
+    },
     /// Run a command while holding a lock.
     ///
     /// The command sees LEASEHOLD_LOCK, LEASEHOLD_FENCING_TOKEN and LEASEHOLD_SESSION
@@ -282,6 +287,14 @@ pub enum MemberAction {
     /// Remove a node; it stops serving. The first step of replacing a node whose
     /// data directory was lost.
     Remove { node_id: u64 },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SnapshotAction {
+    /// Save the state, read by the leader at a linearizable point, to FILE (a backup
+    /// file with its index, cluster id and SHA-256); `leasehold-server restore` makes
+    /// a new cluster from it.
+    Save { file: std::path::PathBuf },
 }
 
 #[derive(Subcommand, Debug)]

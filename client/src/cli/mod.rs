@@ -12,6 +12,7 @@
 //! * `supervise` — running the command; jeopardy stops it (SIGTERM, then SIGKILL).
 //! * `render` — what the read commands print: text tables and JSON.
 //! * `tenant` — tenants, their quotas and tokens (admin credential).
+//! * `snapshot` — `snapshot save`: a backup file of the whole state (admin credential).
 //! * `status`, `member`, `describe`, `fence`, `session`, `leader` — one file per
 //!   remaining command family.
 
@@ -26,6 +27,7 @@ pub mod leader;
 pub mod member;
 pub mod render;
 pub mod session;
+pub mod snapshot;
 pub mod status;
 pub mod supervise;
 pub mod tenant;

@@ -71,6 +71,21 @@ impl StateMachine {
         self.cluster.incarnations.retain(|node, _| is_member(*node));
     }
 
+    /// Makes this state (read from a backup) the start of a restored cluster: applied
+    /// up to `index`, which is at least its own last index, so that every index the
+    /// new cluster gives out, and so every token, is above `index`; and no member or
+    /// cluster id recorded (the new cluster's nodes are other incarnations, recorded
+    /// as they answer, under a new id).
+    ///
+    /// # Panics
+    ///
+    /// If `index` is below the last applied index.
+    pub fn restore_at(&mut self, index: u64) {
+        assert!(Some(index) >= self.last_applied, "a restored state starts at or above its own index");
+        self.last_applied = Some(index);
+        self.cluster = ClusterRecord::default();
+    }
+
     pub fn cluster_record(&self) -> &ClusterRecord {
         &self.cluster
     }

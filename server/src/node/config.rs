@@ -294,7 +294,7 @@ fn resolve(what: &str, address: &str) -> Result<SocketAddr, ConfigError> {
     }
 }
 
-fn parse_member(text: &str) -> Result<(NodeId, Node), ConfigError> {
+pub fn parse_member(text: &str) -> Result<(NodeId, Node), ConfigError> {
     let rule = "an initial member is written ID=CLIENT_ADDR,PEER_ADDR, e.g. 1=127.0.0.1:7101,127.0.0.1:7201";
     let Some((id_text, addresses)) = text.split_once('=') else {
         return fail(format!("initial member {text:?}: {rule}"));

@@ -6,12 +6,14 @@
 //! * `config` — flags and TOML, validated once into a `Config`.
 //! * `data_dir` — the data directory's identity; foreign directories are refused.
 //! * `metrics` — the Prometheus text endpoint.
+//! * `restore` — `leasehold-server restore`: a new node's data directory from a backup.
 //! * `running_node` — `start` and `RunningNode`: listeners, storage, openraft, the
 //!   services, the expiry and membership tasks.
 
 pub mod config;
 pub mod data_dir;
 pub mod metrics;
+pub mod restore;
 pub mod running_node;
 
 pub use running_node::{start, RunningNode, StartError};

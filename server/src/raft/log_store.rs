@@ -237,6 +237,17 @@ fn run_flusher(db: Arc<DB>, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
     }
 }
 
+/// Makes a fresh database's log start after `log_id`, as if every entry up to it
+/// had been purged behind a snapshot (`state_machine_store::seed`): a restored node
+/// starts there.
+pub fn seed(db: &DB, log_id: LogId) -> Result<(), String> {
+    let meta = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
+    let mut batch = WriteBatch::default();
+    batch.put_cf(meta, KEY_LAST_PURGED, codec::encode(&log_id));
+    batch.put_cf(meta, KEY_COMMITTED, codec::encode(&Some(log_id)));
+    db.write_opt(batch, &storage::synced()).map_err(|error| format!("cannot write the log's start: {error}"))
+}
+
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,

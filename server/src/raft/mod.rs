@@ -16,10 +16,12 @@
 //!   (batched into rounds), linearizable reads.
 //! * `network` — Raft RPCs to peers over tonic.
 //! * `peer_service` — the `Peer` gRPC service: Raft RPCs from peers.
+//! * `backup` — the backup file: the state at one index, with a checksum.
 //! * `incarnations` — each member's incarnation on every peer message and answer,
 //!   and the checks that keep a wiped node from counting as the member it was.
 
 pub mod applier;
+pub mod backup;
 pub mod codec;
 pub mod incarnations;
 pub mod log_store;

@@ -228,6 +228,17 @@ impl StateMachineStore {
     }
 }
 
+/// Stores `machine` as the snapshot of a fresh database, with `meta` (its last log
+/// id and membership): a restored node loads it as its state at start.
+pub fn seed(db: &DB, machine: &StateMachine, meta: &SnapshotMeta) -> Result<(), String> {
+    check_loaded(machine, meta.last_log_id)?;
+    let data = SnapshotBody::encode(machine);
+    let stored = StoredSnapshotRef { meta, data: &data };
+    let cf = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
+    db.put_cf_opt(cf, KEY_SNAPSHOT, codec::encode(&stored), &storage::synced())
+        .map_err(|error| format!("cannot write the snapshot: {error}"))
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let store = self.clone();
