@@ -68,6 +68,11 @@ pub struct Incarnations {
     heard: Mutex<BTreeMap<NodeId, u64>>,
     /// Wakes the recorder when `heard` gains a member.
     pub heard_changed: Notify,
+    /// Whether each peer's last message or answer carried `MEMBER_HEADER`: a build
+    /// without it does not know `Command::RecordMember` either, and would fail on the
+    /// entry. The leader records nothing until every member speaks it (a rolling
+    /// upgrade from such a build records the members once the last node runs this one).
+    speaks: Mutex<BTreeMap<NodeId, bool>>,
     refusals: LogLimiter,
     /// False only with --test-accept-any-incarnation: nothing is refused or stopped.
     checked: bool,
@@ -88,6 +93,7 @@ impl Incarnations {
             raft: OnceLock::new(),
             heard: Mutex::new(BTreeMap::new()),
             heard_changed: Notify::new(),
+            speaks: Mutex::new(BTreeMap::new()),
             refusals: LogLimiter::new(Duration::from_secs(1)),
             checked: true,
         })
@@ -160,6 +166,7 @@ impl Incarnations {
     /// peer's certificate was checked against): the sender's cluster id, what it says
     /// of this node (which may stop this node), and the sender's incarnation.
     pub fn check_request(&self, metadata: &MetadataMap, rpc: &str, sender: NodeId) -> Result<(), Status> {
+        self.note_speaker(sender, metadata);
         let record = self.record();
         if !self.checked {
             if let Some((node, incarnation, _)) = text(metadata, MEMBER_HEADER).and_then(parse_member) {
@@ -239,6 +246,7 @@ impl Incarnations {
     /// Checks the answer `target` gave: an answer from another incarnation than the
     /// recorded one is not counted (the caller treats it as unreachable).
     pub fn check_answer(&self, target: NodeId, metadata: &MetadataMap) -> Result<(), String> {
+        self.note_speaker(target, metadata);
         let Some((node, incarnation, their_index)) = text(metadata, MEMBER_HEADER).and_then(parse_member) else {
             return Ok(());
         };
@@ -300,6 +308,15 @@ impl Incarnations {
         }
     }
 
+    fn note_speaker(&self, node: NodeId, metadata: &MetadataMap) {
+        let speaks = metadata.get(MEMBER_HEADER).is_some();
+        let mut speakers = self.speaks.lock().unwrap();
+        if speakers.insert(node, speaks) != Some(speaks) && speaks {
+            drop(speakers);
+            self.heard_changed.notify_one();
+        }
+    }
+
     fn heard(&self, node: NodeId, incarnation: u64) {
         let mut heard = self.heard.lock().unwrap();
         if heard.insert(node, incarnation) != Some(incarnation) {
@@ -309,8 +326,17 @@ impl Incarnations {
     }
 
     /// The members (of `members`) whose incarnation the leader should record: heard
-    /// from, or this node itself, and not in the record yet.
+    /// from, or this node itself, and not in the record yet. None while a member has
+    /// not been heard to speak incarnations (it may run a build that cannot apply the
+    /// record).
     pub fn to_record(&self, members: &[NodeId]) -> Vec<(NodeId, u64)> {
+        {
+            let speakers = self.speaks.lock().unwrap();
+            let silent = members.iter().any(|member| *member != self.node_id && speakers.get(member) != Some(&true));
+            if silent {
+                return Vec::new();
+            }
+        }
         let record = self.record();
         let mut heard = self.heard.lock().unwrap();
         heard.retain(|node, _| record.incarnation(*node).is_none());
@@ -430,7 +456,19 @@ mod tests {
         assert!(checks.check_request(&member(4, 44, 0), "AppendEntries", 4).is_ok());
         assert_eq!(checks.to_record(&[1, 3]), vec![(3, 33)], "a non-member is not recorded");
         let fresh = incarnations(ClusterRecord::default());
-        assert_eq!(fresh.to_record(&[1, 2]), vec![(1, 11)], "the leader records itself");
+        assert!(fresh.check_answer(2, &member(2, 22, 0)).is_ok());
+        assert_eq!(fresh.to_record(&[1, 2]), vec![(2, 22), (1, 11)], "the leader records itself too");
+    }
+
+    #[test]
+    fn nothing_is_recorded_while_a_member_runs_a_build_without_incarnations() {
+        let checks = incarnations(ClusterRecord::default());
+        assert!(checks.check_answer(2, &member(2, 22, 0)).is_ok());
+        assert!(checks.to_record(&[1, 2, 3]).is_empty(), "node 3 was not heard yet");
+        assert!(checks.check_answer(3, &MetadataMap::new()).is_ok(), "an older build answers");
+        assert!(checks.to_record(&[1, 2, 3]).is_empty(), "node 3 cannot apply a record");
+        assert!(checks.check_answer(3, &member(3, 33, 0)).is_ok(), "node 3 was upgraded");
+        assert_eq!(checks.to_record(&[1, 2, 3]), vec![(2, 22), (3, 33), (1, 11)]);
     }
 
     #[test]
