@@ -74,9 +74,10 @@ impl Error {
             ErrorReason::UnknownSession | ErrorReason::UnknownMember | ErrorReason::UnknownTenant => {
                 Error::NotFound(message)
             }
-            ErrorReason::LimitExceeded | ErrorReason::QuotaExceeded | ErrorReason::BudgetExceeded => {
-                Error::LimitReached(message)
-            }
+            ErrorReason::LimitExceeded
+            | ErrorReason::QuotaExceeded
+            | ErrorReason::BudgetExceeded
+            | ErrorReason::DiskLow => Error::LimitReached(message),
             ErrorReason::Unauthenticated => Error::Unauthenticated(message),
             ErrorReason::PermissionDenied | ErrorReason::WrongSessionSecret | ErrorReason::WrongPeer => {
                 Error::PermissionDenied(message)

@@ -81,3 +81,49 @@ async fn every_node_reports_the_replicated_state_and_the_leader_its_batching() {
     assert!(commands_proposed >= 3.0, "the session, the lock and the permit were proposed: {commands_proposed}");
     drop((guard, permit));
 }
+
+/// Below its disk reserve a leader refuses new state before any write can fail for
+/// want of space (DISK_LOW, naming the free space and the reserve), while a release
+/// still goes through; `Status`, `leasehold status` and the metrics say so. The
+/// nodes are restarted with a reserve no disk here has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn below_its_disk_reserve_the_leader_refuses_new_state_and_says_so() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let client = cluster.client();
+    let session = client.session(Duration::from_secs(60)).await.unwrap();
+    let held = session.try_lock("disk/held").await.unwrap().expect("a free lock");
+
+    let reserve = (1u64 << 60).to_string();
+    for id in 1..=3 {
+        cluster.restart_with(id, &["--disk-reserve-bytes", &reserve]);
+    }
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let status = cluster.status(leader).await.expect("leader status");
+    assert_eq!(status.disk_reserve_bytes, 1 << 60);
+    assert!(status.disk_free_bytes > 0 && status.disk_free_bytes < status.disk_reserve_bytes, "{status:?}");
+
+    let refused = client.session(Duration::from_secs(60)).await.expect_err("no new session below the reserve");
+    let message = refused.to_string();
+    assert!(matches!(refused, leasehold::Error::LimitReached(_)), "{message}");
+    assert!(message.contains("below its reserve") && message.contains("--disk-reserve-bytes"), "{message}");
+    held.release().await.expect("a release still goes through");
+
+    let address = cluster.nodes[&leader].metrics_addr.clone().expect("a metrics address");
+    let metrics = wait::until(LEADER_DEADLINE, "the leader's metrics", || {
+        let address = address.clone();
+        async move { scrape(&address) }
+    })
+    .await;
+    assert_eq!(metrics.get("leasehold_disk_low"), Some(&1.0), "{metrics:?}");
+    assert_eq!(metrics.get("leasehold_disk_reserve_bytes"), Some(&((1u64 << 60) as f64)));
+
+    let output = std::process::Command::new(leasehold_jepsen::cluster::binary("leasehold"))
+        .arg("status")
+        .env("LEASEHOLD_ENDPOINTS", cluster.endpoints().join(","))
+        .envs(cluster.credentials.env())
+        .output()
+        .expect("run leasehold status");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("below its reserve") && printed.contains("DISK_LOW"), "{printed}");
+}

@@ -29,9 +29,10 @@ impl ErrorReason {
             ErrorReason::Unspecified | ErrorReason::Internal => Code::Internal,
             ErrorReason::InvalidArgument => Code::InvalidArgument,
             ErrorReason::UnknownSession | ErrorReason::UnknownMember | ErrorReason::UnknownTenant => Code::NotFound,
-            ErrorReason::LimitExceeded | ErrorReason::QuotaExceeded | ErrorReason::BudgetExceeded => {
-                Code::ResourceExhausted
-            }
+            ErrorReason::LimitExceeded
+            | ErrorReason::QuotaExceeded
+            | ErrorReason::BudgetExceeded
+            | ErrorReason::DiskLow => Code::ResourceExhausted,
             ErrorReason::RequestIdReused | ErrorReason::AlreadyMember | ErrorReason::TenantExists => {
                 Code::AlreadyExists
             }

@@ -52,6 +52,7 @@ pub fn status(rows: &[(String, Result<pb::StatusResponse, Error>)], as_json: boo
                     "state_bytes": status.state_bytes, "state_budget_bytes": status.state_budget_bytes,
                     "insecure_plaintext": status.insecure_plaintext,
                     "cluster_id": status.cluster_id, "incarnation": status.incarnation,
+                    "disk_free_bytes": status.disk_free_bytes, "disk_reserve_bytes": status.disk_reserve_bytes,
                 }),
                 Err(error) => json!({"endpoint": endpoint, "reachable": false, "error": error.to_string()}),
             })
@@ -84,6 +85,16 @@ pub fn status(rows: &[(String, Result<pb::StatusResponse, Error>)], as_json: boo
     }
     for (endpoint, row) in rows {
         if let Ok(status) = row {
+            if status.disk_reserve_bytes > 0 && status.disk_free_bytes < status.disk_reserve_bytes {
+                let _ = writeln!(
+                    text,
+                    "WARNING: node {} ({endpoint}) has {} free on its data directory's disk, below its reserve of {}: \
+                     as leader it refuses new state (DISK_LOW)",
+                    status.node_id,
+                    bytes_text(status.disk_free_bytes),
+                    bytes_text(status.disk_reserve_bytes)
+                );
+            }
             if status.insecure_plaintext {
                 let _ = writeln!(
                     text,

@@ -324,6 +324,8 @@ impl Admin for AdminService {
             state_budget_bytes: self.replica.state_budget_bytes(),
             cluster_id: record.cluster_id.map(|id| format!("{id:032x}")).unwrap_or_default(),
             incarnation: self.incarnation,
+            disk_free_bytes: self.replica.disk.free_bytes().unwrap_or(0),
+            disk_reserve_bytes: self.replica.disk.reserve_bytes(),
             sessions,
             locks,
             semaphores,

@@ -32,6 +32,8 @@ pub const CLUSTER_NAME_DEFAULT: &str = "leasehold";
 /// holding a lock each, as the state estimates them (about 470 MB), with room to spare.
 pub const STATE_BUDGET_BYTES_DEFAULT: u64 = 1 << 30;
 pub const STATE_BUDGET_BYTES_MIN: u64 = 1 << 20;
+/// Free space kept on the data directory's file system unless configured.
+pub const DISK_RESERVE_BYTES_DEFAULT: u64 = 64 << 20;
 
 const _: () = assert!(HEARTBEAT_MS_DEFAULT < ELECTION_TIMEOUT_MIN_MS_DEFAULT);
 const _: () = assert!(ELECTION_TIMEOUT_MIN_MS_DEFAULT < ELECTION_TIMEOUT_MAX_MS_DEFAULT);
@@ -130,6 +132,13 @@ pub struct RawConfig {
     /// every node the same value.
     #[arg(long)]
     pub state_budget_bytes: Option<u64>,
+    /// Free space to keep on the data directory's file system (default 64 MiB): below
+    /// it the leader refuses new sessions, locks, waits and tenants (DISK_LOW), so that
+    /// the log has room for releases, closes and expiries, and no write fails for want
+    /// of space (a failed write stops the node, exit code 5). Shown in `leasehold
+    /// status` and the metrics.
+    #[arg(long)]
+    pub disk_reserve_bytes: Option<u64>,
     /// This node's data directory was lost and the node comes back on an empty one
     /// to join as a new member, under the same id: the node never bootstraps and
     /// waits to be added (`leasehold member add`). Without it, an empty directory under
@@ -172,6 +181,7 @@ impl RawConfig {
             insecure_plaintext: self.insecure_plaintext || file.insecure_plaintext,
             admin_token_file: self.admin_token_file.or(file.admin_token_file),
             state_budget_bytes: self.state_budget_bytes.or(file.state_budget_bytes),
+            disk_reserve_bytes: self.disk_reserve_bytes.or(file.disk_reserve_bytes),
             new_incarnation: self.new_incarnation || file.new_incarnation,
             test_accept_any_incarnation: self.test_accept_any_incarnation || file.test_accept_any_incarnation,
         }
@@ -208,6 +218,7 @@ pub struct Config {
     /// Where the admin credential is read from (at start and on SIGHUP).
     pub admin_token_file: PathBuf,
     pub state_budget_bytes: u64,
+    pub disk_reserve_bytes: u64,
     /// Join as a new member on an empty directory (see `RawConfig::new_incarnation`).
     pub new_incarnation: bool,
     pub test_accept_any_incarnation: bool,
@@ -461,6 +472,7 @@ impl Config {
             transport,
             admin_token_file,
             state_budget_bytes,
+            disk_reserve_bytes: raw.disk_reserve_bytes.unwrap_or(DISK_RESERVE_BYTES_DEFAULT),
             new_incarnation: raw.new_incarnation,
             test_accept_any_incarnation: raw.test_accept_any_incarnation,
         })

@@ -60,6 +60,21 @@ pub fn render(replica: &Replica) -> String {
         "The size past which the leader refuses new state (--state-budget-bytes).",
         replica.state_budget_bytes(),
     );
+    gauge(
+        "leasehold_disk_free_bytes",
+        "Free space of the data directory's file system, as last read (every second).",
+        replica.disk.free_bytes().unwrap_or(0),
+    );
+    gauge(
+        "leasehold_disk_reserve_bytes",
+        "The free space below which the leader refuses new state (--disk-reserve-bytes).",
+        replica.disk.reserve_bytes(),
+    );
+    gauge(
+        "leasehold_disk_low",
+        "1 while the data directory's free space is below the reserve.",
+        u64::from(replica.disk.is_low()),
+    );
     gauge("leasehold_observers", "Open Observe streams on this node.", replica.shared.observers.open() as u64);
     gauge(
         "leasehold_heap_free_bytes",

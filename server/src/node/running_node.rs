@@ -40,6 +40,7 @@ use crate::raft::storage;
 use crate::raft::types::{Node, NodeId, Raft};
 use crate::shell::clock::Clock;
 use crate::shell::clock::LogLimiter;
+use crate::shell::disk::{DiskSpace, DISK_CHECK_INTERVAL_MS};
 use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
 use crate::shell::tls::{tls_incoming, ClientCertificates, NodeTls, PeerClientTls, ServerTls};
 
@@ -168,6 +169,13 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         bootstrap(&raft, &config.initial_members).await;
     }
 
+    let disk = Arc::new(DiskSpace::new(config.disk_reserve_bytes));
+    if let Err(error) = disk.refresh(&config.data_dir) {
+        return Err(StartError::Failed(format!(
+            "cannot read the free space of {}: {error}",
+            config.data_dir.display()
+        )));
+    }
     let auth = Arc::new(Auth::new(config.admin_token_file.clone(), shared.clone()).map_err(StartError::Failed)?);
     let replica = Replica::new(
         raft.clone(),
@@ -176,6 +184,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         config.cluster_name.clone(),
         clock.clone(),
         config.state_budget_bytes,
+        disk.clone(),
     );
     let (stop, stopped) = watch::channel(false);
     let (retired_sender, retired) = watch::channel(false);
@@ -290,6 +299,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     }
     tasks.push(tokio::spawn(run_expiry(replica.clone(), stopped.clone())));
     tasks.push(tokio::spawn(stop_on_fatal(raft.clone(), stopped.clone())));
+    tasks.push(tokio::spawn(watch_disk(disk, config.data_dir.clone(), stopped.clone())));
     tasks.push(tokio::spawn(record_members(
         replica.clone(),
         incarnations.clone(),
@@ -526,6 +536,36 @@ async fn stop_on_fatal(raft: Raft, mut stopped: watch::Receiver<bool>) {
             "leasehold-server: Raft stopped on a fatal error: {fatal}; stopping the node (exit code {EXIT_RAFT_FATAL})"
         );
         std::process::exit(EXIT_RAFT_FATAL);
+    }
+}
+
+/// Reads the data directory's free space every `DISK_CHECK_INTERVAL_MS`, and logs
+/// when it goes below the reserve and back.
+async fn watch_disk(disk: Arc<DiskSpace>, data_dir: std::path::PathBuf, mut stopped: watch::Receiver<bool>) {
+    let mut was_low = disk.is_low();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(DISK_CHECK_INTERVAL_MS)) => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+        match disk.refresh(&data_dir) {
+            Ok(low) if low != was_low => {
+                let free_bytes = disk.free_bytes().unwrap_or(0);
+                let reserve_bytes = disk.reserve_bytes();
+                if low {
+                    tracing::warn!(
+                        free_bytes,
+                        reserve_bytes,
+                        "the data directory's disk is below its reserve: new state is refused"
+                    );
+                } else {
+                    tracing::info!(free_bytes, reserve_bytes, "the data directory's disk is above its reserve again");
+                }
+                was_low = low;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "cannot read the data directory's free space"),
+        }
     }
 }
 

@@ -20,6 +20,7 @@ use crate::raft::state_machine_store::Shared;
 use crate::raft::types::{Node, NodeId, Proposal, Raft};
 use crate::shell::clock::Clock;
 use crate::shell::clock::LogLimiter;
+use crate::shell::disk::DiskSpace;
 
 /// The metadata key that carries the leader's client address on a not-leader error.
 pub const LEADER_METADATA_KEY: &str = "leasehold-leader";
@@ -82,6 +83,8 @@ pub struct Replica {
     state_budget_bytes: u64,
     /// Budget refusals are logged at most once a second.
     budget_refusals_logged: LogLimiter,
+    /// The data directory's free space: below its reserve, new state is refused.
+    pub disk: Arc<DiskSpace>,
     leader_checks: mpsc::Sender<LeaderCheckReply>,
     proposals: mpsc::Sender<Pending>,
 }
@@ -94,6 +97,7 @@ impl Replica {
         cluster_name: String,
         clock: Clock,
         state_budget_bytes: u64,
+        disk: Arc<DiskSpace>,
     ) -> Arc<Self> {
         let counters = Arc::new(Counters::default());
         let (leader_checks, queue) = mpsc::channel(LEADER_CHECKS_QUEUED_MAX);
@@ -109,6 +113,7 @@ impl Replica {
             counters,
             state_budget_bytes,
             budget_refusals_logged: LogLimiter::new(Duration::from_secs(1)),
+            disk,
             leader_checks,
             proposals,
         })
@@ -137,6 +142,28 @@ impl Replica {
     /// never refused, so the cluster can always shrink back. The check reads the size
     /// as last applied, so commands already in flight may take it a little past.
     pub fn check_budget(&self) -> Result<(), Status> {
+        if self.disk.is_low() {
+            let free = self.disk.free_bytes().unwrap_or(0);
+            let reserve = self.disk.reserve_bytes();
+            if self.budget_refusals_logged.allow() {
+                tracing::warn!(
+                    free_bytes = free,
+                    reserve_bytes = reserve,
+                    "the data directory's disk is below its reserve: refusing new sessions, locks and waits (logged at \
+                     most once a second)"
+                );
+            }
+            return Err(error_status(
+                ErrorReason::DiskLow,
+                format!(
+                    "node {}'s data directory has {free} bytes free, below its reserve of {reserve} \
+                     (--disk-reserve-bytes): new sessions, holds, waits and tenants are refused until space is freed. \
+                     Releases, closes and expiries still work",
+                    self.node_id
+                ),
+                &[("free_bytes", free.to_string()), ("reserve_bytes", reserve.to_string())],
+            ));
+        }
         let used = self.shared.state_bytes.load(Ordering::Relaxed);
         if used < self.state_budget_bytes {
             return Ok(());

@@ -17,11 +17,13 @@
 //! * `observers` — election changes pushed to `Observe` streams in apply order.
 //! * `wait_histograms` — how long semaphore acquires waited, per semaphore.
 //! * `memory` — how the node uses the C allocator, and the heap trimmer.
+//! * `disk` — the data directory's free space against the reserve.
 //! * `tls` — TLS on both ports: certificates re-read on SIGHUP, peers' and clients'
 //!   identities read from their certificates.
 
 pub mod clock;
 pub mod credentials;
+pub mod disk;
 pub mod fail_stop;
 pub mod memory;
 pub mod observers;
