@@ -924,7 +924,8 @@ pub fn believed_at_once(operations: &[Operation]) -> (usize, Vec<String>) {
     (count, examples)
 }
 
-/// A node the nemesis brought back on a wiped or corrupted data directory, and how
+/// A node the nemesis brought back on a wiped or corrupted data directory (or a small
+/// disk it filled), and how
 /// its process ended: it must stop with `expected_exit` instead of serving.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Refusal {
@@ -937,7 +938,8 @@ pub struct Refusal {
 }
 
 /// (i) Every node started on a wiped or corrupted data directory stopped with the
-/// documented exit code: none served, voted or acknowledged with a log it lost.
+/// documented exit code: none served, voted or acknowledged with a log it lost; and
+/// every node whose disk filled stopped with the fatal-error code instead of serving on.
 pub fn refusals(refusals: &[Refusal]) -> CheckResult {
     let mut anomalies = Vec::new();
     for refusal in refusals {
@@ -960,7 +962,7 @@ pub fn refusals(refusals: &[Refusal]) -> CheckResult {
     }
     CheckResult::from_anomalies(
         "refused-nodes",
-        format!("{} node(s) started on a wiped or corrupted data directory", refusals.len()),
+        format!("{} node(s) started on a wiped, corrupted or full data directory", refusals.len()),
         anomalies,
     )
 }

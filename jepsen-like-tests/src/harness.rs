@@ -54,6 +54,10 @@ pub const REFUSED_EXIT_MS_MAX: u64 = 10_000;
 /// "Exit codes").
 pub const EXIT_DATA_DIRECTORY_REFUSED: i32 = 3;
 pub const EXIT_STALE_INCARNATION: i32 = 4;
+pub const EXIT_RAFT_FATAL: i32 = 5;
+/// The disk of the `disk-full` fault, and how long the workload has to fill it.
+pub const SMALL_DISK_BYTES: u64 = 512 << 10;
+pub const DISK_FILL_MS_MAX: u64 = 30_000;
 /// Workers get this long beyond the liveness bound to finish and exit.
 pub const WORKER_EXIT_SLACK_MS: u64 = 30_000;
 pub const STATUS_POLL_MS: u64 = 100;
@@ -579,6 +583,7 @@ impl Harness {
             Fault::MemberReplace => self.replace_member(leader).await,
             Fault::WipeRejoin => self.wipe_rejoin(leader).await,
             Fault::CorruptReplace => self.corrupt_replace(leader).await,
+            Fault::DiskFull => self.disk_full(leader).await,
         }
     }
 
@@ -737,6 +742,61 @@ impl Harness {
         };
         let mut detail = format!("corrupted {file}; ");
         detail.push_str(&self.expect_refusal(Fault::CorruptReplace, target, EXIT_DATA_DIRECTORY_REFUSED).await);
+        let outcome = self.replace_in_place(target, &mut detail).await;
+        (outcome, vec![target], detail)
+    }
+
+    /// Moves a follower to a small disk (removed, started on a 2 MiB tmpfs as a new
+    /// incarnation, added back) and waits for the workload to fill it: the node must
+    /// stop with the fatal-error exit code. A node whose disk did not fill in time is
+    /// killed and not counted. Then it is replaced on its usual disk.
+    async fn disk_full(&mut self, leader: Option<u64>) -> (Outcome, Vec<u64>, String) {
+        let target = match self.random_follower(leader) {
+            Ok(target) => target,
+            Err(skipped) => return skipped,
+        };
+        let client = self.cluster.admin_client();
+        if let Err(error) = client.remove_member(target).await {
+            let outcome = if error.is_definite() { Outcome::Skipped } else { Outcome::Indeterminate };
+            return (outcome, vec![target], format!("remove: {error}"));
+        }
+        let give_up = Instant::now() + Duration::from_millis(REMOVED_EXIT_MS_MAX);
+        while self.cluster.is_running(target) && Instant::now() < give_up {
+            tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
+        }
+        self.cluster.wipe(target);
+        self.cluster.restart_on_small_disk(target, SMALL_DISK_BYTES, &["--new-incarnation"]);
+        let (client_addr, peer_addr) = {
+            let node = &self.cluster.nodes[&target];
+            (node.client_addr.clone(), node.peer_addr.clone())
+        };
+        let added =
+            tokio::time::timeout(Duration::from_secs(30), client.add_member(target, &client_addr, &peer_addr, false))
+                .await;
+        let mut detail = match added {
+            Ok(Ok(_)) => format!("node {target} on a {SMALL_DISK_BYTES}-byte disk; "),
+            Ok(Err(error)) => format!("node {target} on a small disk, not promoted ({error}); "),
+            Err(_) => format!("node {target} on a small disk, add timed out; "),
+        };
+        let at_ns = monotonic_ns();
+        match self.cluster.try_exit_status(target, Duration::from_millis(DISK_FILL_MS_MAX)).await {
+            Some(status) => {
+                let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+                detail.push_str(&format!("it exited with code {code}; "));
+                let refusal = Refusal {
+                    fault: Fault::DiskFull.name(),
+                    node: target,
+                    expected_exit: EXIT_RAFT_FATAL,
+                    exit: Some(code),
+                    at_ns,
+                };
+                self.refusals.push(refusal);
+            }
+            None => {
+                detail.push_str("its disk did not fill in time (killed, not counted); ");
+                self.cluster.kill(target);
+            }
+        }
         let outcome = self.replace_in_place(target, &mut detail).await;
         (outcome, vec![target], detail)
     }

@@ -88,7 +88,7 @@ impl NemesisKind {
             }
             NemesisKind::Clock => &[Fault::ClockFast, Fault::ClockSlow, Fault::ClockJump],
             NemesisKind::Member => &[Fault::MemberReplace],
-            NemesisKind::Disk => &[Fault::WipeRejoin, Fault::CorruptReplace],
+            NemesisKind::Disk => &[Fault::WipeRejoin, Fault::CorruptReplace, Fault::DiskFull],
         }
     }
 }
@@ -127,6 +127,10 @@ pub enum Fault {
     /// Bytes flipped in the middle of a stopped follower's write-ahead log: it must
     /// refuse to start (exit code 3); then it is replaced as the README says.
     CorruptReplace,
+    /// A follower is replaced by one on a 512 KiB disk (a tmpfs in a mount namespace of
+    /// its own): when the disk fills it must stop with exit code 5; then it is
+    /// replaced again on its usual disk.
+    DiskFull,
 }
 
 impl Fault {
@@ -148,6 +152,7 @@ impl Fault {
             Fault::MemberReplace => "member-replace",
             Fault::WipeRejoin => "wipe-rejoin",
             Fault::CorruptReplace => "corrupt-replace",
+            Fault::DiskFull => "disk-full",
         }
     }
 }
