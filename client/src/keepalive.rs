@@ -4,7 +4,9 @@
 //! `KEEPALIVES_PER_TTL` times per TTL, and its (state, deadline) is re-evaluated
 //! exactly when it could change — no polling over all sessions. The deadline is
 //! conservative: the send time of the last answered keepalive plus the TTL the
-//! leader granted. The task starts with the first session and ends with the last,
+//! leader granted, less the clock-drift allowance and margin of
+//! `leasehold_proto::lease::client_lease_ms`, so that it passes before the leader
+//! could expire the session. The task starts with the first session and ends with the last,
 //! so an idle client holds no task and no stream.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,8 +19,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::client::{Client, ATTEMPT_TIMEOUT_MS, RETRY_PAUSE_MS};
 use crate::session::SessionState;
 
-/// Keepalives are sent this many times per TTL.
-pub const KEEPALIVES_PER_TTL: u32 = 3;
+/// Keepalives are sent this many times per TTL: more often than the leader's quiet
+/// threshold (see `leasehold_proto::lease`), so that a live session is never
+/// checkpointed.
+pub use leasehold_proto::lease::KEEPALIVES_PER_TTL;
 /// The session is in jeopardy when less than TTL / this is left.
 pub const JEOPARDY_TTL_DIVISOR: u32 = 2;
 /// Keepalive requests buffered for the stream before sends are retried later.
@@ -82,6 +86,13 @@ impl Tracked {
         }
         wake.max(now)
     }
+}
+
+/// The part of a lease of `granted_ms` (at most the session's TTL) the client counts
+/// on from the moment it sent the request that got it.
+pub(crate) fn counted_on(granted_ms: u64, ttl: Duration) -> Duration {
+    let granted_ms = granted_ms.min(ttl.as_millis() as u64);
+    Duration::from_millis(leasehold_proto::lease::client_lease_ms(granted_ms))
 }
 
 /// Hands a new session to the client's keepalive task, starting the task if needed.
@@ -236,8 +247,7 @@ async fn run(client: Client, mut commands: mpsc::UnboundedReceiver<Command>) {
                             schedule.remove(answer.session_id);
                         } else {
                             if let Some(sent) = tracked.sent_at.take() {
-                                let granted = Duration::from_millis(answer.ttl_ms).min(tracked.ttl);
-                                tracked.deadline = tracked.deadline.max(sent + granted);
+                                tracked.deadline = tracked.deadline.max(sent + counted_on(answer.ttl_ms, tracked.ttl));
                             }
                             tracked.publish(now);
                             schedule.reschedule(answer.session_id, now);

@@ -137,9 +137,10 @@ impl Session {
                 })
                 .await?;
         let ttl = Duration::from_millis(created.ttl_ms);
-        let (state_sender, state) = watch::channel((SessionState::Alive, sent_at + ttl));
+        let deadline = sent_at + keepalive::counted_on(created.ttl_ms, ttl);
+        let (state_sender, state) = watch::channel((SessionState::Alive, deadline));
         let secret = created.session_secret;
-        keepalive::register(&client, created.session_id, secret.clone(), ttl, sent_at + ttl, state_sender);
+        keepalive::register(&client, created.session_id, secret.clone(), ttl, deadline, state_sender);
         Ok(Session { inner: Arc::new(SessionInner { client, id: created.session_id, secret, ttl, state }) })
     }
 
@@ -167,7 +168,9 @@ impl Session {
     }
 
     /// The conservative deadline: the send time of the last answered keepalive plus
-    /// the TTL. Past it, assume the locks are held by someone else.
+    /// the TTL, less the allowance for clock drift between this process and the
+    /// leader (`leasehold_proto::lease::client_lease_ms`). Past it, assume the locks
+    /// are held by someone else.
     pub fn deadline(&self) -> Instant {
         self.inner.state.borrow().1
     }
