@@ -19,6 +19,7 @@ use crate::machine::{
 };
 use crate::raft::replica::Replica;
 use crate::shell::credentials::secret_hash;
+use crate::shell::session_deadlines::Renewal;
 
 /// Keepalives answered by one leadership confirmation at most.
 pub const KEEPALIVES_PER_ROUND_MAX: usize = 1_024;
@@ -121,35 +122,91 @@ fn keepalive_answers(
                     _ => break,
                 }
             }
-            if let Err(status) = state.replica.confirm_leadership().await {
+            // The keepalives renew from now, before the leadership round: a leader
+            // elected after this moment starts every lease it did not see renewed
+            // from its own first moment, which is later.
+            let arrived_ms = state.replica.shared.deadlines.clock().now_ms();
+            if let Err(status) = state.replica.confirm_and_apply().await {
                 state.batch.clear();
                 state.answers.push_back(Err(status));
                 continue;
             }
-            let applied = state.replica.shared.applied.read().unwrap();
-            for keepalive in state.batch.drain(..) {
-                let answer = keepalive.map(|keepalive| {
-                    let owned = applied.machine.session_of(keepalive.session_id).is_some_and(|session| {
-                        session.tenant() == state.tenant && session.has_secret(&secret_hash(&keepalive.session_secret))
+            let mut resume = Vec::new();
+            {
+                let applied = state.replica.shared.applied.read().unwrap();
+                for keepalive in state.batch.drain(..) {
+                    let answer = keepalive.map(|keepalive| {
+                        let owned = applied.machine.session_of(keepalive.session_id).is_some_and(|session| {
+                            session.tenant() == state.tenant
+                                && session.has_secret(&secret_hash(&keepalive.session_secret))
+                        });
+                        let renewal = if owned {
+                            state.replica.shared.deadlines.renew(keepalive.session_id, arrived_ms)
+                        } else {
+                            Renewal::Gone
+                        };
+                        if renewal == Renewal::Resume {
+                            resume.push((state.answers.len(), keepalive.session_id));
+                        }
+                        keepalive_answer(keepalive.session_id, renewal)
                     });
-                    let remaining =
-                        if owned { state.replica.shared.deadlines.renew(keepalive.session_id) } else { None };
-                    pb::KeepAliveResponse {
-                        session_id: keepalive.session_id,
-                        ttl_ms: remaining.unwrap_or(0),
-                        alive: remaining.is_some(),
+                    let failed = answer.is_err();
+                    state.answers.push_back(answer);
+                    if failed {
+                        break;
                     }
-                });
-                let failed = answer.is_err();
-                state.answers.push_back(answer);
-                if failed {
-                    break;
                 }
             }
-            drop(applied);
             state.batch.clear();
+            if !resume.is_empty() {
+                resume_quiet_sessions(&state.replica, resume, arrived_ms, &mut state.answers).await;
+            }
         }
     }))
+}
+
+/// The answer to a keepalive that was renewed (or not).
+fn keepalive_answer(session_id: u64, renewal: Renewal) -> pb::KeepAliveResponse {
+    match renewal {
+        Renewal::Alive { ttl_ms } => pb::KeepAliveResponse { session_id, ttl_ms, alive: true },
+        // Replaced after the resume (`resume_quiet_sessions`).
+        Renewal::Resume => pb::KeepAliveResponse { session_id, ttl_ms: 0, alive: true },
+        Renewal::Gone => pb::KeepAliveResponse { session_id, ttl_ms: 0, alive: false },
+    }
+}
+
+/// Keepalives of sessions the log holds a checkpoint of (they were quiet), each with
+/// the position of its answer: commits one `CheckpointSessions` that resumes them
+/// all, then renews them and fills in their answers. Should the proposal fail, each is
+/// answered with the time it has left, which is safe, and its next keepalive tries
+/// again.
+async fn resume_quiet_sessions(
+    replica: &Replica,
+    sessions: Vec<(usize, u64)>,
+    arrived_ms: u64,
+    answers: &mut VecDeque<Result<pb::KeepAliveResponse, Status>>,
+) {
+    let resumed: Vec<u64> = sessions.iter().map(|(_, session)| *session).collect();
+    let command = Command::CheckpointSessions { quiet: Vec::new(), resumed };
+    let committed = match replica.propose_quietly(command).await {
+        Ok(_) => true,
+        Err(error) => {
+            tracing::warn!(%error, sessions = sessions.len(), "could not resume quiet sessions");
+            false
+        }
+    };
+    let deadlines = &replica.shared.deadlines;
+    for (position, session_id) in sessions {
+        let renewal = if committed { deadlines.renew(session_id, arrived_ms) } else { Renewal::Resume };
+        let answer = match renewal {
+            Renewal::Resume => match deadlines.remaining_ms(session_id) {
+                Some(ttl_ms) if ttl_ms > 0 => pb::KeepAliveResponse { session_id, ttl_ms, alive: true },
+                _ => pb::KeepAliveResponse { session_id, ttl_ms: 0, alive: false },
+            },
+            renewal => keepalive_answer(session_id, renewal),
+        };
+        answers[position] = Ok(answer);
+    }
 }
 
 impl LeaseholdService {

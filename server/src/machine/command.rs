@@ -156,6 +156,17 @@ pub enum Command {
         node: u64,
         incarnation: u64,
     },
+    /// The leader's checkpoint of session deadlines (see `shell::session_deadlines`):
+    /// `quiet` lists sessions that sent no keepalive for a while, each with the time
+    /// its lease had left on the leader's clock when the leader proposed this, so that
+    /// a new leader starts them from that rather than from a full TTL; `resumed` lists
+    /// checkpointed sessions that were kept alive again. Only the cluster proposes it;
+    /// sessions that are gone are ignored. Used only once every member's build knows
+    /// it (see `raft::incarnations`).
+    CheckpointSessions {
+        quiet: Vec<(SessionId, u64)>,
+        resumed: Vec<SessionId>,
+    },
 }
 
 impl Command {
@@ -180,7 +191,7 @@ impl Command {
             | Command::RotateTenantToken { request, .. }
             | Command::SetTenantQuotas { request, .. }
             | Command::RemoveTenant { request, .. } => Some(*request),
-            Command::ExpireSessions { .. } | Command::RecordMember { .. } => None,
+            Command::ExpireSessions { .. } | Command::RecordMember { .. } | Command::CheckpointSessions { .. } => None,
         }
     }
 
@@ -215,7 +226,8 @@ impl Command {
             | Command::RotateTenantToken { .. }
             | Command::SetTenantQuotas { .. }
             | Command::RemoveTenant { .. }
-            | Command::RecordMember { .. } => None,
+            | Command::RecordMember { .. }
+            | Command::CheckpointSessions { .. } => None,
         }
     }
 
@@ -253,7 +265,8 @@ impl Command {
             | Command::RotateTenantToken { .. }
             | Command::SetTenantQuotas { .. }
             | Command::RemoveTenant { .. }
-            | Command::RecordMember { .. } => None,
+            | Command::RecordMember { .. }
+            | Command::CheckpointSessions { .. } => None,
         }
     }
 
@@ -379,6 +392,18 @@ impl Command {
                 hasher.write_u64(*cluster_id as u64);
                 hasher.write_u64(*node);
                 hasher.write_u64(*incarnation);
+            }
+            Command::CheckpointSessions { quiet, resumed } => {
+                hasher.write_tag(20);
+                hasher.write_u64(quiet.len() as u64);
+                for (session, remaining_ms) in quiet {
+                    hasher.write_u64(*session);
+                    hasher.write_u64(*remaining_ms);
+                }
+                hasher.write_u64(resumed.len() as u64);
+                for session in resumed {
+                    hasher.write_u64(*session);
+                }
             }
         }
         hasher.finish()

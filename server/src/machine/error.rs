@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{RequestId, ResourceKind, SessionId, Token};
 use crate::machine::limits::{
-    CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
-    LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
-    WAITERS_PER_LOCK_MAX,
+    CHECKPOINT_SESSIONS_PER_COMMAND_MAX, CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX,
+    EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX,
+    SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, WAITERS_PER_LOCK_MAX,
 };
 use crate::machine::limits::{TENANTS_MAX, TENANT_NAME_BYTES_MAX};
 
@@ -223,6 +223,16 @@ pub(super) fn expire_batch_too_large(count: usize) -> CommandError {
         format!(
             "expire command lists {count} sessions; the limit is \
              {EXPIRE_SESSIONS_PER_COMMAND_MAX} (EXPIRE_SESSIONS_PER_COMMAND_MAX)"
+        ),
+    )
+}
+
+pub(super) fn checkpoint_batch_too_large(count: usize) -> CommandError {
+    CommandError::new(
+        ErrorKind::LimitExceeded,
+        format!(
+            "checkpoint command lists {count} sessions; the limit is \
+             {CHECKPOINT_SESSIONS_PER_COMMAND_MAX} (CHECKPOINT_SESSIONS_PER_COMMAND_MAX)"
         ),
     )
 }

@@ -39,6 +39,19 @@ impl StateMachine {
         self.check_election_table();
         self.check_sessions_and_tables_agree();
         self.check_tenants();
+        self.check_quiet_sessions();
+    }
+
+    /// Checkpointed sessions: each is live and has no more left than its TTL.
+    fn check_quiet_sessions(&self) {
+        for (session, remaining_ms) in &self.quiet {
+            let live = self.sessions.get(session).unwrap_or_else(|| panic!("checkpointed session {session} is gone"));
+            assert!(
+                *remaining_ms <= live.ttl_ms,
+                "checkpointed session {session} has {remaining_ms} ms left, more than its TTL of {} ms",
+                live.ttl_ms
+            );
+        }
     }
 
     /// Tenants: the admin namespace exists; names are valid and distinct; ids are below

@@ -82,6 +82,10 @@ pub const REQUESTS_REMEMBERED_PER_SESSION_MAX: usize = 16;
 /// handing over all their locks) stays bounded; the leader splits larger batches.
 pub const EXPIRE_SESSIONS_PER_COMMAND_MAX: usize = 1_024;
 
+/// Sessions one `CheckpointSessions` entry may list (quiet and resumed together); the
+/// leader splits larger batches.
+pub const CHECKPOINT_SESSIONS_PER_COMMAND_MAX: usize = 4_096;
+
 /// Tenants at most, the admin namespace included. Every session-scoped request looks
 /// its tenant up, and `ListTenants` answers them all at once.
 pub const TENANTS_MAX: usize = 10_000;

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::{CommandError, Response, StateMachine};
+use crate::machine::{CommandError, Response, SessionId, StateMachine};
 
 /// A node id as Raft's membership knows it.
 pub type NodeId = u64;
@@ -96,19 +96,29 @@ impl StateMachine {
     /// reads the machine and ignores the rest.
     pub fn snapshot_into(&self, bytes: Vec<u8>) -> Vec<u8> {
         let bytes = postcard::to_extend(self, bytes).expect("postcard encoding into a Vec cannot fail");
-        postcard::to_extend(&self.cluster, bytes).expect("postcard encoding into a Vec cannot fail")
+        let bytes = postcard::to_extend(&self.cluster, bytes).expect("postcard encoding into a Vec cannot fail");
+        if self.quiet.is_empty() {
+            return bytes;
+        }
+        postcard::to_extend(&self.quiet, bytes).expect("postcard encoding into a Vec cannot fail")
     }
 
     /// Reads what `snapshot_into` wrote; nothing after the machine is an empty record
-    /// (the leader then records the members again).
+    /// (the leader then records the members again), nothing after the record is no
+    /// checkpointed session (snapshots of builds before either).
     pub fn from_snapshot(bytes: &[u8]) -> Result<StateMachine, postcard::Error> {
-        let (mut machine, rest) = postcard::take_from_bytes::<StateMachine>(bytes)?;
+        let (mut machine, mut rest) = postcard::take_from_bytes::<StateMachine>(bytes)?;
         if !rest.is_empty() {
-            let (record, rest) = postcard::take_from_bytes::<ClusterRecord>(rest)?;
-            if !rest.is_empty() {
+            let (record, after) = postcard::take_from_bytes::<ClusterRecord>(rest)?;
+            machine.cluster = record;
+            rest = after;
+        }
+        if !rest.is_empty() {
+            let (quiet, after) = postcard::take_from_bytes::<BTreeMap<SessionId, u32>>(rest)?;
+            if !after.is_empty() {
                 return Err(postcard::Error::DeserializeBadEncoding);
             }
-            machine.cluster = record;
+            machine.quiet = quiet;
         }
         Ok(machine)
     }
@@ -164,8 +174,26 @@ mod tests {
         assert_eq!(restored.cluster_record(), &ClusterRecord::default());
         assert_eq!(restored.last_applied(), machine.last_applied());
 
+        // Checkpointed sessions come after the record; a snapshot without any has none.
+        let created = machine.apply_as(
+            2,
+            0,
+            &Caller::Cluster,
+            &Command::CreateSession {
+                request: crate::machine::RequestId { client_id: 1, sequence: 1 },
+                ttl_ms: 5_000,
+                client_name: "worker".to_string(),
+            },
+        );
+        assert!(matches!(created.0, Response::SessionCreated { session: 2, .. }), "{created:?}");
+        let checkpoint = Command::CheckpointSessions { quiet: vec![(2, 1_500)], resumed: vec![] };
+        machine.apply_as(3, 0, &Caller::Cluster, &checkpoint);
+        let restored = StateMachine::from_snapshot(&machine.snapshot_into(Vec::new())).unwrap();
+        assert_eq!(restored, machine);
+        assert_eq!(restored.quiet_remaining_ms(2), Some(1_500));
+
         let mut longer = machine.snapshot_into(Vec::new());
         longer.push(0);
-        assert!(StateMachine::from_snapshot(&longer).is_err(), "bytes after the record are refused");
+        assert!(StateMachine::from_snapshot(&longer).is_err(), "bytes after the checkpoints are refused");
     }
 }

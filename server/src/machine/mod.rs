@@ -168,6 +168,11 @@ pub struct StateMachine {
     /// snapshots written before it existed still decode.
     #[serde(skip)]
     cluster: ClusterRecord,
+    /// Sessions the leader checkpointed as quiet, with the time their lease had left
+    /// then (see `Command::CheckpointSessions`); a subset of `sessions`. Snapshots
+    /// carry it after the cluster record, so that older snapshots still decode.
+    #[serde(skip)]
+    quiet: BTreeMap<SessionId, u32>,
 }
 
 impl Default for StateMachine {
@@ -183,6 +188,7 @@ impl Default for StateMachine {
             tenants_by_token: BTreeMap::new(),
             bytes_total: 0,
             cluster: ClusterRecord::default(),
+            quiet: BTreeMap::new(),
         }
     }
 }
@@ -212,6 +218,7 @@ impl From<DecodedMachine> for StateMachine {
             tenants_by_token: BTreeMap::new(),
             bytes_total: 0,
             cluster: ClusterRecord::default(),
+            quiet: BTreeMap::new(),
         };
         let mut client_names = BTreeMap::new();
         for session in machine.sessions.values_mut() {
@@ -712,6 +719,7 @@ impl StateMachine {
             Command::RecordMember { cluster_id, node, incarnation } => {
                 self.record_member(index, *cluster_id, *node, *incarnation)
             }
+            Command::CheckpointSessions { quiet, resumed } => self.checkpoint_sessions(quiet, resumed),
         };
         result.unwrap_or_else(Response::Rejected)
     }

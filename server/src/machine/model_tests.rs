@@ -14,10 +14,10 @@ use proptest::sample::Index;
 
 use super::*;
 use crate::machine::limits::{
-    CLAIM_STATE_BYTES, CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX,
-    LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX,
-    SESSION_STATE_BYTES, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, TENANTS_MAX, TENANT_NAME_BYTES_MAX,
-    WAITERS_PER_LOCK_MAX,
+    CHECKPOINT_SESSIONS_PER_COMMAND_MAX, CLAIM_STATE_BYTES, CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX,
+    EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX,
+    SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_STATE_BYTES, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, TENANTS_MAX,
+    TENANT_NAME_BYTES_MAX, WAITERS_PER_LOCK_MAX,
 };
 
 /// The rules written as plainly as possible: lists searched from the front, whole
@@ -64,6 +64,8 @@ struct ModelSession {
     client_name: String,
     /// The last commands that took effect for this session, with their answers.
     answers: Vec<(Command, Response)>,
+    /// What the last checkpoint that said it was quiet gave it, until resumed.
+    quiet: Option<u64>,
 }
 
 // Locks, semaphores and elections are named within their tenant's namespace: two
@@ -233,7 +235,9 @@ impl Model {
         }
         let admin = tenant == ADMIN_TENANT;
         match command {
-            Command::ExpireSessions { .. } | Command::RecordMember { .. } => return Some(ErrorKind::PermissionDenied),
+            Command::ExpireSessions { .. } | Command::RecordMember { .. } | Command::CheckpointSessions { .. } => {
+                return Some(ErrorKind::PermissionDenied)
+            }
             Command::AddTenant { .. }
             | Command::RotateTenantToken { .. }
             | Command::SetTenantQuotas { .. }
@@ -344,6 +348,7 @@ impl Model {
                     ttl_ms: *ttl_ms,
                     client_name: client_name.clone(),
                     answers: vec![],
+                    quiet: None,
                 });
                 Response::SessionCreated { session: index, ttl_ms: *ttl_ms }
             }
@@ -357,6 +362,28 @@ impl Model {
                     }
                 };
                 Response::MemberRecorded { cluster_id, incarnation }
+            }
+            Command::CheckpointSessions { quiet, resumed } => {
+                if quiet.len() + resumed.len() > CHECKPOINT_SESSIONS_PER_COMMAND_MAX {
+                    return rejected(ErrorKind::LimitExceeded);
+                }
+                let mut quiet_applied = Vec::new();
+                for (session, remaining_ms) in quiet {
+                    if let Some(live) = self.sessions.iter_mut().find(|live| live.id == *session) {
+                        let remaining_ms = (*remaining_ms).min(live.ttl_ms);
+                        live.quiet = Some(remaining_ms);
+                        quiet_applied.push((*session, remaining_ms));
+                    }
+                }
+                let mut resumed_applied = Vec::new();
+                for session in resumed {
+                    if let Some(live) = self.sessions.iter_mut().find(|live| live.id == *session) {
+                        if live.quiet.take().is_some() {
+                            resumed_applied.push(*session);
+                        }
+                    }
+                }
+                Response::SessionsCheckpointed { quiet: quiet_applied, resumed: resumed_applied }
             }
             Command::CloseSession { session, .. } => {
                 if !self.is_live(*session) {
@@ -1068,6 +1095,12 @@ enum Op {
     Expire {
         sessions: Vec<Index>,
     },
+    /// The leader's checkpoint: sessions gone quiet with their remaining time (in
+    /// units of 100 ms, so that some exceed the TTL), and sessions resumed.
+    Checkpoint {
+        quiet: Vec<(Index, u16)>,
+        resumed: Vec<Index>,
+    },
     Acquire {
         client: u64,
         session: Index,
@@ -1214,6 +1247,8 @@ fn fresh_op() -> impl Strategy<Value = Op> {
             .prop_map(|(client, session)| Op::Close { client, session }),
         1 => prop::collection::vec(any::<Index>(), 0..4)
             .prop_map(|sessions| Op::Expire { sessions }),
+        1 => (prop::collection::vec((any::<Index>(), any::<u16>()), 0..3), prop::collection::vec(any::<Index>(), 0..3))
+            .prop_map(|(quiet, resumed)| Op::Checkpoint { quiet, resumed }),
         8 => (client.clone(), any::<Index>(), any::<u8>(), prop::bool::weighted(0.8)).prop_map(
             |(client, session, name, wait)| Op::Acquire { client, session, name, wait }
         ),
@@ -1545,7 +1580,9 @@ impl Run {
                     | Command::RotateTenantToken { request: slot, .. }
                     | Command::SetTenantQuotas { request: slot, .. }
                     | Command::RemoveTenant { request: slot, .. } => *slot = request,
-                    Command::ExpireSessions { .. } | Command::RecordMember { .. } => {}
+                    Command::ExpireSessions { .. }
+                    | Command::RecordMember { .. }
+                    | Command::CheckpointSessions { .. } => {}
                 }
                 return Some((command, creation));
             }
@@ -1583,6 +1620,13 @@ impl Run {
             Op::Expire { sessions } => {
                 Command::ExpireSessions { sessions: sessions.iter().map(|pick| self.session(pick)).collect() }
             }
+            Op::Checkpoint { quiet, resumed } => Command::CheckpointSessions {
+                quiet: quiet
+                    .iter()
+                    .map(|(pick, remaining)| (self.session(pick), u64::from(*remaining) * 100))
+                    .collect(),
+                resumed: resumed.iter().map(|pick| self.session(pick)).collect(),
+            },
             Op::RecordMember { cluster_id, node, incarnation } => Command::RecordMember {
                 cluster_id: 1 + u128::from(cluster_id % 3),
                 node: 1 + u64::from(node % 3),
@@ -1764,7 +1808,9 @@ impl Run {
     /// client would.
     fn caller(&mut self, command: &Command, creation: Option<Caller>, pose: &Pose) -> Caller {
         let owner = match command {
-            Command::ExpireSessions { .. } | Command::RecordMember { .. } => Caller::Cluster,
+            Command::ExpireSessions { .. } | Command::RecordMember { .. } | Command::CheckpointSessions { .. } => {
+                Caller::Cluster
+            }
             Command::CreateSession { .. } => creation.expect("a creation has its creator"),
             _ => match command.session() {
                 Some(session) => match self.model.sessions.iter().find(|live| live.id == session) {
@@ -2181,6 +2227,7 @@ impl Run {
         for session in &self.model.sessions {
             let view = self.machine.describe_session(session.id).unwrap();
             assert_eq!(view.tenant, session.tenant);
+            assert_eq!(self.machine.quiet_remaining_ms(session.id), session.quiet, "checkpoint of {}", session.id);
             assert!(
                 self.machine.session_of(session.id).unwrap().has_secret(&session.secret),
                 "session {}'s secret",
@@ -2374,7 +2421,7 @@ fn the_generated_runs_reach_every_rule() {
     let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut runner = TestRunner::deterministic();
     let strategy = steps();
-    for _ in 0..200 {
+    for _ in 0..300 {
         let steps = strategy.new_tree(&mut runner).unwrap().current();
         let mut run = Run::new();
         for (op, pose, gap) in &steps {
@@ -2441,6 +2488,9 @@ fn the_generated_runs_reach_every_rule() {
                         note("another tenant's semaphore refused")
                     }
                     (ErrorKind::PermissionDenied, Command::ExpireSessions { .. }) => note("an expiry by a tenant"),
+                    (ErrorKind::PermissionDenied, Command::CheckpointSessions { .. }) => {
+                        note("a checkpoint by a tenant")
+                    }
                     (ErrorKind::PermissionDenied, _) if management => note("tenant management by a tenant"),
                     (ErrorKind::PermissionDenied, _) => note("another tenant's session"),
                     (ErrorKind::WrongSessionSecret, _) => note("a wrong session secret"),
@@ -2480,6 +2530,14 @@ fn the_generated_runs_reach_every_rule() {
                     note("limit lowered")
                 }
                 (Command::SemRelease { .. }, Response::SemReleased { .. }) => note("permit released"),
+                (Command::CheckpointSessions { .. }, Response::SessionsCheckpointed { quiet, resumed }) => {
+                    if !quiet.is_empty() {
+                        note("a quiet session checkpointed");
+                    }
+                    if !resumed.is_empty() {
+                        note("a checkpointed session resumed");
+                    }
+                }
                 (Command::Campaign { .. }, Response::Campaign(AcquireOutcome::Queued { .. })) => {
                     note("campaign queued")
                 }
@@ -2580,6 +2638,9 @@ fn the_generated_runs_reach_every_rule() {
         "a command by a tenant removed since",
         "another tenant's semaphore refused",
         "an expiry by a tenant",
+        "a checkpoint by a tenant",
+        "a quiet session checkpointed",
+        "a checkpointed session resumed",
         "tenant management by a tenant",
         "another tenant's session",
         "a wrong session secret",

@@ -19,6 +19,11 @@ pub enum Response {
     SessionsExpired {
         expired: Vec<SessionId>,
     },
+    /// The listed sessions of a `CheckpointSessions` that exist, in its order.
+    SessionsCheckpointed {
+        quiet: Vec<(SessionId, u64)>,
+        resumed: Vec<SessionId>,
+    },
     Acquire(AcquireOutcome),
     WaitCancelled(CancelOutcome),
     Released {

@@ -10,13 +10,17 @@ use thin_vec::ThinVec;
 
 use super::caller::{Caller, SecretHash, TenantId, ADMIN_TENANT};
 use super::error::{
-    expire_batch_too_large, quota_exceeded, sessions_full, unknown_session, validate_client_name, validate_ttl_ms,
+    checkpoint_batch_too_large, expire_batch_too_large, quota_exceeded, sessions_full, unknown_session,
+    validate_client_name, validate_ttl_ms,
 };
 use super::{
     share_name, unshare_name, AcquireOutcome, CancelOutcome, Command, CommandError, Event, RequestId, ResourceKind,
     Response, SessionId, StateMachine, Token, WaitFailure,
 };
-use crate::machine::limits::{CLAIM_STATE_BYTES, EXPIRE_SESSIONS_PER_COMMAND_MAX, SESSIONS_MAX, SESSION_STATE_BYTES};
+use crate::machine::limits::{
+    CHECKPOINT_SESSIONS_PER_COMMAND_MAX, CLAIM_STATE_BYTES, EXPIRE_SESSIONS_PER_COMMAND_MAX, SESSIONS_MAX,
+    SESSION_STATE_BYTES,
+};
 
 /// A live session. Closing or expiring it releases what it holds and ends its waits in
 /// one entry.
@@ -245,6 +249,7 @@ impl Answer {
             // made harmless by the commands themselves (see `Command::AddTenant`).
             Response::SessionClosed
             | Response::SessionsExpired { .. }
+            | Response::SessionsCheckpointed { .. }
             | Response::Rejected(_)
             | Response::TenantAdded { .. }
             | Response::TenantTokenRotated { .. }
@@ -363,6 +368,41 @@ impl StateMachine {
         Ok(Response::SessionsExpired { expired })
     }
 
+    /// Applies the leader's checkpoint of session deadlines (see
+    /// `Command::CheckpointSessions`): a quiet session's remaining time replaces what
+    /// an earlier checkpoint said; a resumed one is no longer checkpointed.
+    pub(super) fn checkpoint_sessions(
+        &mut self,
+        quiet: &[(SessionId, u64)],
+        resumed: &[SessionId],
+    ) -> Result<Response, CommandError> {
+        if quiet.len() + resumed.len() > CHECKPOINT_SESSIONS_PER_COMMAND_MAX {
+            return Err(checkpoint_batch_too_large(quiet.len() + resumed.len()));
+        }
+        let mut quiet_applied = Vec::with_capacity(quiet.len());
+        for &(session, remaining_ms) in quiet {
+            let Some(ttl_ms) = self.sessions.get(&session).map(|session| session.ttl_ms) else { continue };
+            // A lease never has more left than its TTL; a checkpoint that says so is
+            // held to the TTL rather than refused, so a replica's apply cannot fail.
+            let remaining_ms = remaining_ms.min(u64::from(ttl_ms));
+            self.quiet.insert(session, remaining_ms as u32);
+            quiet_applied.push((session, remaining_ms));
+        }
+        let mut resumed_applied = Vec::with_capacity(resumed.len());
+        for &session in resumed {
+            if self.quiet.remove(&session).is_some() {
+                resumed_applied.push(session);
+            }
+        }
+        Ok(Response::SessionsCheckpointed { quiet: quiet_applied, resumed: resumed_applied })
+    }
+
+    /// The time a checkpointed session's lease had left when the leader last
+    /// checkpointed it; `None` for a session that is not checkpointed (or is gone).
+    pub fn quiet_remaining_ms(&self, session: SessionId) -> Option<u64> {
+        self.quiet.get(&session).map(|remaining_ms| u64::from(*remaining_ms))
+    }
+
     /// Ends live, distinct sessions in one entry: ends their waits, releases what they
     /// hold, grants the freed locks, permits and leaderships to the next waiters and
     /// forgets their answers.
@@ -442,6 +482,7 @@ impl StateMachine {
         // freed, and granted, at most once in this entry.
         for session_id in ending {
             let session = self.sessions.remove(session_id).expect("only live sessions are ended");
+            self.quiet.remove(session_id);
             unshare_name(&mut self.client_names, &session.client_name);
             // Its lists still hold what it was last counted for (the queues and
             // semaphores above changed only their own tables).

@@ -101,6 +101,9 @@ impl StateMachine {
             Command::RecordMember { .. } => {
                 return Err(permission_denied(tenant_name, "the record of a member, which only the cluster proposes"))
             }
+            Command::CheckpointSessions { .. } => {
+                return Err(permission_denied(tenant_name, "a checkpoint of sessions, which only the cluster proposes"))
+            }
             Command::AddTenant { .. }
             | Command::RotateTenantToken { .. }
             | Command::RemoveTenant { .. }

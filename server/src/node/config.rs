@@ -153,6 +153,12 @@ pub struct RawConfig {
     #[arg(long, hide = true)]
     #[serde(default)]
     pub test_accept_any_incarnation: bool,
+    /// Writes no checkpoints of quiet sessions, so that a new leader restarts every
+    /// session at a full TTL (the behaviour before checkpoints). For the control runs
+    /// that show the bound on a dead holder depends on them; never in production.
+    #[arg(long, hide = true)]
+    #[serde(default)]
+    pub test_full_ttl_restart: bool,
 }
 
 impl RawConfig {
@@ -184,6 +190,7 @@ impl RawConfig {
             disk_reserve_bytes: self.disk_reserve_bytes.or(file.disk_reserve_bytes),
             new_incarnation: self.new_incarnation || file.new_incarnation,
             test_accept_any_incarnation: self.test_accept_any_incarnation || file.test_accept_any_incarnation,
+            test_full_ttl_restart: self.test_full_ttl_restart || file.test_full_ttl_restart,
         }
     }
 
@@ -222,6 +229,7 @@ pub struct Config {
     /// Join as a new member on an empty directory (see `RawConfig::new_incarnation`).
     pub new_incarnation: bool,
     pub test_accept_any_incarnation: bool,
+    pub test_full_ttl_restart: bool,
 }
 
 /// How the node's ports are served.
@@ -475,6 +483,7 @@ impl Config {
             disk_reserve_bytes: raw.disk_reserve_bytes.unwrap_or(DISK_RESERVE_BYTES_DEFAULT),
             new_incarnation: raw.new_incarnation,
             test_accept_any_incarnation: raw.test_accept_any_incarnation,
+            test_full_ttl_restart: raw.test_full_ttl_restart,
         })
     }
 

@@ -30,7 +30,7 @@ use crate::machine::Command;
 use crate::node::config::{Config, Transport};
 use crate::node::data_dir::{self, Claim};
 use crate::node::metrics;
-use crate::raft::incarnations::Incarnations;
+use crate::raft::incarnations::{Incarnations, COMMAND_LEVEL_CHECKPOINT};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{Network, PEER_MESSAGE_BYTES_MAX};
 use crate::raft::peer_service::{PeerService, Takeover};
@@ -297,7 +297,11 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         let grace = Duration::from_millis(BOOTSTRAP_GRACE_ELECTION_TIMEOUTS * config.election_timeout_max_ms);
         tasks.push(tokio::spawn(bootstrap_unless_reached(raft.clone(), config.initial_members.clone(), grace)));
     }
-    tasks.push(tokio::spawn(run_expiry(replica.clone(), stopped.clone())));
+    if config.test_full_ttl_restart {
+        tracing::warn!("--test-full-ttl-restart: no session is checkpointed; a new leader restarts every lease");
+    }
+    let checkpoints = !config.test_full_ttl_restart;
+    tasks.push(tokio::spawn(run_expiry(replica.clone(), incarnations.clone(), checkpoints, stopped.clone())));
     tasks.push(tokio::spawn(stop_on_fatal(raft.clone(), stopped.clone())));
     tasks.push(tokio::spawn(watch_disk(disk, config.data_dir.clone(), stopped.clone())));
     tasks.push(tokio::spawn(record_members(
@@ -416,8 +420,15 @@ async fn bootstrap_unless_reached(raft: Raft, members: BTreeMap<NodeId, Node>, g
     }
 }
 
-/// The leader's side of session deadlines: when one passes, propose the expiry.
-async fn run_expiry(replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
+/// The leader's side of session deadlines: when one passes, propose the expiry; when
+/// a session goes quiet, checkpoint it (see `shell::session_deadlines`), once every
+/// member's build knows the command and unless `checkpoints` is off (a test control).
+async fn run_expiry(
+    replica: Arc<Replica>,
+    incarnations: Arc<Incarnations>,
+    checkpoints: bool,
+    mut stopped: watch::Receiver<bool>,
+) {
     let deadlines = &replica.shared.deadlines;
     let mut leading_term = None;
     loop {
@@ -425,31 +436,45 @@ async fn run_expiry(replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
             _ = tokio::time::sleep(Duration::from_millis(EXPIRY_SCAN_INTERVAL_MS)) => {}
             _ = stopped.wait_for(|stop| *stop) => return,
         }
-        let (state, term) = {
+        let (state, term, applied_term, members) = {
             let metrics = replica.raft.metrics();
             let metrics = metrics.borrow();
-            (metrics.state, metrics.current_term)
+            let members: Vec<NodeId> = metrics.membership_config.membership().nodes().map(|(id, _)| *id).collect();
+            (metrics.state, metrics.current_term, metrics.last_applied.map(|log_id| log_id.leader_id.term), members)
         };
         if state != ServerState::Leader {
             leading_term = None;
             continue;
         }
         if leading_term != Some(term) {
-            // A new leader starts every deadline afresh: a leader change may
-            // lengthen a lease, never shorten it.
+            // A new leader starts the deadlines only once it applied an entry of its
+            // own term (the one openraft commits first), and so every checkpoint and
+            // expiry its predecessors committed.
+            if applied_term != Some(term) {
+                continue;
+            }
             deadlines.restart_deadlines();
             leading_term = Some(term);
             tracing::info!(term, sessions = deadlines.len(), "leading: session deadlines restarted");
             continue;
         }
-        let expired = deadlines.take_expired();
-        if expired.is_empty() {
+        let checkpointing = checkpoints && incarnations.every_member_at(COMMAND_LEVEL_CHECKPOINT, &members);
+        let due = deadlines.take_due(checkpointing);
+        if !due.quiet.is_empty() {
+            tracing::debug!(sessions = due.quiet.len(), "sessions went quiet; checkpointing them");
+            let command = Command::CheckpointSessions { quiet: due.quiet.clone(), resumed: Vec::new() };
+            if let Err(error) = replica.propose_quietly(command).await {
+                tracing::warn!(%error, "could not propose a checkpoint of quiet sessions");
+                deadlines.checkpoint_not_proposed(&due.quiet);
+            }
+        }
+        if due.expired.is_empty() {
             continue;
         }
-        tracing::info!(sessions = ?expired, "session deadlines passed; proposing expiry");
-        if let Err(error) = replica.propose_quietly(Command::ExpireSessions { sessions: expired.clone() }).await {
+        tracing::info!(sessions = ?due.expired, "session deadlines passed; proposing expiry");
+        if let Err(error) = replica.propose_quietly(Command::ExpireSessions { sessions: due.expired.clone() }).await {
             tracing::warn!(%error, "could not propose the expiry");
-            deadlines.expiry_not_proposed(&expired);
+            deadlines.expiry_not_proposed(&due.expired);
         }
     }
 }

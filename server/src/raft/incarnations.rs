@@ -50,6 +50,20 @@ pub const MEMBER_HEADER: &str = "leasehold-member";
 pub const RECORD_HEADER: &str = "leasehold-record";
 /// The cluster's id (32 hex digits) once the sender's log recorded it.
 pub const CLUSTER_ID_HEADER: &str = "leasehold-cluster-id";
+/// The newest set of commands the sender's build can apply (`COMMAND_LEVEL`).
+pub const COMMAND_LEVEL_HEADER: &str = "leasehold-command-level";
+
+/// The sets of commands a build can apply, each level adding to the one before. A
+/// leader proposes a command only once every member was heard at its level or above
+/// (`Incarnations::every_member_at`), so a rolling upgrade never hands an older
+/// build an entry it cannot apply.
+/// 0: builds that send no `MEMBER_HEADER`.
+/// 1: `Command::RecordMember` (builds that send `MEMBER_HEADER` and no level).
+/// 2: `Command::CheckpointSessions`.
+pub const COMMAND_LEVEL: u32 = 2;
+pub const COMMAND_LEVEL_RECORD_MEMBER: u32 = 1;
+pub const COMMAND_LEVEL_CHECKPOINT: u32 = 2;
+const _: () = assert!(COMMAND_LEVEL_RECORD_MEMBER <= COMMAND_LEVEL && COMMAND_LEVEL_CHECKPOINT <= COMMAND_LEVEL);
 
 /// The exit code of a node that found the cluster knows it as another incarnation.
 pub const EXIT_STALE_INCARNATION: i32 = 4;
@@ -68,11 +82,12 @@ pub struct Incarnations {
     heard: Mutex<BTreeMap<NodeId, u64>>,
     /// Wakes the recorder when `heard` gains a member.
     pub heard_changed: Notify,
-    /// Whether each peer's last message or answer carried `MEMBER_HEADER`: a build
-    /// without it does not know `Command::RecordMember` either, and would fail on the
-    /// entry. The leader records nothing until every member speaks it (a rolling
-    /// upgrade from such a build records the members once the last node runs this one).
-    speaks: Mutex<BTreeMap<NodeId, bool>>,
+    /// The command level of each peer's last message or answer (see `COMMAND_LEVEL`):
+    /// a build without `MEMBER_HEADER` does not know `Command::RecordMember` either, and
+    /// would fail on the entry. The leader records nothing until every member speaks it
+    /// (a rolling upgrade from such a build records the members once the last node runs
+    /// this one), and proposes no checkpoint until every member is at level 2.
+    speaks: Mutex<BTreeMap<NodeId, u32>>,
     refusals: LogLimiter,
     /// False only with --test-accept-any-incarnation: nothing is refused or stopped.
     checked: bool,
@@ -144,6 +159,7 @@ impl Incarnations {
     pub fn stamp_request(&self, target: NodeId, metadata: &mut MetadataMap) {
         let record = self.record.borrow();
         metadata.insert(MEMBER_HEADER, self.member_header(&record));
+        metadata.insert(COMMAND_LEVEL_HEADER, MetadataValue::from(COMMAND_LEVEL));
         if let Some(cluster_id) = record.cluster_id {
             metadata.insert(CLUSTER_ID_HEADER, header(format!("{cluster_id:032x}")));
         }
@@ -160,6 +176,7 @@ impl Incarnations {
     pub fn stamp_answer(&self, metadata: &mut MetadataMap) {
         let record = self.record.borrow();
         metadata.insert(MEMBER_HEADER, self.member_header(&record));
+        metadata.insert(COMMAND_LEVEL_HEADER, MetadataValue::from(COMMAND_LEVEL));
     }
 
     /// Checks a Raft message from `sender` (the node it says it comes from, which the
@@ -309,9 +326,10 @@ impl Incarnations {
     }
 
     fn note_speaker(&self, node: NodeId, metadata: &MetadataMap) {
-        let speaks = metadata.get(MEMBER_HEADER).is_some();
+        let level = command_level(metadata);
         let mut speakers = self.speaks.lock().unwrap();
-        if speakers.insert(node, speaks) != Some(speaks) && speaks {
+        let before = speakers.insert(node, level);
+        if before.is_none_or(|before| level > before) {
             drop(speakers);
             self.heard_changed.notify_one();
         }
@@ -330,12 +348,8 @@ impl Incarnations {
     /// not been heard to speak incarnations (it may run a build that cannot apply the
     /// record).
     pub fn to_record(&self, members: &[NodeId]) -> Vec<(NodeId, u64)> {
-        {
-            let speakers = self.speaks.lock().unwrap();
-            let silent = members.iter().any(|member| *member != self.node_id && speakers.get(member) != Some(&true));
-            if silent {
-                return Vec::new();
-            }
+        if !self.every_member_at(COMMAND_LEVEL_RECORD_MEMBER, members) {
+            return Vec::new();
         }
         let record = self.record();
         let mut heard = self.heard.lock().unwrap();
@@ -350,6 +364,30 @@ impl Incarnations {
         }
         unrecorded
     }
+}
+
+impl Incarnations {
+    /// Whether every one of `members` other than this node was last heard at command
+    /// `level` or above: only then may the leader propose a command of that level.
+    pub fn every_member_at(&self, level: u32, members: &[NodeId]) -> bool {
+        let speakers = self.speaks.lock().unwrap();
+        members
+            .iter()
+            .all(|member| *member == self.node_id || speakers.get(member).is_some_and(|heard| *heard >= level))
+    }
+}
+
+/// The command level a message or answer says its sender's build has (see
+/// `COMMAND_LEVEL`).
+fn command_level(metadata: &MetadataMap) -> u32 {
+    if metadata.get(MEMBER_HEADER).is_none() {
+        return 0;
+    }
+    metadata
+        .get(COMMAND_LEVEL_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(COMMAND_LEVEL_RECORD_MEMBER)
 }
 
 /// Stops the process: the cluster knows this node as another incarnation.

@@ -227,22 +227,31 @@ impl Replica {
     /// read index (linearizable), or at once on this node's state when `stale`.
     pub async fn read<T>(&self, stale: bool, read: impl FnOnce(&StateMachine) -> T) -> Result<T, Status> {
         if !stale {
-            let read_index = self.confirm_leadership().await?;
-            let mut applied = self.shared.applied_index.subscribe();
-            let caught_up = tokio::time::timeout(Duration::from_millis(READ_APPLY_WAIT_MS_MAX), async {
-                applied.wait_for(|index| *index >= read_index).await.is_ok()
-            })
-            .await;
-            if caught_up != Ok(true) {
-                return Err(error_status(
-                    ErrorReason::ReadNotApplied,
-                    "the leader did not apply up to the read index in time",
-                    &[],
-                ));
-            }
+            self.confirm_and_apply().await?;
         }
         let applied = self.shared.applied.read().unwrap();
         Ok(read(&applied.machine))
+    }
+
+    /// Confirms with a quorum that this node is still the leader and waits until it
+    /// applied up to the read index: everything committed before, including every
+    /// entry of earlier terms (the read index is at least the first entry of this
+    /// leader's term). What is read or answered after this is linearizable.
+    pub async fn confirm_and_apply(&self) -> Result<(), Status> {
+        let read_index = self.confirm_leadership().await?;
+        let mut applied = self.shared.applied_index.subscribe();
+        let caught_up = tokio::time::timeout(Duration::from_millis(READ_APPLY_WAIT_MS_MAX), async {
+            applied.wait_for(|index| *index >= read_index).await.is_ok()
+        })
+        .await;
+        if caught_up != Ok(true) {
+            return Err(error_status(
+                ErrorReason::ReadNotApplied,
+                "the leader did not apply up to the read index in time",
+                &[],
+            ));
+        }
+        Ok(())
     }
 }
 

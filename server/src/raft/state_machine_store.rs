@@ -99,9 +99,13 @@ impl Shared {
         });
     }
 
-    /// Every live session as an (id, ttl) pair, from the applied state.
-    pub fn session_ttls(machine: &StateMachine) -> Vec<(SessionId, u64)> {
-        machine.sessions().map(|session| (session.id(), session.ttl_ms())).collect()
+    /// Every live session as (id, TTL, the remaining time its checkpoint holds, if
+    /// any), from the applied state.
+    pub fn session_ttls(machine: &StateMachine) -> Vec<(SessionId, u64, Option<u64>)> {
+        machine
+            .sessions()
+            .map(|session| (session.id(), session.ttl_ms(), machine.quiet_remaining_ms(session.id())))
+            .collect()
     }
 }
 
@@ -271,6 +275,7 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
     let mut responses = Vec::with_capacity(entries.len());
     let mut events = Vec::new();
     let mut created = Vec::new();
+    let mut checkpoints = Vec::new();
     let mut tenants_changed = false;
     let mut record_changed = false;
     let last_index;
@@ -297,6 +302,9 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
                     for (response, entry_events) in results {
                         match &response {
                             Response::SessionCreated { session, ttl_ms } => created.push((*session, *ttl_ms)),
+                            Response::SessionsCheckpointed { quiet, resumed } => {
+                                checkpoints.push((quiet.clone(), resumed.clone()))
+                            }
                             Response::TenantAdded { .. }
                             | Response::TenantTokenRotated { .. }
                             | Response::TenantRemoved { .. } => tenants_changed = true,
@@ -322,6 +330,14 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
     }
     for (session, ttl_ms) in created {
         shared.deadlines.session_created(session, ttl_ms);
+    }
+    for (quiet, resumed) in checkpoints {
+        for (session, remaining_ms) in quiet {
+            shared.deadlines.checkpointed(session, remaining_ms);
+        }
+        for session in resumed {
+            shared.deadlines.resumed(session);
+        }
     }
     if tenants_changed {
         shared.credentials.refresh(&shared.applied.read().unwrap().machine);
