@@ -21,8 +21,12 @@
 //!   directory stopped with the documented exit code instead of serving.
 //! * `attacks` — no attack of the intruder tenant ever succeeded, and every attack
 //!   was refused often enough that the check says something (see `attack`).
-//! * `believed_at_once` — how often two workers believed they held a lock at once
-//!   (expected under pauses; harmless with fencing). Not a verdict.
+//! * (h) `believed_at_once` — no two workers believed they held a lock at once,
+//!   each believing until its release or its session's conservative deadline
+//!   (overlaps that begin in a clock fault are counted apart).
+//! * (i) `dead_holders` — a lock whose holder was stopped is handed on to a waiter
+//!   within the published bound (TTL + X after the holder's last keepalive), across
+//!   leader changes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -31,6 +35,7 @@ use crate::attack::{Attack, AttackKind};
 use crate::fenced_store::Write;
 use crate::history::{Function, Kind, Operation, Phase, UNEXPECTED_REFUSAL};
 use crate::linearizability::{self, Linearizable};
+use crate::nemesis::{FaultRecord, Outcome};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -876,20 +881,48 @@ pub fn attacks(operations: &[Operation]) -> CheckResult {
     CheckResult::from_anomalies(ATTACKS_CHECK_NAME, detail, anomalies)
 }
 
-/// How many pairs of workers believed they held the same lock at once: a holding
-/// interval runs from an ok grant's completion to the invoke of its release (or
-/// the end of the history). Examples are returned for the report.
-pub fn believed_at_once(operations: &[Operation]) -> (usize, Vec<String>) {
+/// Faults that change how a leader measures time: while one is on (and for two TTLs
+/// after), a lease may end early by design of the fault, so overlaps of beliefs that
+/// begin then are counted apart, not as anomalies.
+pub const CLOCK_FAULTS: [&str; 3] = ["clock-fast", "clock-slow", "clock-jump"];
+
+/// The windows `[start, end + 2 TTL]` of installed (or maybe installed) clock faults.
+pub fn clock_fault_windows(faults: &[FaultRecord], ttl: Duration) -> Vec<(u64, u64)> {
+    faults
+        .iter()
+        .filter(|fault| CLOCK_FAULTS.contains(&fault.fault) && fault.outcome != Outcome::Skipped)
+        .map(|fault| (fault.start_ns, fault.end_ns + 2 * ttl.as_nanos() as u64))
+        .collect()
+}
+
+/// (h) No two workers ever believed they held the same lock at once. A worker
+/// believes from its grant's ok until the invoke of its release, or until its
+/// session's conservative deadline passed if that came first: the release's invoke
+/// carries the send time of the session's last answered keepalive (`alive_ns`), and
+/// the client library counts on `client_lease_ms(TTL)` from then. A grant never
+/// released is believed until the end of the history. An overlap whose later grant
+/// completed inside a clock fault's window (`excused`) is counted but is not an
+/// anomaly: a leader whose clock runs fast ends leases early, which is what the fault
+/// is for and what fencing is for.
+pub fn believed_at_once(operations: &[Operation], ttl: Duration, excused: &[(u64, u64)]) -> CheckResult {
     let end = operations
         .iter()
         .filter_map(|operation| operation.complete_ns.or(Some(operation.invoke_ns)))
         .max()
         .unwrap_or(0);
-    // Release invokes by (process, key, token), in time order.
-    let mut releases: BTreeMap<(u64, &str, Option<u64>), Vec<u64>> = BTreeMap::new();
+    let counted_on_ns = leasehold::proto::lease::client_lease_ms(ttl.as_millis() as u64) * 1_000_000;
+    // Release invokes by (process, key, token), in time order: (invoke, belief end).
+    let mut releases: BTreeMap<(u64, &str, Option<u64>), Vec<(u64, u64)>> = BTreeMap::new();
     for operation in operations {
         if operation.function == Function::Release {
-            releases.entry((operation.process, &operation.key, operation.token)).or_default().push(operation.invoke_ns);
+            let believed_until = match operation.alive_ns {
+                Some(alive) => operation.invoke_ns.min(alive + counted_on_ns),
+                None => operation.invoke_ns,
+            };
+            releases
+                .entry((operation.process, &operation.key, operation.token))
+                .or_default()
+                .push((operation.invoke_ns, believed_until));
         }
     }
     let mut intervals: BTreeMap<&str, Vec<(u64, u64, &Operation)>> = BTreeMap::new();
@@ -897,31 +930,232 @@ pub fn believed_at_once(operations: &[Operation]) -> (usize, Vec<String>) {
         operations.iter().filter(|operation| operation.function == Function::Acquire && operation.outcome == Kind::Ok)
     {
         let start = grant.complete_ns.unwrap();
-        let release = releases
+        let believed_until = releases
             .get(&(grant.process, grant.key.as_str(), grant.token))
-            .and_then(|times| times.iter().copied().find(|time| *time >= start))
+            .and_then(|times| times.iter().find(|(invoke, _)| *invoke >= start))
+            .map(|(_, believed_until)| *believed_until)
             .unwrap_or(end);
-        intervals.entry(&grant.key).or_default().push((start, release, grant));
+        intervals.entry(&grant.key).or_default().push((start, believed_until, grant));
     }
-    let mut count = 0;
-    let mut examples = Vec::new();
+    let mut anomalies = Vec::new();
+    let mut pairs = 0;
+    let mut excused_pairs = 0;
     for list in intervals.values_mut() {
         list.sort_by_key(|(start, _, _)| *start);
-        for (index, (_, end, first)) in list.iter().enumerate() {
+        for (index, (_, first_end, first)) in list.iter().enumerate() {
             for (start, _, second) in &list[index + 1..] {
-                if *start >= *end {
-                    break;
+                if *start >= *first_end {
+                    continue;
                 }
-                if first.session != second.session {
-                    count += 1;
-                    if examples.len() < 5 {
-                        examples.push(format!("{} / {}", first.describe(), second.describe()));
-                    }
+                if first.session == second.session {
+                    continue;
                 }
+                pairs += 1;
+                if excused.iter().any(|(from, to)| (*from..=*to).contains(start)) {
+                    excused_pairs += 1;
+                    continue;
+                }
+                anomalies.push(Anomaly {
+                    what: format!(
+                        "two workers believed they held {} at once for {} ms",
+                        first.key,
+                        (first_end - start) / 1_000_000
+                    ),
+                    operations: vec![first.describe(), second.describe()],
+                });
             }
         }
     }
-    (count, examples)
+    let detail = format!(
+        "{} grants; {pairs} overlapping beliefs, {excused_pairs} of them begun in a clock fault",
+        intervals.values().map(Vec::len).sum::<usize>()
+    );
+    CheckResult::from_anomalies(BELIEVED_CHECK_NAME, detail, anomalies)
+}
+
+pub const BELIEVED_CHECK_NAME: &str = "believed at once (h)";
+pub const DEAD_HOLDER_CHECK_NAME: &str = "dead holder handed on in bound (i)";
+
+/// The faults that stop a worker while it may hold a lock: its lock must be handed
+/// on within the published bound.
+pub const WORKER_STOPS: [&str; 2] = ["pause-worker", "pause-worker-kill-leader"];
+
+/// Faults during which no lease bound can hold, because the cluster may have no
+/// quorum, or no leader that can act, or the leader may be a node restarted from its
+/// disk (which starts a checkpointed lease from its restart, not knowing how long it
+/// was down): an overlapping one adds its duration and an election to what a
+/// handover may take.
+const UNAVAILABLE_FAULTS: [&str; 13] = [
+    "kill-leader",
+    "kill-random",
+    "kill-all",
+    "pause-node",
+    "pause-leader",
+    "partition-halves",
+    "partition-leader",
+    "partition-bridge",
+    "partition-one-way",
+    "member-replace",
+    "wipe-rejoin",
+    "corrupt-replace",
+    "disk-full",
+];
+
+/// What the lease bound of a run is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseBound {
+    pub ttl: Duration,
+    /// One election, from the old leader's loss to the new one's first applied entry.
+    pub election: Duration,
+    /// The expiry's commit and the waiter's grant reaching its worker.
+    pub handover: Duration,
+}
+
+impl LeaseBound {
+    /// X of the README's bound, for this TTL and election time.
+    pub fn extension_ms(&self) -> u64 {
+        leasehold::proto::lease::extension_bound_ms(self.ttl.as_millis() as u64, self.election.as_millis() as u64)
+    }
+}
+
+/// (i) A stopped holder's lock is handed on within the published bound. For every
+/// worker stopped (`WORKER_STOPS`) while it held a lock: its lease could end at
+/// `alive + TTL` at the earliest, where `alive` is the send time of its last answered
+/// keepalive (from its release's invoke), and must end by `alive + TTL + X` (the
+/// published extension, `LeaseBound::extension_ms`, across leader changes) plus the
+/// handover. Two kinds of evidence: an acquire by another worker refused because the
+/// stopped holder's grant still held the lock (the refusal names its token), invoked
+/// after that, proves the lease lived too long; and the first grant to another worker
+/// that was already waiting when the lease could end must complete in time. A grant
+/// before `alive + TTL` is an anomaly too (the lease ended early). Faults that leave
+/// the cluster unable to act, or restart a node from its disk, add their duration and
+/// an election; a handover that overlaps a clock fault is not measured.
+pub fn dead_holders(operations: &[Operation], faults: &[FaultRecord], bound: &LeaseBound) -> CheckResult {
+    let ttl_ns = bound.ttl.as_nanos() as u64;
+    let election_ns = bound.election.as_nanos() as u64;
+    let allowed_ns = bound.extension_ms() * 1_000_000 + bound.handover.as_nanos() as u64;
+    let mut anomalies = Vec::new();
+    let (mut measured, mut unmeasured, mut excused) = (0usize, 0usize, 0usize);
+    // The longest a stopped holder certainly kept its lock past its TTL, and the
+    // longest a waiter waited past it.
+    let (mut worst_blocked_ns, mut worst_waited_ns) = (0u64, 0u64);
+    let grants: Vec<&Operation> = operations
+        .iter()
+        .filter(|operation| operation.function == Function::Acquire && operation.outcome == Kind::Ok)
+        .collect();
+    for stop in faults.iter().filter(|fault| WORKER_STOPS.contains(&fault.fault) && fault.outcome == Outcome::Installed)
+    {
+        let Some(process) = stop.targets.first().copied() else { continue };
+        for held in grants.iter().filter(|grant| grant.process == process && grant.complete_ns < Some(stop.start_ns)) {
+            let (Some(held_from), Some(token)) = (held.complete_ns, held.token) else { continue };
+            let release = operations
+                .iter()
+                .filter(|operation| {
+                    operation.function == Function::Release
+                        && operation.process == process
+                        && operation.key == held.key
+                        && operation.token == held.token
+                        && operation.invoke_ns >= held_from
+                })
+                .min_by_key(|operation| operation.invoke_ns);
+            // Released before the stop: not held. Never released: the end is unknown.
+            let Some(release) = release.filter(|release| release.invoke_ns > stop.start_ns) else { continue };
+            let Some(alive) = release.alive_ns.filter(|alive| *alive <= stop.start_ns) else { continue };
+            let lease_end = alive + ttl_ns;
+            let holder_named = format!("holder-token={token}");
+            let blocked = operations
+                .iter()
+                .filter(|operation| {
+                    operation.function == Function::Acquire
+                        && operation.outcome == Kind::Fail
+                        && operation.key == held.key
+                        && operation.session != held.session
+                        && operation.invoke_ns > held_from
+                        && operation.value.as_deref() == Some(holder_named.as_str())
+                })
+                .max_by_key(|operation| operation.invoke_ns);
+            let next = grants
+                .iter()
+                .filter(|grant| {
+                    grant.key == held.key && grant.session != held.session && grant.complete_ns > Some(held_from)
+                })
+                .min_by_key(|grant| grant.complete_ns);
+            let end = next.and_then(|grant| grant.complete_ns).unwrap_or(release.invoke_ns);
+            let overlapping = |fault: &&FaultRecord| fault.start_ns <= end && fault.end_ns >= alive;
+            if faults.iter().filter(overlapping).any(|fault| CLOCK_FAULTS.contains(&fault.fault)) {
+                excused += 1;
+                continue;
+            }
+            let others_ns: u64 = faults
+                .iter()
+                .filter(overlapping)
+                .filter(|fault| UNAVAILABLE_FAULTS.contains(&fault.fault))
+                .map(|fault| fault.end_ns - fault.start_ns + election_ns)
+                .sum();
+            let limit_ns = allowed_ns + others_ns;
+            let mut evidence = false;
+            if let Some(blocked) = blocked.filter(|blocked| blocked.invoke_ns > lease_end) {
+                evidence = true;
+                worst_blocked_ns = worst_blocked_ns.max(blocked.invoke_ns - lease_end);
+                if blocked.invoke_ns - lease_end > limit_ns {
+                    anomalies.push(Anomaly {
+                        what: format!(
+                            "{} was still held by its stopped holder {} ms after its TTL ran out; the bound is {} ms{}",
+                            held.key,
+                            (blocked.invoke_ns - lease_end) / 1_000_000,
+                            limit_ns / 1_000_000,
+                            if others_ns > 0 { " (with other faults' time)" } else { "" }
+                        ),
+                        operations: vec![held.describe(), release.describe(), blocked.describe()],
+                    });
+                }
+            }
+            if let Some(next) = next {
+                let granted = next.complete_ns.unwrap();
+                if granted < lease_end {
+                    evidence = true;
+                    anomalies.push(Anomaly {
+                        what: format!(
+                            "{} was granted {} ms before its stopped holder's lease could end",
+                            held.key,
+                            (lease_end - granted) / 1_000_000
+                        ),
+                        operations: vec![held.describe(), release.describe(), next.describe()],
+                    });
+                } else if next.invoke_ns <= lease_end {
+                    evidence = true;
+                    worst_waited_ns = worst_waited_ns.max(granted - lease_end);
+                    if granted - lease_end > limit_ns {
+                        anomalies.push(Anomaly {
+                            what: format!(
+                                "{} was handed on {} ms after its stopped holder's TTL ran out; the bound is {} ms{}",
+                                held.key,
+                                (granted - lease_end) / 1_000_000,
+                                limit_ns / 1_000_000,
+                                if others_ns > 0 { " (with other faults' time)" } else { "" }
+                            ),
+                            operations: vec![held.describe(), release.describe(), next.describe()],
+                        });
+                    }
+                }
+            }
+            if evidence {
+                measured += 1;
+            } else {
+                unmeasured += 1;
+            }
+        }
+    }
+    let detail = format!(
+        "{measured} stopped holders: held at most {} ms past the TTL as refusals show, a waiter waited at most {} ms past \
+         it; published X = {} ms + {} ms handover (TTL {} ms); {unmeasured} with no acquire waiting at or refused after the TTL, {excused} in clock faults",
+        worst_blocked_ns / 1_000_000,
+        worst_waited_ns / 1_000_000,
+        bound.extension_ms(),
+        bound.handover.as_millis(),
+        bound.ttl.as_millis()
+    );
+    CheckResult::from_anomalies(DEAD_HOLDER_CHECK_NAME, detail, anomalies)
 }
 
 /// A node the nemesis brought back on a wiped or corrupted data directory (or a small
@@ -1165,11 +1399,129 @@ mod tests {
         assert_eq!(liveness(&[fast], &[1, 3], 0, bound).verdict, Verdict::Fail);
     }
 
+    const MS: u64 = 1_000_000;
+    const TTL: Duration = Duration::from_secs(3);
+
+    /// A release invoked at `invoke` ms by a session whose last answered keepalive
+    /// was sent at `alive` ms.
+    fn late_release(process: u64, session: u64, token: u64, invoke: u64, alive: u64) -> Operation {
+        let mut release = release(process, session, token, invoke * MS, invoke * MS + MS);
+        release.alive_ns = Some(alive * MS);
+        release
+    }
+
+    fn grant_ms(process: u64, session: u64, token: u64, invoke: u64, complete: u64) -> Operation {
+        grant(process, session, token, invoke * MS, complete * MS)
+    }
+
+    fn fault(name: &'static str, targets: Vec<u64>, start: u64, end: u64) -> FaultRecord {
+        FaultRecord {
+            fault: name,
+            outcome: Outcome::Installed,
+            targets,
+            detail: String::new(),
+            start_ns: start * MS,
+            end_ns: end * MS,
+        }
+    }
+
     #[test]
-    fn overlapping_beliefs_are_counted() {
+    fn overlapping_beliefs_fail_the_check() {
         let history =
             vec![grant(1, 1, 5, 0, 10), grant(2, 2, 9, 20, 30), release(2, 2, 9, 40, 50), release(1, 1, 5, 60, 70)];
-        assert_eq!(believed_at_once(&history).0, 1);
+        let result = believed_at_once(&history, TTL, &[]);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert_eq!(result.anomalies.len(), 1);
+    }
+
+    #[test]
+    fn a_stopped_holder_believes_only_until_its_conservative_deadline() {
+        // Worker 1 was stopped after a keepalive sent at 100 ms and released at 9 s:
+        // it could count on its lock until 100 ms + client_lease_ms(3 s) = 3077 ms.
+        let after = vec![grant_ms(1, 1, 5, 0, 10), grant_ms(2, 2, 9, 2_000, 3_100), late_release(1, 1, 5, 9_000, 100)];
+        assert_eq!(believed_at_once(&after, TTL, &[]).verdict, Verdict::Pass);
+        // A grant to another at 3 s, while worker 1 could still count on it: broken.
+        let during = vec![grant_ms(1, 1, 5, 0, 10), grant_ms(2, 2, 9, 2_000, 3_000), late_release(1, 1, 5, 9_000, 100)];
+        assert_eq!(believed_at_once(&during, TTL, &[]).verdict, Verdict::Fail);
+        // The same inside a clock fault's window is counted, not an anomaly.
+        let result = believed_at_once(&during, TTL, &[(2_500 * MS, 8_000 * MS)]);
+        assert_eq!(result.verdict, Verdict::Pass);
+        assert!(result.detail.contains("1 overlapping beliefs, 1 of them begun in a clock fault"), "{}", result.detail);
+    }
+
+    fn stopped_holder(waiter_granted: u64) -> Vec<Operation> {
+        vec![
+            grant_ms(1, 1, 5, 0, 10),
+            grant_ms(2, 2, 9, 500, waiter_granted),
+            late_release(1, 1, 5, 7_100, 900),
+            release(2, 2, 9, (waiter_granted + 10) * MS, (waiter_granted + 11) * MS),
+        ]
+    }
+
+    /// A try-lock by worker 3 at `at` ms refused because worker 1's grant (token 5)
+    /// still held the lock.
+    fn refused(at: u64) -> Operation {
+        let mut refused = operation(3, Function::Acquire, Kind::Fail, "lock/0", 3, None, (at * MS, Some(at * MS + MS)));
+        refused.value = Some("holder-token=5".into());
+        refused
+    }
+
+    #[test]
+    fn a_stopped_holders_lock_must_reach_the_waiter_within_the_bound() {
+        let bound = LeaseBound { ttl: TTL, election: Duration::from_millis(600), handover: Duration::from_millis(200) };
+        assert_eq!(bound.extension_ms(), 600 + 100 + 50 + 3 + 600);
+        let stop = vec![fault("pause-worker", vec![1], 1_000, 7_000)];
+        // The lease could end at 900 + 3000 = 3900 ms; the bound is 1353 + 200 ms after.
+        let in_time = dead_holders(&stopped_holder(4_200), &stop, &bound);
+        assert_eq!(in_time.verdict, Verdict::Pass, "{in_time:?}");
+        assert!(
+            in_time.detail.starts_with(
+                "1 stopped holders: held at most 0 ms past the TTL as refusals show, a waiter waited at most 300 ms"
+            ),
+            "{}",
+            in_time.detail
+        );
+        let late = dead_holders(&stopped_holder(5_600), &stop, &bound);
+        assert_eq!(late.verdict, Verdict::Fail);
+        assert!(late.anomalies[0].what.contains("1700 ms after"), "{:?}", late.anomalies);
+        let early = dead_holders(&stopped_holder(3_800), &stop, &bound);
+        assert_eq!(early.verdict, Verdict::Fail);
+        assert!(early.anomalies[0].what.contains("before its stopped holder's lease could end"));
+
+        // Nobody waited when the lease could end, but a try-lock 2 s past it was still
+        // refused in the stopped holder's name: the lease lived too long.
+        let mut history = stopped_holder(9_000);
+        history[1].invoke_ns = 8_000 * MS;
+        let quiet = dead_holders(&history, &stop, &bound);
+        assert_eq!(quiet.verdict, Verdict::Pass);
+        assert!(quiet.detail.contains("1 with no acquire waiting at or refused after the TTL"), "{}", quiet.detail);
+        history.push(refused(4_500));
+        let blocked_in_time = dead_holders(&history, &stop, &bound);
+        assert_eq!(blocked_in_time.verdict, Verdict::Pass, "{blocked_in_time:?}");
+        assert!(blocked_in_time.detail.contains("held at most 600 ms past the TTL"), "{}", blocked_in_time.detail);
+        history.push(refused(5_900));
+        let blocked = dead_holders(&history, &stop, &bound);
+        assert_eq!(blocked.verdict, Verdict::Fail);
+        assert!(
+            blocked.anomalies[0].what.contains("still held by its stopped holder 2000 ms"),
+            "{:?}",
+            blocked.anomalies
+        );
+
+        // A partition while the lease ran out adds its time and an election.
+        let mut partitioned = stop.clone();
+        partitioned.push(fault("partition-halves", vec![1, 2], 3_000, 4_000));
+        assert_eq!(dead_holders(&stopped_holder(5_600), &partitioned, &bound).verdict, Verdict::Pass);
+        // A leader killed and restarted adds its downtime and an election.
+        let mut killed = stop.clone();
+        killed.push(fault("kill-leader", vec![3], 3_000, 3_000));
+        assert_eq!(dead_holders(&stopped_holder(5_600), &killed, &bound).verdict, Verdict::Pass);
+        // A clock fault: not measured.
+        let mut skewed = stop.clone();
+        skewed.push(fault("clock-fast", vec![3], 2_000, 2_500));
+        let result = dead_holders(&stopped_holder(3_800), &skewed, &bound);
+        assert_eq!(result.verdict, Verdict::Pass);
+        assert!(result.detail.contains("1 in clock faults"), "{}", result.detail);
     }
 
     fn permit(process: u64, session: u64, token: u64, invoke: u64, complete: u64) -> Operation {

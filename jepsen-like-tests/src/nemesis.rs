@@ -21,6 +21,9 @@ pub enum NemesisKind {
     Pause,
     /// Only the worker pause (part of `Pause`).
     WorkerPause,
+    /// Only a holder's stop followed by a kill of the leader (part of `Pause`): the
+    /// bound on a dead holder across a leader change.
+    HolderKill,
     Partition,
     Clock,
     Member,
@@ -39,7 +42,8 @@ impl NemesisKind {
     ];
 
     /// Parses "kill,pause,partition,clock,member,disk" or "all" (or "none"), and
-    /// "worker-pause" (only the GC pause of workers: the unfenced control).
+    /// "worker-pause" (only the GC pause of workers: the unfenced control) and
+    /// "holder-kill" (only a holder's stop and a leader kill: the lease bound).
     pub fn parse_list(text: &str) -> Result<BTreeSet<NemesisKind>, String> {
         let mut kinds = BTreeSet::new();
         for word in text.split(',').map(str::trim).filter(|word| !word.is_empty()) {
@@ -54,6 +58,9 @@ impl NemesisKind {
                 }
                 "worker-pause" => {
                     kinds.insert(NemesisKind::WorkerPause);
+                }
+                "holder-kill" => {
+                    kinds.insert(NemesisKind::HolderKill);
                 }
                 "partition" => {
                     kinds.insert(NemesisKind::Partition);
@@ -81,8 +88,11 @@ impl NemesisKind {
     pub fn faults(self) -> &'static [Fault] {
         match self {
             NemesisKind::Kill => &[Fault::KillLeader, Fault::KillRandom, Fault::KillAll],
-            NemesisKind::Pause => &[Fault::PauseNode, Fault::PauseLeader, Fault::PauseWorker],
+            NemesisKind::Pause => {
+                &[Fault::PauseNode, Fault::PauseLeader, Fault::PauseWorker, Fault::PauseWorkerKillLeader]
+            }
             NemesisKind::WorkerPause => &[Fault::PauseWorker],
+            NemesisKind::HolderKill => &[Fault::PauseWorkerKillLeader],
             NemesisKind::Partition => {
                 &[Fault::PartitionHalves, Fault::PartitionLeader, Fault::PartitionBridge, Fault::PartitionOneWay]
             }
@@ -105,6 +115,10 @@ pub enum Fault {
     PauseLeader,
     /// SIGSTOP of a worker for longer than its TTL: the GC pause.
     PauseWorker,
+    /// SIGSTOP of a worker that holds a lock for two TTLs, and kill -9 of the leader
+    /// three quarters of a TTL in (restarted at once): the holder's lock must still
+    /// be handed on within the published bound, not a TTL after the new leader.
+    PauseWorkerKillLeader,
     PartitionHalves,
     PartitionLeader,
     /// One node sees both sides; the sides do not see each other.
@@ -142,6 +156,7 @@ impl Fault {
             Fault::PauseNode => "pause-node",
             Fault::PauseLeader => "pause-leader",
             Fault::PauseWorker => "pause-worker",
+            Fault::PauseWorkerKillLeader => "pause-worker-kill-leader",
             Fault::PartitionHalves => "partition-halves",
             Fault::PartitionLeader => "partition-leader",
             Fault::PartitionBridge => "partition-bridge",

@@ -327,10 +327,11 @@ impl Worker {
         let key = guard.name().to_string();
         let key = key.as_str();
         let token = guard.token();
-        self.sequence += 1;
-        let sequence = self.sequence;
         let session = guard.session().id();
-        self.record_in(session, sequence, Kind::Invoke, Function::Release, key, Some(token), None, None);
+        // With the session's last answered keepalive: until when this worker believed
+        // it held the lock (see `checker::believed_at_once`) and when its holder was
+        // last alive (see `checker::dead_holders`).
+        let sequence = self.invoke_ending(Function::Release, guard.session(), key, token);
         let result = guard.release().await;
         match result {
             Ok(()) => self.record_in(session, sequence, Kind::Ok, Function::Release, key, Some(token), None, None),
@@ -693,9 +694,12 @@ impl Worker {
 }
 
 /// The send time of the session's last answered keepalive on CLOCK_MONOTONIC
-/// (std's `Instant` reads the same clock on Linux; the offset is measured now).
+/// (std's `Instant` reads the same clock on Linux; the offset is measured now): the
+/// session's deadline less the part of a TTL the client counts on.
 fn last_answered_keepalive_ns(session: &leasehold::Session) -> u64 {
-    let sent = session.deadline().checked_sub(session.ttl()).unwrap_or_else(std::time::Instant::now);
+    let ttl_ms = session.ttl().as_millis() as u64;
+    let counted_on = Duration::from_millis(leasehold::proto::lease::client_lease_ms(ttl_ms));
+    let sent = session.deadline().checked_sub(counted_on).unwrap_or_else(std::time::Instant::now);
     let now_ns = monotonic_ns();
     now_ns.saturating_sub(std::time::Instant::now().saturating_duration_since(sent).as_nanos() as u64)
 }

@@ -4,7 +4,9 @@
 //! machine's cores in one run, each with a thread per core in the other — and its
 //! attack workload must have run, every attack refused; the control with fencing
 //! switched off must end `valid: false` with the lost writes listed, and the control
-//! with the nodes' incarnation checks off must take a wiped node back.
+//! with the nodes' incarnation checks off must take a wiped node back. A lock holder
+//! stopped while the leader is killed must lose its lock within the published bound
+//! (check (i)), and the control without checkpoints must miss it.
 //!
 //! The harness runs in its own network and pid namespaces (it re-executes itself
 //! under `unshare`): nothing it starts outlives it.
@@ -12,7 +14,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use leasehold_jepsen::checker::ATTACKS_CHECK_NAME;
+use leasehold_jepsen::checker::{ATTACKS_CHECK_NAME, DEAD_HOLDER_CHECK_NAME};
 use leasehold_jepsen::cluster::binary;
 
 /// The fixed seed of the suite; the second run's seed is random.
@@ -132,6 +134,60 @@ fn without_incarnation_checks_a_wiped_node_is_taken_back() {
     assert!(
         text.lines().any(|line| line.contains("[refused-nodes]") && line.contains("kept running")),
         "the control must name the wiped node that was taken back:\n{text}"
+    );
+    println!("{text}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The `holder-kill` fault alone (a lock holder stopped for two TTLs, the leader
+/// killed three quarters of a TTL in), with an 8 s TTL so that a lease restarted by
+/// the new leader overshoots the bound by seconds, not by timing noise.
+fn holder_kill_run(name: &str, control: bool) -> (Output, String, PathBuf) {
+    let seed = FIXED_SEED.to_string();
+    let mut arguments = vec![
+        "--nodes",
+        "3",
+        "--time",
+        "40s",
+        "--seed",
+        &seed,
+        "--workload",
+        "lock",
+        "--nemesis",
+        "holder-kill",
+        "--ttl-ms",
+        "8000",
+    ];
+    if control {
+        arguments.push("--full-ttl-restart");
+    }
+    run_harness(name, &arguments)
+}
+
+#[test]
+fn a_stopped_holders_lock_is_handed_on_within_the_bound_across_a_leader_kill() {
+    let (output, text, out) = holder_kill_run("fault-suite-holder-kill", false);
+    assert!(
+        output.status.success() && text.contains("\nvalid: true"),
+        "not valid; kept under {}:\n{text}",
+        out.display()
+    );
+    let line = text.lines().find(|line| line.contains(DEAD_HOLDER_CHECK_NAME)).expect("the check's line");
+    assert!(line.contains(" pass "), "{line}");
+    assert!(!line.contains(" 0 stopped holders handed on"), "the run must measure a handover: {line}");
+    println!("{text}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The control: nodes that write no checkpoints restart the stopped holder's lease
+/// at a full TTL when the leader dies, and check (i) fails.
+#[test]
+fn without_checkpoints_a_stopped_holder_blocks_a_ttl_past_the_bound() {
+    let (output, text, out) = holder_kill_run("fault-suite-control-holder-kill", true);
+    assert_eq!(output.status.code(), Some(1), "the control must fail its checks:\n{text}");
+    assert!(
+        text.lines().any(|line| line.contains(&format!("[{DEAD_HOLDER_CHECK_NAME}]")) && line.contains("the bound is")),
+        "the control must name the late handover:\n{text}"
     );
     println!("{text}");
     let _ = std::fs::remove_dir_all(&out);
