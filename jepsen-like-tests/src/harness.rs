@@ -680,7 +680,7 @@ impl Harness {
         if self.workers.is_empty() {
             return (Outcome::Skipped, vec![], "no workers".into());
         }
-        let (index, holding_lock) = self.choose_holder().await;
+        let (index, holding_lock) = self.choose_holder(false).await;
         let ttl = self.arguments.ttl_ms;
         let hold_ms = self.random.random_range(ttl * 3 / 2..=ttl * 2);
         self.signal_worker(index, libc::SIGSTOP);
@@ -706,7 +706,7 @@ impl Harness {
         if self.workers.is_empty() {
             return (Outcome::Skipped, vec![], "no workers".into());
         }
-        let (index, holding_lock) = self.choose_holder().await;
+        let (index, holding_lock) = self.choose_holder(true).await;
         if !holding_lock {
             return (Outcome::Skipped, vec![], "no worker held a lock".into());
         }
@@ -737,17 +737,19 @@ impl Harness {
         )
     }
 
-    /// A worker to stop: one that holds a lock or is in the middle of an increment
-    /// (its last record says so) if one does within 3 s, else any; and whether it
-    /// holds one.
-    async fn choose_holder(&mut self) -> (usize, bool) {
+    /// A worker to stop: one that holds a lock, a permit or a leadership, or is in the
+    /// middle of an increment (its last record says so), if one does within 3 s, else
+    /// any; and whether it holds one. With `locks_only`, only workers of the lock
+    /// workloads count.
+    async fn choose_holder(&mut self, locks_only: bool) -> (usize, bool) {
         let look_until = Instant::now() + Duration::from_secs(3);
         let mut chosen = None;
         let mut order: Vec<usize> = (0..self.workers.len()).collect();
         rand::seq::SliceRandom::shuffle(order.as_mut_slice(), &mut self.random);
         while chosen.is_none() && Instant::now() < look_until {
             for index in &order {
-                if holding(&self.workers[*index].history) {
+                let worker = &self.workers[*index];
+                if (!locks_only || worker.workload.uses_locks()) && holding(&worker.history) {
                     chosen = Some(*index);
                     break;
                 }
