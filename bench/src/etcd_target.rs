@@ -1,8 +1,13 @@
 //! etcd through its own gRPC API, the way its lock users run it: one lease per
 //! client, kept alive in the background, and v3lock `Lock`/`Unlock` with that lease.
 //! A client talks to one member (members forward to the leader) and moves to the
-//! next member when a request fails, as etcd's clients do.
+//! next member when a request fails, as etcd's clients do. A lease found gone (its
+//! keepalive answered with no TTL, or a request refused for it) is replaced by a new
+//! one before the next lock, as a user of `concurrency.Session` makes a new session
+//! once the old one's `Done()` closes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -13,6 +18,10 @@ use crate::etcd_wire::*;
 
 /// How long one keepalive may wait for its answer.
 pub const KEEPALIVE_ANSWER_TIMEOUT_MS: u64 = 2_000;
+/// How long one Lock or Unlock attempt may hang before it is tried on the next member.
+pub const ATTEMPT_TIMEOUT_MS: u64 = 2_000;
+/// Unlock attempts at most.
+pub const UNLOCK_ATTEMPTS: usize = 3;
 /// Pause before the background keepalive tries again after a failure.
 pub const KEEPALIVE_RETRY_PAUSE_MS: u64 = 50;
 
@@ -22,6 +31,9 @@ pub struct EtcdWorker {
     current: usize,
     connection: Option<EtcdConnection>,
     lease_id: i64,
+    ttl: Duration,
+    /// Set when the lease is found gone; the next lock grants a new one.
+    lease_lost: Arc<AtomicBool>,
     /// The lease's keepalive, once per TTL/3, as etcd's clients do.
     background_keepalive: JoinHandle<()>,
     /// The back-to-back keepalive stream of the keepalive workload.
@@ -46,26 +58,56 @@ impl EtcdWorker {
     pub async fn open(members: &EtcdMembers, index: usize, ttl: Duration) -> anyhow::Result<EtcdWorker> {
         let current = index % members.endpoints.len();
         let mut connection = members.connect(current).await.context("connect to etcd")?;
-        let ttl_seconds = ttl.as_secs().max(1) as i64;
-        let granted: LeaseGrantResponse =
-            connection.unary(LEASE_GRANT, LeaseGrantRequest { ttl_seconds, id: 0 }).await?;
-        if !granted.error.is_empty() {
-            bail!("lease grant refused: {}", granted.error);
-        }
-        let background_keepalive = tokio::spawn(keep_lease_alive(
-            members.clone(),
-            current,
-            granted.id,
-            Duration::from_secs(ttl_seconds as u64),
-        ));
+        let lease_lost = Arc::new(AtomicBool::new(false));
+        let (lease_id, background_keepalive) =
+            grant_lease(&mut connection, members, current, ttl, lease_lost.clone()).await?;
         Ok(EtcdWorker {
             members: members.clone(),
             current,
             connection: Some(connection),
-            lease_id: granted.id,
+            lease_id,
+            ttl,
+            lease_lost,
             background_keepalive,
             keepalive: None,
         })
+    }
+
+    /// A new lease in place of one found gone, with its own background keepalive.
+    async fn replace_lost_lease(&mut self) -> anyhow::Result<()> {
+        if !self.lease_lost.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.background_keepalive.abort();
+        self.keepalive = None;
+        let (members, current, ttl) = (self.members.clone(), self.current, self.ttl);
+        let lost = Arc::new(AtomicBool::new(false));
+        let connection = match self.connection().await {
+            Ok(connection) => connection,
+            Err(error) => {
+                self.move_on();
+                return Err(error);
+            }
+        };
+        let granted = grant_lease(connection, &members, current, ttl, lost.clone()).await;
+        let (lease_id, background_keepalive) = match granted {
+            Ok(granted) => granted,
+            Err(error) => {
+                self.move_on();
+                return Err(error);
+            }
+        };
+        self.lease_id = lease_id;
+        self.background_keepalive = background_keepalive;
+        self.lease_lost = lost;
+        Ok(())
+    }
+
+    /// Notes a refusal that says the lease is gone.
+    fn note_lease_refusal(&self, error: &anyhow::Error) {
+        if error.to_string().contains("lease not found") {
+            self.lease_lost.store(true, Ordering::Relaxed);
+        }
     }
 
     async fn connection(&mut self) -> anyhow::Result<&mut EtcdConnection> {
@@ -92,30 +134,65 @@ impl EtcdWorker {
     /// v3lock `Lock`: waits on the server until granted. `wait` bounds the wait on
     /// the client side (etcd has no wait parameter).
     pub async fn lock(&mut self, name: &str, wait: Duration) -> anyhow::Result<Option<Vec<u8>>> {
+        self.replace_lost_lease().await?;
         let lease = self.lease_id;
-        let request = LockRequest { name: name.as_bytes().to_vec(), lease };
-        let connection = match self.connection().await {
-            Ok(connection) => connection,
-            Err(error) => {
-                self.move_on();
-                return Err(error);
+        let give_up = tokio::time::Instant::now() + wait;
+        loop {
+            let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Ok(None);
             }
-        };
-        let locked = tokio::time::timeout(wait, connection.unary::<_, LockResponse>(LOCK, request)).await;
-        match locked {
-            Ok(result) => Ok(Some(self.failed(result)?.key)),
-            Err(_) => Ok(None),
+            // Like Leasehold's library, an attempt that hangs (its member lost the
+            // leader) is given up after ATTEMPT_TIMEOUT_MS and tried on the next
+            // member: Lock with the same lease finds its own key, so a retry is safe.
+            let attempt = left.min(Duration::from_millis(ATTEMPT_TIMEOUT_MS));
+            let request = LockRequest { name: name.as_bytes().to_vec(), lease };
+            let connection = match self.connection().await {
+                Ok(connection) => connection,
+                Err(error) => {
+                    self.move_on();
+                    return Err(error);
+                }
+            };
+            let locked = tokio::time::timeout(attempt, connection.unary::<_, LockResponse>(LOCK, request)).await;
+            match locked {
+                Ok(result) => {
+                    return match self.failed(result) {
+                        Ok(response) => Ok(Some(response.key)),
+                        Err(error) => {
+                            self.note_lease_refusal(&error);
+                            Err(error)
+                        }
+                    }
+                }
+                Err(_) if attempt < left => self.move_on(),
+                Err(_) => return Ok(None),
+            }
         }
     }
 
+    /// Unlock, each attempt given up after ATTEMPT_TIMEOUT_MS and tried on the next
+    /// member (deleting the key again is harmless), at most `UNLOCK_ATTEMPTS` times.
     pub async fn unlock(&mut self, key: Vec<u8>) -> anyhow::Result<()> {
-        let connection = match self.connection().await {
-            Ok(connection) => connection,
-            Err(error) => {
-                self.move_on();
-                return Err(error);
+        for _ in 1..UNLOCK_ATTEMPTS {
+            let connection = match self.connection().await {
+                Ok(connection) => connection,
+                Err(error) => {
+                    self.move_on();
+                    return Err(error);
+                }
+            };
+            let request = UnlockRequest { key: key.clone() };
+            let attempt = Duration::from_millis(ATTEMPT_TIMEOUT_MS);
+            match tokio::time::timeout(attempt, connection.unary::<_, UnlockResponse>(UNLOCK, request)).await {
+                Ok(result) => {
+                    self.failed(result)?;
+                    return Ok(());
+                }
+                Err(_) => self.move_on(),
             }
-        };
+        }
+        let connection = self.connection().await?;
         let result = connection.unary::<_, UnlockResponse>(UNLOCK, UnlockRequest { key }).await;
         self.failed(result)?;
         Ok(())
@@ -123,6 +200,7 @@ impl EtcdWorker {
 
     /// One keepalive of this client's lease, answered.
     pub async fn keepalive(&mut self) -> anyhow::Result<()> {
+        self.replace_lost_lease().await?;
         let id = self.lease_id;
         if self.keepalive.is_none() {
             let connection = match self.connection().await {
@@ -145,7 +223,10 @@ impl EtcdWorker {
         };
         match tokio::time::timeout(Duration::from_millis(KEEPALIVE_ANSWER_TIMEOUT_MS), answer).await {
             Ok(Ok(answer)) if answer.ttl_seconds > 0 => Ok(()),
-            Ok(Ok(_)) => bail!("lease {id} is gone"),
+            Ok(Ok(_)) => {
+                self.lease_lost.store(true, Ordering::Relaxed);
+                bail!("lease {id} is gone")
+            }
             Ok(Err(error)) => {
                 self.move_on();
                 Err(error)
@@ -166,9 +247,34 @@ impl EtcdWorker {
     }
 }
 
+/// Grants a lease of `ttl` on `connection` and starts its background keepalive, which
+/// sets `lost` if the lease is found gone.
+async fn grant_lease(
+    connection: &mut EtcdConnection,
+    members: &EtcdMembers,
+    current: usize,
+    ttl: Duration,
+    lost: Arc<AtomicBool>,
+) -> anyhow::Result<(i64, JoinHandle<()>)> {
+    let ttl_seconds = ttl.as_secs().max(1) as i64;
+    let granted: LeaseGrantResponse = connection.unary(LEASE_GRANT, LeaseGrantRequest { ttl_seconds, id: 0 }).await?;
+    if !granted.error.is_empty() {
+        bail!("lease grant refused: {}", granted.error);
+    }
+    let keepalive = tokio::spawn(keep_lease_alive(
+        members.clone(),
+        current,
+        granted.id,
+        Duration::from_secs(ttl_seconds as u64),
+        lost,
+    ));
+    Ok((granted.id, keepalive))
+}
+
 /// Keeps lease `id` alive: one keepalive per TTL/3 on a stream of its own, moving to
-/// the next member when the stream fails. Runs until aborted.
-async fn keep_lease_alive(members: EtcdMembers, mut current: usize, id: i64, ttl: Duration) {
+/// the next member when the stream fails. Ends when an answer says the lease is gone
+/// (setting `lost`), or when aborted.
+async fn keep_lease_alive(members: EtcdMembers, mut current: usize, id: i64, ttl: Duration, lost: Arc<AtomicBool>) {
     let interval = ttl / 3;
     let endpoints = &members.endpoints;
     loop {
@@ -184,8 +290,13 @@ async fn keep_lease_alive(members: EtcdMembers, mut current: usize, id: i64, ttl
         loop {
             let answer =
                 tokio::time::timeout(Duration::from_millis(KEEPALIVE_ANSWER_TIMEOUT_MS), answers.message()).await;
-            if !matches!(answer, Ok(Ok(Some(_)))) {
-                break;
+            match answer {
+                Ok(Ok(Some(answer))) if answer.ttl_seconds <= 0 => {
+                    lost.store(true, Ordering::Relaxed);
+                    return;
+                }
+                Ok(Ok(Some(_))) => {}
+                _ => break,
             }
             tokio::time::sleep(interval).await;
             if requests.send(LeaseKeepAliveRequest { id }).await.is_err() {

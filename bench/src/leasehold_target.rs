@@ -1,6 +1,6 @@
 //! Leasehold through its public API: the `leasehold` library for sessions, locks and
 //! semaphores; the `KeepAlive` gRPC stream directly for the keepalive workload (the
-//! library sends one keepalive per TTL/3, the workload sends them back to back).
+//! library sends one keepalive per TTL/6, the workload sends them back to back).
 
 use std::path::Path;
 use std::time::Duration;

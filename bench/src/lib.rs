@@ -26,6 +26,7 @@ pub mod leasehold_target;
 pub mod redis_target;
 pub mod report;
 pub mod scale;
+pub mod scale_failover;
 pub mod server_process;
 pub mod target;
 pub mod transport;

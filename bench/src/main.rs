@@ -49,6 +49,23 @@ enum Command {
         #[arg(long)]
         restart_command: String,
     },
+    /// Failover at scale: --connections clients with --sessions-per-connection
+    /// sessions each, every session holding a lock; kills the leader (SIGKILL to its
+    /// pid) and reports the election, how soon after it each connection's keepalives
+    /// were answered again, sessions lost, and elections after the first.
+    ScaleFailover {
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        /// The nodes' process ids, in --endpoints order.
+        #[arg(long, value_delimiter = ',', required = true)]
+        pids: Vec<i32>,
+        #[arg(long, default_value_t = 200)]
+        connections: usize,
+        #[arg(long, default_value_t = 100)]
+        sessions_per_connection: usize,
+        #[arg(long, value_parser = parse_duration, default_value = "10s")]
+        ttl: Duration,
+    },
     /// Reads JSON lines of several runs and prints medians and ratios as Markdown.
     Summarize {
         /// Files of JSON lines written by `run --json-out`.
@@ -221,6 +238,48 @@ fn main() -> anyhow::Result<()> {
                 drop(sessions);
                 anyhow::Ok(())
             })?;
+            runtime.shutdown_timeout(Duration::from_secs(5));
+        }
+        Command::ScaleFailover { endpoints, pids, connections, sessions_per_connection, ttl } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let figure = runtime.block_on(leasehold_bench::scale_failover::run(
+                &endpoints,
+                &pids,
+                connections,
+                sessions_per_connection,
+                ttl,
+            ))?;
+            let mut back: Vec<f64> = figure.back_after_election_ms.iter().flatten().copied().collect();
+            back.sort_by(f64::total_cmp);
+            let never = figure.back_after_election_ms.iter().filter(|back| back.is_none()).count();
+            let quantile =
+                |q: f64| back.get(((back.len() as f64 * q) as usize).min(back.len().saturating_sub(1))).copied();
+            let median = quantile(0.5).unwrap_or(f64::NAN);
+            let p90 = quantile(0.9).unwrap_or(f64::NAN);
+            let slowest = back.last().copied().unwrap_or(f64::NAN);
+            let over_1s = back.iter().filter(|back| **back > 1_000.0).count();
+            println!(
+                "{} sessions with a lock each on {} connections (filled in {:.1} s), TTL {} s: leader killed, new leader \
+                 after {:.0} ms; keepalives answered again after the election: median {median:.0} ms, p90 \
+                 {p90:.0} ms, slowest {slowest:.0} ms, {over_1s} connections over 1 s, {never} never; sessions lost {} (client) / gone {} \
+                 (cluster); elections after the first: {}",
+                figure.sessions,
+                figure.connections,
+                figure.fill_seconds,
+                ttl.as_secs(),
+                figure.elected_ms,
+                figure.sessions_lost,
+                figure.sessions_gone,
+                figure.later_elections
+            );
+            println!(
+                "{}",
+                serde_json::json!({"scale": "failover", "sessions": figure.sessions, "connections": figure.connections,
+                    "ttl_s": ttl.as_secs(), "elected_ms": figure.elected_ms, "back_median_ms": median, "back_p90_ms": p90,
+                    "back_slowest_ms": slowest, "connections_over_1s": over_1s, "connections_never_back": never,
+                    "sessions_lost": figure.sessions_lost, "sessions_gone": figure.sessions_gone,
+                    "later_elections": figure.later_elections})
+            );
             runtime.shutdown_timeout(Duration::from_secs(5));
         }
         Command::AddTenant { endpoints, name, admin_token_file, token_file, max_sessions, max_holds, max_waiters } => {
