@@ -981,10 +981,10 @@ pub const DEAD_HOLDER_CHECK_NAME: &str = "dead holder handed on in bound (i)";
 pub const WORKER_STOPS: [&str; 2] = ["pause-worker", "pause-worker-kill-leader"];
 
 /// Faults during which no lease bound can hold, because the cluster may have no
-/// quorum, or no leader that can act, or the leader may be a node restarted from its
-/// disk (which starts a checkpointed lease from its restart, not knowing how long it
-/// was down): an overlapping one adds its duration and an election to what a
-/// handover may take.
+/// quorum, or no leader that can act, or the leader may be a node that was down when
+/// a checkpoint was committed (it starts that session from when it applied it, once
+/// back): an overlapping one adds its duration and an election to what a handover
+/// may take.
 const UNAVAILABLE_FAULTS: [&str; 13] = [
     "kill-leader",
     "kill-random",

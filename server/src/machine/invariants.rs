@@ -42,9 +42,15 @@ impl StateMachine {
         self.check_quiet_sessions();
     }
 
-    /// Checkpointed sessions: each is live and has no more left than its TTL.
+    /// Checkpointed sessions: each is live, has no more left than its TTL, and was
+    /// checkpointed by an applied entry.
     fn check_quiet_sessions(&self) {
-        for (session, remaining_ms) in &self.quiet {
+        for (session, (remaining_ms, index)) in &self.quiet {
+            assert!(
+                self.last_applied.is_some_and(|applied| *index <= applied),
+                "checkpointed session {session} names entry {index}, after the last applied {:?}",
+                self.last_applied
+            );
             let live = self.sessions.get(session).unwrap_or_else(|| panic!("checkpointed session {session} is gone"));
             assert!(
                 *remaining_ms <= live.ttl_ms,

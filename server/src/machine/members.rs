@@ -114,7 +114,7 @@ impl StateMachine {
             rest = after;
         }
         if !rest.is_empty() {
-            let (quiet, after) = postcard::take_from_bytes::<BTreeMap<SessionId, u32>>(rest)?;
+            let (quiet, after) = postcard::take_from_bytes::<BTreeMap<SessionId, (u32, u64)>>(rest)?;
             if !after.is_empty() {
                 return Err(postcard::Error::DeserializeBadEncoding);
             }

@@ -169,10 +169,11 @@ pub struct StateMachine {
     #[serde(skip)]
     cluster: ClusterRecord,
     /// Sessions the leader checkpointed as quiet, with the time their lease had left
-    /// then (see `Command::CheckpointSessions`); a subset of `sessions`. Snapshots
-    /// carry it after the cluster record, so that older snapshots still decode.
+    /// then and the index of the checkpoint's entry (see `Command::CheckpointSessions`);
+    /// a subset of `sessions`. Snapshots carry it after the cluster record, so that
+    /// older snapshots still decode.
     #[serde(skip)]
-    quiet: BTreeMap<SessionId, u32>,
+    quiet: BTreeMap<SessionId, (u32, u64)>,
 }
 
 impl Default for StateMachine {
@@ -719,7 +720,7 @@ impl StateMachine {
             Command::RecordMember { cluster_id, node, incarnation } => {
                 self.record_member(index, *cluster_id, *node, *incarnation)
             }
-            Command::CheckpointSessions { quiet, resumed } => self.checkpoint_sessions(quiet, resumed),
+            Command::CheckpointSessions { quiet, resumed } => self.checkpoint_sessions(index, quiet, resumed),
         };
         result.unwrap_or_else(Response::Rejected)
     }

@@ -373,6 +373,7 @@ impl StateMachine {
     /// an earlier checkpoint said; a resumed one is no longer checkpointed.
     pub(super) fn checkpoint_sessions(
         &mut self,
+        index: u64,
         quiet: &[(SessionId, u64)],
         resumed: &[SessionId],
     ) -> Result<Response, CommandError> {
@@ -385,7 +386,7 @@ impl StateMachine {
             // A lease never has more left than its TTL; a checkpoint that says so is
             // held to the TTL rather than refused, so a replica's apply cannot fail.
             let remaining_ms = remaining_ms.min(u64::from(ttl_ms));
-            self.quiet.insert(session, remaining_ms as u32);
+            self.quiet.insert(session, (remaining_ms as u32, index));
             quiet_applied.push((session, remaining_ms));
         }
         let mut resumed_applied = Vec::with_capacity(resumed.len());
@@ -400,7 +401,13 @@ impl StateMachine {
     /// The time a checkpointed session's lease had left when the leader last
     /// checkpointed it; `None` for a session that is not checkpointed (or is gone).
     pub fn quiet_remaining_ms(&self, session: SessionId) -> Option<u64> {
-        self.quiet.get(&session).map(|remaining_ms| u64::from(*remaining_ms))
+        self.quiet_checkpoint(session).map(|(remaining_ms, _)| remaining_ms)
+    }
+
+    /// The time a checkpointed session's lease had left and the index of the
+    /// checkpoint's entry; `None` for a session that is not checkpointed.
+    pub fn quiet_checkpoint(&self, session: SessionId) -> Option<(u64, u64)> {
+        self.quiet.get(&session).map(|(remaining_ms, index)| (u64::from(*remaining_ms), *index))
     }
 
     /// Ends live, distinct sessions in one entry: ends their waits, releases what they

@@ -447,10 +447,11 @@ async fn run_expiry(
             continue;
         }
         if leading_term != Some(term) {
-            // A new leader starts the deadlines only once it applied an entry of its
-            // own term (the one openraft commits first), and so every checkpoint and
-            // expiry its predecessors committed.
-            if applied_term != Some(term) {
+            // A new leader starts the deadlines only once it applied everything
+            // committed before (the read index is at least the first entry of its
+            // term, and at least what was committed when it was restarted as the
+            // leader of the same term), and so every checkpoint, resume and expiry.
+            if applied_term != Some(term) || replica.confirm_and_apply().await.is_err() {
                 continue;
             }
             deadlines.restart_deadlines();

@@ -19,6 +19,8 @@
 //! * `backup` — the backup file: the state at one index, with a checksum.
 //! * `incarnations` — each member's incarnation on every peer message and answer,
 //!   and the checks that keep a wiped node from counting as the member it was.
+//! * `quiet_deadlines` — this node's record of the deadlines the checkpoints of quiet
+//!   sessions gave, so that a restart does not lengthen them by its downtime.
 
 pub mod applier;
 pub mod backup;
@@ -27,6 +29,7 @@ pub mod incarnations;
 pub mod log_store;
 pub mod network;
 pub mod peer_service;
+pub mod quiet_deadlines;
 pub mod replica;
 pub mod state_machine_store;
 pub mod storage;

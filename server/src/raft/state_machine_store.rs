@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::machine::{ClusterRecord, Event, Response, SessionId, StateMachine, WaitFailure};
 use crate::raft::applier::Applier;
 use crate::raft::codec;
+use crate::raft::quiet_deadlines::QuietDeadlines;
 use crate::raft::storage::{self, COLUMN_FAMILY_META, KEY_SNAPSHOT};
 use crate::raft::types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::shell::clock::Stopwatch;
@@ -84,6 +85,8 @@ pub struct Shared {
     /// The cluster's id and its members' incarnations as last applied, for the peer
     /// messages' checks (a copy, changed only when the record changes).
     pub cluster_record: watch::Sender<Arc<ClusterRecord>>,
+    /// This node's record of the deadlines the checkpoints it applied gave.
+    pub quiet_deadlines: QuietDeadlines,
 }
 
 impl Shared {
@@ -99,12 +102,18 @@ impl Shared {
         });
     }
 
-    /// Every live session as (id, TTL, the remaining time its checkpoint holds, if
-    /// any), from the applied state.
-    pub fn session_ttls(machine: &StateMachine) -> Vec<(SessionId, u64, Option<u64>)> {
+    /// Every live session as (id, TTL, the time it has left now by its checkpoint,
+    /// if any), from the applied state and this node's record of its checkpoints.
+    pub fn session_ttls(machine: &StateMachine, quiet: &QuietDeadlines) -> Vec<(SessionId, u64, Option<u64>)> {
         machine
             .sessions()
-            .map(|session| (session.id(), session.ttl_ms(), machine.quiet_remaining_ms(session.id())))
+            .map(|session| {
+                let id = session.id();
+                let left = machine
+                    .quiet_checkpoint(id)
+                    .map(|(remaining_ms, index)| quiet.remaining_ms(id, index, remaining_ms));
+                (id, session.ttl_ms(), left)
+            })
             .collect()
     }
 }
@@ -176,7 +185,16 @@ impl StateMachineStore {
                 })
             })?,
         };
-        let ttls = Shared::session_ttls(&applied.machine);
+        let quiet_deadlines = QuietDeadlines::new(db.clone());
+        let checkpoints = applied
+            .machine
+            .sessions()
+            .filter_map(|session| {
+                applied.machine.quiet_checkpoint(session.id()).map(|(_, index)| (session.id(), index))
+            })
+            .collect();
+        quiet_deadlines.retain(applied.last_applied.map(|log_id| log_id.index).unwrap_or(0), &checkpoints);
+        let ttls = Shared::session_ttls(&applied.machine, &quiet_deadlines);
         let applied_record = applied.machine.cluster_record().clone();
         let deadlines = applier.run_blocking(move || {
             deadlines.restart_all(ttls);
@@ -193,6 +211,7 @@ impl StateMachineStore {
             credentials: Credentials::default(),
             state_bytes: AtomicU64::new(0),
             cluster_record: watch::Sender::new(Arc::new(applied_record.clone())),
+            quiet_deadlines,
         });
         shared.state_bytes.store(shared.applied.read().unwrap().machine.state_bytes().0, Ordering::Relaxed);
         shared.credentials.refresh(&shared.applied.read().unwrap().machine);
@@ -219,7 +238,10 @@ impl StateMachineStore {
                 Event::LeaderChanged { tenant, name, leader } => {
                     self.shared.observers.publish(tenant, &name, Change { index, leader })
                 }
-                Event::SessionEnded { session, .. } => self.shared.deadlines.session_ended(session),
+                Event::SessionEnded { session, .. } => {
+                    self.shared.deadlines.session_ended(session);
+                    self.shared.quiet_deadlines.forget(session);
+                }
                 Event::Released { .. } => {}
             }
         }
@@ -303,7 +325,7 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
                         match &response {
                             Response::SessionCreated { session, ttl_ms } => created.push((*session, *ttl_ms)),
                             Response::SessionsCheckpointed { quiet, resumed } => {
-                                checkpoints.push((quiet.clone(), resumed.clone()))
+                                checkpoints.push((index, quiet.clone(), resumed.clone()))
                             }
                             Response::TenantAdded { .. }
                             | Response::TenantTokenRotated { .. }
@@ -331,11 +353,15 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
     for (session, ttl_ms) in created {
         shared.deadlines.session_created(session, ttl_ms);
     }
-    for (quiet, resumed) in checkpoints {
+    for (index, quiet, resumed) in checkpoints {
         for (session, remaining_ms) in quiet {
-            shared.deadlines.checkpointed(session, remaining_ms);
+            // Applied again after a restart, a checkpoint gives what is left of the
+            // deadline its first apply on this boot gave, not its whole time again.
+            let left_ms = shared.quiet_deadlines.remaining_ms(session, index, remaining_ms);
+            shared.deadlines.checkpointed(session, left_ms);
         }
         for session in resumed {
+            shared.quiet_deadlines.forget(session);
             shared.deadlines.resumed(session);
         }
     }
@@ -408,7 +434,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         })?;
         self.persist_snapshot(meta, &data)?;
         let last_index = meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0);
-        let sessions = Shared::session_ttls(&body.machine);
+        let sessions = Shared::session_ttls(&body.machine, &self.shared.quiet_deadlines);
         {
             let mut applied = self.shared.applied.write().unwrap();
             *applied = AppliedState {
