@@ -199,7 +199,7 @@ async fn resume_quiet_sessions(
     for (position, session_id) in sessions {
         let renewal = if committed { deadlines.renew(session_id, arrived_ms) } else { Renewal::Resume };
         let answer = match renewal {
-            Renewal::Resume => match deadlines.remaining_ms(session_id) {
+            Renewal::Resume => match deadlines.unrenewed_ms(session_id) {
                 Some(ttl_ms) if ttl_ms > 0 => pb::KeepAliveResponse { session_id, ttl_ms, alive: true },
                 _ => pb::KeepAliveResponse { session_id, ttl_ms: 0, alive: false },
             },

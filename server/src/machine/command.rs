@@ -17,6 +17,19 @@ pub struct RequestId {
     pub sequence: u64,
 }
 
+/// The sets of commands a build can apply, each level adding to the one before. A
+/// leader proposes a command only once every member was heard at its level or above
+/// (see `raft::incarnations`), or the log already used that level
+/// (`StateMachine::command_level`), so a rolling upgrade never hands an older build an
+/// entry it cannot apply, and a new leader need not hear every member again.
+/// 0: builds that send no member header.
+/// 1: `Command::RecordMember` (builds that send the member header and no level).
+/// 2: `Command::CheckpointSessions`.
+pub const COMMAND_LEVEL: u32 = 2;
+pub const COMMAND_LEVEL_RECORD_MEMBER: u32 = 1;
+pub const COMMAND_LEVEL_CHECKPOINT: u32 = 2;
+const _: () = assert!(COMMAND_LEVEL_RECORD_MEMBER <= COMMAND_LEVEL && COMMAND_LEVEL_CHECKPOINT <= COMMAND_LEVEL);
+
 /// One committed entry's instruction to the state machine.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum Command {

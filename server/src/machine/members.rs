@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::machine::command::COMMAND_LEVEL_CHECKPOINT;
 use crate::machine::{CommandError, Response, SessionId, StateMachine};
 
 /// A node id as Raft's membership knows it.
@@ -75,7 +76,8 @@ impl StateMachine {
     /// up to `index`, which is at least its own last index, so that every index the
     /// new cluster gives out, and so every token, is above `index`; and no member or
     /// cluster id recorded (the new cluster's nodes are other incarnations, recorded
-    /// as they answer, under a new id).
+    /// as they answer, under a new id); and no session checkpointed as quiet (the old
+    /// cluster may have kept one alive after the backup: each starts with a full TTL).
     ///
     /// # Panics
     ///
@@ -84,6 +86,7 @@ impl StateMachine {
         assert!(Some(index) >= self.last_applied, "a restored state starts at or above its own index");
         self.last_applied = Some(index);
         self.cluster = ClusterRecord::default();
+        self.quiet.clear();
     }
 
     pub fn cluster_record(&self) -> &ClusterRecord {
@@ -97,15 +100,17 @@ impl StateMachine {
     pub fn snapshot_into(&self, bytes: Vec<u8>) -> Vec<u8> {
         let bytes = postcard::to_extend(self, bytes).expect("postcard encoding into a Vec cannot fail");
         let bytes = postcard::to_extend(&self.cluster, bytes).expect("postcard encoding into a Vec cannot fail");
-        if self.quiet.is_empty() {
+        if self.quiet.is_empty() && self.command_level < COMMAND_LEVEL_CHECKPOINT {
             return bytes;
         }
-        postcard::to_extend(&self.quiet, bytes).expect("postcard encoding into a Vec cannot fail")
+        let bytes = postcard::to_extend(&self.quiet, bytes).expect("postcard encoding into a Vec cannot fail");
+        postcard::to_extend(&self.command_level, bytes).expect("postcard encoding into a Vec cannot fail")
     }
 
     /// Reads what `snapshot_into` wrote; nothing after the machine is an empty record
     /// (the leader then records the members again), nothing after the record is no
-    /// checkpointed session (snapshots of builds before either).
+    /// checkpointed session and no command of level 2 or above used (snapshots of
+    /// builds before either, or of clusters that never used one).
     pub fn from_snapshot(bytes: &[u8]) -> Result<StateMachine, postcard::Error> {
         let (mut machine, mut rest) = postcard::take_from_bytes::<StateMachine>(bytes)?;
         if !rest.is_empty() {
@@ -115,10 +120,12 @@ impl StateMachine {
         }
         if !rest.is_empty() {
             let (quiet, after) = postcard::take_from_bytes::<BTreeMap<SessionId, (u32, u64)>>(rest)?;
+            let (level, after) = postcard::take_from_bytes::<u32>(after)?;
             if !after.is_empty() {
                 return Err(postcard::Error::DeserializeBadEncoding);
             }
             machine.quiet = quiet;
+            machine.command_level = level;
         }
         Ok(machine)
     }
@@ -192,8 +199,15 @@ mod tests {
         assert_eq!(restored, machine);
         assert_eq!(restored.quiet_remaining_ms(2), Some(1_500));
 
+        assert_eq!(restored.command_level(), COMMAND_LEVEL_CHECKPOINT, "a checkpoint was applied");
         let mut longer = machine.snapshot_into(Vec::new());
         longer.push(0);
-        assert!(StateMachine::from_snapshot(&longer).is_err(), "bytes after the checkpoints are refused");
+        assert!(StateMachine::from_snapshot(&longer).is_err(), "bytes after the command level are refused");
+
+        // A restored cluster starts with no session checkpointed, but keeps the level.
+        let mut restored = StateMachine::from_snapshot(&machine.snapshot_into(Vec::new())).unwrap();
+        restored.restore_at(100);
+        assert_eq!(restored.quiet_remaining_ms(2), None);
+        assert_eq!(restored.command_level(), COMMAND_LEVEL_CHECKPOINT);
     }
 }

@@ -76,7 +76,7 @@ use thin_vec::ThinVec;
 
 use crate::machine::limits::REQUESTS_REMEMBERED_PER_SESSION_MAX;
 
-pub use command::{Command, RequestId};
+pub use command::{Command, RequestId, COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_RECORD_MEMBER};
 pub use error::{CommandError, ErrorKind};
 pub use event::{Event, WaitFailure};
 pub use response::{AcquireOutcome, CancelOutcome, Response};
@@ -174,6 +174,11 @@ pub struct StateMachine {
     /// older snapshots still decode.
     #[serde(skip)]
     quiet: BTreeMap<SessionId, (u32, u64)>,
+    /// The highest command level (see `command::COMMAND_LEVEL`) of 2 or above the log
+    /// has used: every member's build knew it then, so a new leader may use it without
+    /// hearing every member again. Snapshots carry it after `quiet`.
+    #[serde(skip)]
+    command_level: u32,
 }
 
 impl Default for StateMachine {
@@ -190,6 +195,7 @@ impl Default for StateMachine {
             bytes_total: 0,
             cluster: ClusterRecord::default(),
             quiet: BTreeMap::new(),
+            command_level: 0,
         }
     }
 }
@@ -220,6 +226,7 @@ impl From<DecodedMachine> for StateMachine {
             bytes_total: 0,
             cluster: ClusterRecord::default(),
             quiet: BTreeMap::new(),
+            command_level: 0,
         };
         let mut client_names = BTreeMap::new();
         for session in machine.sessions.values_mut() {

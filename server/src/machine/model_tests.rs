@@ -40,6 +40,8 @@ struct Model {
     /// The first cluster id recorded, and each node's first recorded incarnation.
     cluster_id: Option<u128>,
     incarnations: Vec<(u64, u64)>,
+    /// 2 once a checkpoint was applied.
+    command_level: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -161,6 +163,7 @@ impl Model {
             elections: vec![],
             cluster_id: None,
             incarnations: vec![],
+            command_level: 0,
         }
     }
 
@@ -367,6 +370,7 @@ impl Model {
                 if quiet.len() + resumed.len() > CHECKPOINT_SESSIONS_PER_COMMAND_MAX {
                     return rejected(ErrorKind::LimitExceeded);
                 }
+                self.command_level = 2;
                 let mut quiet_applied = Vec::new();
                 for (session, remaining_ms) in quiet {
                     if let Some(live) = self.sessions.iter_mut().find(|live| live.id == *session) {
@@ -2221,6 +2225,7 @@ impl Run {
                 assert_eq!(view, model, "lock {name:?} of tenant {tenant}");
             }
         }
+        assert_eq!(self.machine.command_level(), self.model.command_level);
         let ids: Vec<SessionId> = self.machine.sessions().map(Session::id).collect();
         let model_ids: Vec<SessionId> = self.model.sessions.iter().map(|s| s.id).collect();
         assert_eq!(ids, model_ids);

@@ -15,7 +15,7 @@ use super::error::{
 };
 use super::{
     share_name, unshare_name, AcquireOutcome, CancelOutcome, Command, CommandError, Event, RequestId, ResourceKind,
-    Response, SessionId, StateMachine, Token, WaitFailure,
+    Response, SessionId, StateMachine, Token, WaitFailure, COMMAND_LEVEL_CHECKPOINT,
 };
 use crate::machine::limits::{
     CHECKPOINT_SESSIONS_PER_COMMAND_MAX, CLAIM_STATE_BYTES, EXPIRE_SESSIONS_PER_COMMAND_MAX, SESSIONS_MAX,
@@ -389,6 +389,8 @@ impl StateMachine {
             self.quiet.insert(session, (remaining_ms as u32, index));
             quiet_applied.push((session, remaining_ms));
         }
+        // Every member's build knew the command when the first one was proposed.
+        self.command_level = self.command_level.max(COMMAND_LEVEL_CHECKPOINT);
         let mut resumed_applied = Vec::with_capacity(resumed.len());
         for &session in resumed {
             if self.quiet.remove(&session).is_some() {
@@ -402,6 +404,11 @@ impl StateMachine {
     /// checkpointed it; `None` for a session that is not checkpointed (or is gone).
     pub fn quiet_remaining_ms(&self, session: SessionId) -> Option<u64> {
         self.quiet_checkpoint(session).map(|(remaining_ms, _)| remaining_ms)
+    }
+
+    /// The highest command level of 2 or above the log has used (0: none).
+    pub fn command_level(&self) -> u32 {
+        self.command_level
     }
 
     /// The time a checkpointed session's lease had left and the index of the

@@ -459,7 +459,10 @@ async fn run_expiry(
             tracing::info!(term, sessions = deadlines.len(), "leading: session deadlines restarted");
             continue;
         }
-        let checkpointing = checkpoints && incarnations.every_member_at(COMMAND_LEVEL_CHECKPOINT, &members);
+        // Once the log used checkpoints, every member's build knew them; before, the
+        // leader must have heard every member at that level.
+        let used = replica.shared.applied.read().unwrap().machine.command_level() >= COMMAND_LEVEL_CHECKPOINT;
+        let checkpointing = checkpoints && (used || incarnations.every_member_at(COMMAND_LEVEL_CHECKPOINT, &members));
         let due = deadlines.take_due(checkpointing);
         if !due.quiet.is_empty() {
             tracing::debug!(sessions = due.quiet.len(), "sessions went quiet; checkpointing them");

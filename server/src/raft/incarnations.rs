@@ -53,17 +53,7 @@ pub const CLUSTER_ID_HEADER: &str = "leasehold-cluster-id";
 /// The newest set of commands the sender's build can apply (`COMMAND_LEVEL`).
 pub const COMMAND_LEVEL_HEADER: &str = "leasehold-command-level";
 
-/// The sets of commands a build can apply, each level adding to the one before. A
-/// leader proposes a command only once every member was heard at its level or above
-/// (`Incarnations::every_member_at`), so a rolling upgrade never hands an older
-/// build an entry it cannot apply.
-/// 0: builds that send no `MEMBER_HEADER`.
-/// 1: `Command::RecordMember` (builds that send `MEMBER_HEADER` and no level).
-/// 2: `Command::CheckpointSessions`.
-pub const COMMAND_LEVEL: u32 = 2;
-pub const COMMAND_LEVEL_RECORD_MEMBER: u32 = 1;
-pub const COMMAND_LEVEL_CHECKPOINT: u32 = 2;
-const _: () = assert!(COMMAND_LEVEL_RECORD_MEMBER <= COMMAND_LEVEL && COMMAND_LEVEL_CHECKPOINT <= COMMAND_LEVEL);
+pub use crate::machine::{COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_RECORD_MEMBER};
 
 /// The exit code of a node that found the cluster knows it as another incarnation.
 pub const EXIT_STALE_INCARNATION: i32 = 4;

@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
+use leasehold_proto::lease::with_drift_ms;
 use rocksdb::DB;
 
 use crate::machine::SessionId;
@@ -63,9 +64,10 @@ impl QuietDeadlines {
     }
 
     /// The time `session` has left now by the checkpoint at entry `index`, which said
-    /// `remaining_ms` when proposed: from this boot's record of the checkpoint if there
-    /// is one, else `remaining_ms`, recorded now.
+    /// `remaining_ms` when proposed, with the clock-drift allowance: from this boot's
+    /// record of the checkpoint if there is one, else all of it, recorded now.
     pub fn remaining_ms(&self, session: SessionId, index: u64, remaining_ms: u64) -> u64 {
+        let remaining_ms = with_drift_ms(remaining_ms);
         let Some(boot_id) = &self.boot_id else { return remaining_ms };
         let cf = self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
         let now = boot_monotonic_ms();
@@ -96,11 +98,15 @@ impl QuietDeadlines {
         }
     }
 
-    /// At start, from the stored snapshot taken at `snapshot_index`: deletes the records
-    /// of checkpoints up to that index but those in `current` (the snapshot's quiet
-    /// sessions): their sessions resumed or ended before it. Records of later entries
-    /// stay: the log applies those entries again.
+    /// At start, or when a snapshot taken at `snapshot_index` is installed: deletes the
+    /// records of checkpoints up to that index but those in `current` (the snapshot's
+    /// quiet sessions): their sessions resumed or ended before it. Records of later
+    /// entries stay: the log applies those entries again.
     pub fn retain(&self, snapshot_index: u64, current: &BTreeSet<(SessionId, u64)>) {
+        self.recorded
+            .lock()
+            .unwrap()
+            .retain(|session, index| *index > snapshot_index || current.contains(&(*session, *index)));
         let cf = self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
         let stale: Vec<Box<[u8]>> = self
             .db
@@ -126,20 +132,21 @@ mod tests {
         let directory = tempfile::tempdir().unwrap();
         let db = storage::open(directory.path(), true).unwrap();
         let deadlines = QuietDeadlines::with_boot_id(db.clone(), "boot-a");
-        assert_eq!(deadlines.remaining_ms(7, 100, 5_000), 5_000, "the first apply records now + 5 s");
+        // 5 s and the drift allowance (0.1 %).
+        assert_eq!(deadlines.remaining_ms(7, 100, 5_000), 5_005, "the first apply records now + 5.005 s");
         std::thread::sleep(std::time::Duration::from_millis(30));
         let again = deadlines.remaining_ms(7, 100, 5_000);
-        assert!((4_900..=4_975).contains(&again), "applied again 30 ms later: {again} ms left");
+        assert!((4_900..=4_980).contains(&again), "applied again 30 ms later: {again} ms left");
         // Another checkpoint of the same session is another record.
-        assert_eq!(deadlines.remaining_ms(7, 200, 3_000), 3_000);
+        assert_eq!(deadlines.remaining_ms(7, 200, 3_000), 3_003);
 
         // Another boot: the monotonic clock started again; nothing is believed.
         let rebooted = QuietDeadlines::with_boot_id(db.clone(), "boot-b");
-        assert_eq!(rebooted.remaining_ms(7, 100, 5_000), 5_000);
+        assert_eq!(rebooted.remaining_ms(7, 100, 5_000), 5_005);
 
         // A resumed session's record goes; so does, at start, one not in the state.
         deadlines.forget(7);
-        assert_eq!(deadlines.remaining_ms(7, 200, 3_000), 3_000, "recorded afresh");
+        assert_eq!(deadlines.remaining_ms(7, 200, 3_000), 3_003, "recorded afresh");
         deadlines.remaining_ms(8, 300, 1_000);
         deadlines.remaining_ms(9, 400, 1_000);
         // A snapshot at 350 holds session 8's checkpoint; 9's comes after it.

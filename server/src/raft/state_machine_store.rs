@@ -434,6 +434,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         })?;
         self.persist_snapshot(meta, &data)?;
         let last_index = meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0);
+        let checkpoints = body
+            .machine
+            .sessions()
+            .filter_map(|session| body.machine.quiet_checkpoint(session.id()).map(|(_, index)| (session.id(), index)))
+            .collect();
+        self.shared.quiet_deadlines.retain(last_index, &checkpoints);
         let sessions = Shared::session_ttls(&body.machine, &self.shared.quiet_deadlines);
         {
             let mut applied = self.shared.applied.write().unwrap();

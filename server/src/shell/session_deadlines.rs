@@ -217,14 +217,15 @@ impl SessionDeadlines {
         self.table.lock().unwrap().remove(session);
     }
 
-    /// An applied `CheckpointSessions` says the session had `remaining_ms` left when
-    /// the leader proposed it: its deadline is now that much from now (with the clock
-    /// drift allowed for), and it is quiet.
-    pub fn checkpointed(&self, session: SessionId, remaining_ms: u64) {
+    /// An applied `CheckpointSessions` says the session has `left_ms` from now (what it
+    /// had when the leader proposed it, with the clock-drift allowance, less what this
+    /// node's record says passed since: see `raft::quiet_deadlines`): its deadline is
+    /// that much from now, and it is quiet.
+    pub fn checkpointed(&self, session: SessionId, left_ms: u64) {
         let now = self.clock.now_ms();
         let mut table = self.table.lock().unwrap();
         if let Some(lease) = table.leases.get(&session).copied() {
-            table.replace(session, Lease::new(lease.ttl_ms(), now + with_drift_ms(remaining_ms), true));
+            table.replace(session, Lease::new(lease.ttl_ms(), now + left_ms, true));
             table.checkpointing.remove(&session);
         }
     }
@@ -241,8 +242,8 @@ impl SessionDeadlines {
     }
 
     /// Replaces every lease (after a snapshot was installed or at start): a session
-    /// the state holds a checkpoint of gets its remaining time from now, any other a
-    /// fresh TTL.
+    /// the state holds a checkpoint of gets the time it has left by it (as for
+    /// `checkpointed`), any other a fresh TTL.
     pub fn restart_all(&self, sessions: impl IntoIterator<Item = (SessionId, u64, Option<u64>)>) {
         let now = self.clock.now_ms();
         let mut table = self.table.lock().unwrap();
@@ -250,7 +251,7 @@ impl SessionDeadlines {
             .into_iter()
             .map(|(id, ttl_ms, quiet_remaining_ms)| {
                 let lease = match quiet_remaining_ms {
-                    Some(remaining_ms) => Lease::new(ttl_ms, now + with_drift_ms(remaining_ms), true),
+                    Some(left_ms) => Lease::new(ttl_ms, now + left_ms, true),
                     None => Lease::new(ttl_ms, now + ttl_ms, false),
                 };
                 (id, lease)
@@ -291,6 +292,17 @@ impl SessionDeadlines {
         let deadline_ms = lease.deadline_ms().max(arrived_ms + lease.ttl_ms());
         table.leases.insert(session, Lease::new(lease.ttl_ms(), deadline_ms, false));
         Renewal::Alive { ttl_ms: deadline_ms.saturating_sub(now) }
+    }
+
+    /// Time left of a quiet session's lease that may be promised to its client in a
+    /// keepalive answer that did not renew it: its deadline here, less the drift
+    /// allowance its checkpoint added (at most a TTL's).
+    pub fn unrenewed_ms(&self, session: SessionId) -> Option<u64> {
+        let now = self.clock.now_ms();
+        let table = self.table.lock().unwrap();
+        let lease = table.leases.get(&session)?;
+        let allowance_ms = with_drift_ms(lease.ttl_ms()) - lease.ttl_ms();
+        Some(lease.deadline_ms().saturating_sub(now).saturating_sub(allowance_ms))
     }
 
     /// Time left before the session's deadline on this node's clock.
@@ -487,10 +499,11 @@ mod tests {
             assert!(matches!(renew_now(&leader, 2), Renewal::Alive { .. }));
             let due = leader.take_due(true);
             for (session, remaining_ms) in &due.quiet {
-                // The entry commits 5 ms later on the follower.
+                // The entry commits 5 ms later on the follower, which starts the
+                // session from its remaining time and the drift allowance.
                 advance(&follower_clock, 5);
-                follower.checkpointed(*session, *remaining_ms);
-                leader.checkpointed(*session, *remaining_ms);
+                follower.checkpointed(*session, with_drift_ms(*remaining_ms));
+                leader.checkpointed(*session, with_drift_ms(*remaining_ms));
             }
         }
         // 2 s after its death the leader dies too; the follower takes over at once.
@@ -536,8 +549,9 @@ mod tests {
         let clock = Clock::manual();
         let leases = SessionDeadlines::new(clock.clone());
         advance(&clock, 50_000);
-        leases.restart_all([(1, 10_000, Some(2_000)), (2, 10_000, None)]);
-        assert_eq!(leases.remaining_ms(1), Some(with_drift_ms(2_000)));
+        leases.restart_all([(1, 10_000, Some(2_002)), (2, 10_000, None)]);
+        assert_eq!(leases.remaining_ms(1), Some(2_002));
+        assert_eq!(leases.unrenewed_ms(1), Some(2_002 - 10), "less a TTL's drift allowance");
         assert_eq!(leases.remaining_ms(2), Some(10_000));
         assert_eq!(renew_now(&leases, 1), Renewal::Resume);
     }
