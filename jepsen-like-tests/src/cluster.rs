@@ -713,6 +713,15 @@ impl TestCluster {
         let leader = wait::until(deadline, "a leader to be elected", || self.leader()).await;
         if !self.credentials.token_file.exists() {
             self.make_test_tenant(deadline).await;
+            // Every running node checks the token against its own applied state: the
+            // tests may send it to any of them at once.
+            if let Some(status) = self.status(leader).await {
+                let running: Vec<u64> =
+                    self.nodes.iter().filter(|(_, node)| node.child.is_some()).map(|(id, _)| *id).collect();
+                for id in running {
+                    self.wait_applied(id, status.commit_index, deadline).await;
+                }
+            }
         }
         leader
     }
