@@ -258,6 +258,14 @@ fn main() -> anyhow::Result<()> {
             let p90 = quantile(0.9).unwrap_or(f64::NAN);
             let slowest = back.last().copied().unwrap_or(f64::NAN);
             let over_1s = back.iter().filter(|back| **back > 1_000.0).count();
+            let mut buckets = std::collections::BTreeMap::<u64, usize>::new();
+            for back in &back {
+                *buckets.entry((*back / 100.0) as u64 * 100).or_default() += 1;
+            }
+            eprintln!(
+                "scale-failover: connections back after the election, by 100 ms: {}",
+                buckets.iter().map(|(from, count)| format!("{from}+ {count}")).collect::<Vec<_>>().join(", ")
+            );
             println!(
                 "{} sessions with a lock each on {} connections (filled in {:.1} s), TTL {} s: leader killed, new leader \
                  after {:.0} ms; keepalives answered again after the election: median {median:.0} ms, p90 \
