@@ -406,6 +406,11 @@ impl StateMachine {
         self.quiet_checkpoint(session).map(|(remaining_ms, _)| remaining_ms)
     }
 
+    /// Every checkpointed session with the index of its checkpoint's entry.
+    pub fn quiet_checkpoints(&self) -> impl Iterator<Item = (SessionId, u64)> + '_ {
+        self.quiet.iter().map(|(session, (_, index))| (*session, *index))
+    }
+
     /// The highest command level of 2 or above the log has used (0: none).
     pub fn command_level(&self) -> u32 {
         self.command_level

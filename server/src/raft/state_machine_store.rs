@@ -186,13 +186,7 @@ impl StateMachineStore {
             })?,
         };
         let quiet_deadlines = QuietDeadlines::new(db.clone());
-        let checkpoints = applied
-            .machine
-            .sessions()
-            .filter_map(|session| {
-                applied.machine.quiet_checkpoint(session.id()).map(|(_, index)| (session.id(), index))
-            })
-            .collect();
+        let checkpoints = applied.machine.quiet_checkpoints().collect();
         quiet_deadlines.retain(applied.last_applied.map(|log_id| log_id.index).unwrap_or(0), &checkpoints);
         let ttls = Shared::session_ttls(&applied.machine, &quiet_deadlines);
         let applied_record = applied.machine.cluster_record().clone();
@@ -434,11 +428,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         })?;
         self.persist_snapshot(meta, &data)?;
         let last_index = meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0);
-        let checkpoints = body
-            .machine
-            .sessions()
-            .filter_map(|session| body.machine.quiet_checkpoint(session.id()).map(|(_, index)| (session.id(), index)))
-            .collect();
+        let checkpoints = body.machine.quiet_checkpoints().collect();
         self.shared.quiet_deadlines.retain(last_index, &checkpoints);
         let sessions = Shared::session_ttls(&body.machine, &self.shared.quiet_deadlines);
         {
