@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::caller::{Caller, SecretHash, TenantId};
+use super::delay::DelayKey;
 use super::limits::{QuotaChange, Quotas};
 use super::{ResourceKind, SessionId, Token};
 
@@ -25,10 +26,17 @@ pub struct RequestId {
 /// 0: builds that send no member header.
 /// 1: `Command::RecordMember` (builds that send the member header and no level).
 /// 2: `Command::CheckpointSessions`.
-pub const COMMAND_LEVEL: u32 = 2;
+/// 3: lock-delay: `Command::AcquireWithDelay`, `Command::SemAcquireWithDelay`,
+///    `Command::EndLockDelays`.
+pub const COMMAND_LEVEL: u32 = 3;
 pub const COMMAND_LEVEL_RECORD_MEMBER: u32 = 1;
 pub const COMMAND_LEVEL_CHECKPOINT: u32 = 2;
-const _: () = assert!(COMMAND_LEVEL_RECORD_MEMBER <= COMMAND_LEVEL && COMMAND_LEVEL_CHECKPOINT <= COMMAND_LEVEL);
+pub const COMMAND_LEVEL_LOCK_DELAY: u32 = 3;
+const _: () = assert!(
+    COMMAND_LEVEL_RECORD_MEMBER <= COMMAND_LEVEL
+        && COMMAND_LEVEL_CHECKPOINT <= COMMAND_LEVEL
+        && COMMAND_LEVEL_LOCK_DELAY <= COMMAND_LEVEL
+);
 
 /// One committed entry's instruction to the state machine.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -180,6 +188,32 @@ pub enum Command {
         quiet: Vec<(SessionId, u64)>,
         resumed: Vec<SessionId>,
     },
+    /// `Acquire` whose grant carries a lock-delay (see `delay`): if the session ends
+    /// by expiry while holding it, the lock goes to no one for `delay_ms`. A plain
+    /// `Acquire` has none. Used only once every member's build knows it.
+    AcquireWithDelay {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+        wait: bool,
+        delay_ms: u64,
+    },
+    /// `SemAcquire` whose permit carries a lock-delay, as `AcquireWithDelay`.
+    SemAcquireWithDelay {
+        request: RequestId,
+        session: SessionId,
+        name: String,
+        limit: u32,
+        wait: bool,
+        delay_ms: u64,
+    },
+    /// Proposed by the leader when the delays of locks and permits whose holders
+    /// expired ran out on its monotonic clock: each is handed to the next waiter in
+    /// this entry. Only the cluster proposes it; delays already ended are ignored, so
+    /// a duplicate is harmless.
+    EndLockDelays {
+        ended: Vec<DelayKey>,
+    },
 }
 
 impl Command {
@@ -203,8 +237,13 @@ impl Command {
             | Command::AddTenant { request, .. }
             | Command::RotateTenantToken { request, .. }
             | Command::SetTenantQuotas { request, .. }
-            | Command::RemoveTenant { request, .. } => Some(*request),
-            Command::ExpireSessions { .. } | Command::RecordMember { .. } | Command::CheckpointSessions { .. } => None,
+            | Command::RemoveTenant { request, .. }
+            | Command::AcquireWithDelay { request, .. }
+            | Command::SemAcquireWithDelay { request, .. } => Some(*request),
+            Command::ExpireSessions { .. }
+            | Command::RecordMember { .. }
+            | Command::CheckpointSessions { .. }
+            | Command::EndLockDelays { .. } => None,
         }
     }
 
@@ -221,10 +260,12 @@ impl Command {
     /// session, which has an entry of its own.
     pub fn batch_key(&self) -> Option<(ResourceKind, &str)> {
         match self {
-            Command::Acquire { name, .. } | Command::CancelWait { name, .. } | Command::Release { name, .. } => {
-                Some((ResourceKind::Lock, name))
-            }
+            Command::Acquire { name, .. }
+            | Command::AcquireWithDelay { name, .. }
+            | Command::CancelWait { name, .. }
+            | Command::Release { name, .. } => Some((ResourceKind::Lock, name)),
             Command::SemAcquire { name, .. }
+            | Command::SemAcquireWithDelay { name, .. }
             | Command::SemRelease { name, .. }
             | Command::SemSetLimit { name, .. }
             | Command::SemCancelWait { name, .. } => Some((ResourceKind::Semaphore, name)),
@@ -240,7 +281,8 @@ impl Command {
             | Command::SetTenantQuotas { .. }
             | Command::RemoveTenant { .. }
             | Command::RecordMember { .. }
-            | Command::CheckpointSessions { .. } => None,
+            | Command::CheckpointSessions { .. }
+            | Command::EndLockDelays { .. } => None,
         }
     }
 
@@ -271,7 +313,9 @@ impl Command {
             | Command::Campaign { session, .. }
             | Command::CampaignCancelWait { session, .. }
             | Command::Proclaim { session, .. }
-            | Command::Resign { session, .. } => Some(*session),
+            | Command::Resign { session, .. }
+            | Command::AcquireWithDelay { session, .. }
+            | Command::SemAcquireWithDelay { session, .. } => Some(*session),
             Command::CreateSession { .. }
             | Command::ExpireSessions { .. }
             | Command::AddTenant { .. }
@@ -279,7 +323,20 @@ impl Command {
             | Command::SetTenantQuotas { .. }
             | Command::RemoveTenant { .. }
             | Command::RecordMember { .. }
-            | Command::CheckpointSessions { .. } => None,
+            | Command::CheckpointSessions { .. }
+            | Command::EndLockDelays { .. } => None,
+        }
+    }
+
+    /// The command level (see `COMMAND_LEVEL`) a build needs to apply this command.
+    pub fn level(&self) -> u32 {
+        match self {
+            Command::RecordMember { .. } => COMMAND_LEVEL_RECORD_MEMBER,
+            Command::CheckpointSessions { .. } => COMMAND_LEVEL_CHECKPOINT,
+            Command::AcquireWithDelay { .. } | Command::SemAcquireWithDelay { .. } | Command::EndLockDelays { .. } => {
+                COMMAND_LEVEL_LOCK_DELAY
+            }
+            _ => 0,
         }
     }
 
@@ -416,6 +473,31 @@ impl Command {
                 hasher.write_u64(resumed.len() as u64);
                 for session in resumed {
                     hasher.write_u64(*session);
+                }
+            }
+            Command::AcquireWithDelay { request: _, session, name, wait, delay_ms } => {
+                hasher.write_tag(21);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+                hasher.write_tag(u8::from(*wait));
+                hasher.write_u64(*delay_ms);
+            }
+            Command::SemAcquireWithDelay { request: _, session, name, limit, wait, delay_ms } => {
+                hasher.write_tag(22);
+                hasher.write_u64(*session);
+                hasher.write_str(name);
+                hasher.write_u64(u64::from(*limit));
+                hasher.write_tag(u8::from(*wait));
+                hasher.write_u64(*delay_ms);
+            }
+            Command::EndLockDelays { ended } => {
+                hasher.write_tag(23);
+                hasher.write_u64(ended.len() as u64);
+                for key in ended {
+                    hasher.write_u64(u64::from(key.tenant));
+                    hasher.write_tag(key.kind as u8);
+                    hasher.write_str(&key.name);
+                    hasher.write_u64(key.session);
                 }
             }
         }

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 use super::{RequestId, ResourceKind, SessionId, Token};
 use crate::machine::limits::{
     CHECKPOINT_SESSIONS_PER_COMMAND_MAX, CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX,
-    EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX,
-    SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, WAITERS_PER_LOCK_MAX,
+    EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX, LOCK_DELAYS_ENDED_PER_COMMAND_MAX, LOCK_DELAY_MS_MAX,
+    LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
+    WAITERS_PER_LOCK_MAX,
 };
 use crate::machine::limits::{TENANTS_MAX, TENANT_NAME_BYTES_MAX};
 
@@ -233,6 +234,29 @@ pub(super) fn checkpoint_batch_too_large(count: usize) -> CommandError {
         format!(
             "checkpoint command lists {count} sessions; the limit is \
              {CHECKPOINT_SESSIONS_PER_COMMAND_MAX} (CHECKPOINT_SESSIONS_PER_COMMAND_MAX)"
+        ),
+    )
+}
+
+pub(super) fn validate_lock_delay_ms(delay_ms: u64) -> Result<(), CommandError> {
+    if delay_ms == 0 || delay_ms > LOCK_DELAY_MS_MAX {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "lock delay is {delay_ms} ms; it must be at least 1 ms (0 means no delay and \
+                 takes the plain acquire) and at most {LOCK_DELAY_MS_MAX} ms (LOCK_DELAY_MS_MAX)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn end_delays_batch_too_large(count: usize) -> CommandError {
+    CommandError::new(
+        ErrorKind::LimitExceeded,
+        format!(
+            "end-of-delay command lists {count} delays; the limit is \
+             {LOCK_DELAYS_ENDED_PER_COMMAND_MAX} (LOCK_DELAYS_ENDED_PER_COMMAND_MAX)"
         ),
     )
 }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::caller::TenantId;
+use super::delay::DelayKey;
 use super::{LeaderView, ResourceKind, SessionId, Token};
 
 /// One effect of an applied entry. The shell wakes waiting RPCs and feeds watchers with
@@ -48,6 +49,17 @@ pub enum Event {
         name: String,
         leader: Option<LeaderView>,
     },
+    /// The grant's session expired and its lock-delay began (see `delay`): the leader
+    /// ends it with `EndLockDelays` once `delay_ms` ran out on its clock.
+    DelayStarted {
+        key: DelayKey,
+        delay_ms: u64,
+    },
+    /// The delay of a held-back grant ended (by `EndLockDelays`, or its tenant was
+    /// removed); a `Granted` to the next waiter may follow.
+    DelayEnded {
+        key: DelayKey,
+    },
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -66,7 +78,10 @@ impl Event {
             Event::Granted { session, .. } | Event::Released { session, .. } | Event::WaitFailed { session, .. } => {
                 Some(*session)
             }
-            Event::SessionEnded { .. } | Event::LeaderChanged { .. } => None,
+            Event::SessionEnded { .. }
+            | Event::LeaderChanged { .. }
+            | Event::DelayStarted { .. }
+            | Event::DelayEnded { .. } => None,
         }
     }
 }

@@ -6,10 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::error::validate_tenant_name;
 use super::session::Answer;
 use super::session::Role;
-use super::{RequestId, ResourceKind, SessionId, StateMachine, TenantId, Usage, ADMIN_TENANT};
+use super::{
+    RequestId, ResourceKind, SessionId, StateMachine, TenantId, Usage, ADMIN_TENANT, COMMAND_LEVEL_LOCK_DELAY,
+};
 use crate::machine::limits::TENANTS_MAX;
 use crate::machine::limits::{
-    CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX,
+    CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, LOCKS_PER_SESSION_MAX, LOCK_DELAY_MS_MAX, LOCK_NAME_BYTES_MAX,
     REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
     WAITERS_PER_LOCK_MAX,
 };
@@ -40,6 +42,87 @@ impl StateMachine {
         self.check_sessions_and_tables_agree();
         self.check_tenants();
         self.check_quiet_sessions();
+        self.check_lock_delays();
+    }
+
+    /// Lock-delay (see `delay`): every held-back grant sits in its table under its
+    /// expired session, which is gone, with a delay in range from an applied entry;
+    /// every other holder is a live session; every claim delay belongs to a live
+    /// session's hold or wait of that name; and the log used lock-delay if any exists.
+    fn check_lock_delays(&self) {
+        for (key, held) in &self.held_back {
+            assert!(!self.sessions.contains_key(&key.session), "held-back grant {key:?} belongs to a live session");
+            assert!(
+                (1..=LOCK_DELAY_MS_MAX).contains(&u64::from(held.delay_ms)),
+                "held-back grant {key:?} has a delay of {} ms, outside 1..=LOCK_DELAY_MS_MAX",
+                held.delay_ms
+            );
+            assert!(
+                self.last_applied.is_some_and(|applied| held.since_index <= applied && held.token < held.since_index),
+                "held-back grant {key:?} (token {}) began at {} after the last applied index {:?}, or before its grant",
+                held.token,
+                held.since_index,
+                self.last_applied
+            );
+            let namespace = self.namespace(key.tenant);
+            let in_table = match key.kind {
+                ResourceKind::Lock => namespace
+                    .locks
+                    .get(key.name.as_str())
+                    .is_some_and(|lock| lock.holder.session == key.session && lock.holder.token == held.token),
+                ResourceKind::Semaphore => namespace.semaphores.get(&key.name).is_some_and(|semaphore| {
+                    semaphore.holder(key.session).is_some_and(|holder| holder.token == held.token)
+                }),
+                ResourceKind::Election => panic!("election grant {key:?} is held back; elections carry no delay"),
+            };
+            assert!(in_table, "held-back grant {key:?} is not in its table with its token {}", held.token);
+        }
+        let gone_holders = self
+            .namespaces
+            .values()
+            .flat_map(|namespace| {
+                let locks = namespace.locks.values().map(|lock| lock.holder.session);
+                let permits =
+                    namespace.semaphores.values().flat_map(|semaphore| semaphore.holders.iter()).map(|h| h.session);
+                locks.chain(permits)
+            })
+            .filter(|session| !self.sessions.contains_key(session))
+            .count();
+        assert_eq!(
+            gone_holders,
+            self.held_back.len(),
+            "{gone_holders} locks and permits are held by gone sessions; {} are held back",
+            self.held_back.len()
+        );
+        for ((session, kind, name), delay_ms) in &self.claim_delays {
+            assert!(
+                (1..=LOCK_DELAY_MS_MAX).contains(&u64::from(*delay_ms)),
+                "session {session}'s claim on {kind:?} {name:?} has a delay of {delay_ms} ms, outside range"
+            );
+            let live = self
+                .sessions
+                .get(session)
+                .unwrap_or_else(|| panic!("a gone session {session} keeps a delay for {kind:?} {name:?}"));
+            let claimed = match kind {
+                ResourceKind::Lock => live.held.iter().chain(live.waiting.iter()).any(|listed| listed == name),
+                ResourceKind::Semaphore => live
+                    .claimed(*kind, Role::Holds)
+                    .chain(live.claimed(*kind, Role::Waits))
+                    .any(|listed| listed == name),
+                ResourceKind::Election => panic!("session {session} keeps a delay for election {name:?}"),
+            };
+            assert!(
+                claimed,
+                "session {session} keeps a delay for {kind:?} {name:?}, which it neither holds nor waits on"
+            );
+        }
+        if !self.held_back.is_empty() || !self.claim_delays.is_empty() {
+            assert!(
+                self.command_level >= COMMAND_LEVEL_LOCK_DELAY,
+                "lock-delay is in use but the log's command level is {}",
+                self.command_level
+            );
+        }
     }
 
     /// Checkpointed sessions: each is live, has no more left than its TTL, and was
@@ -304,18 +387,23 @@ impl StateMachine {
         for (tenant, name, lock) in locks {
             assert!(!name.is_empty() && name.len() <= LOCK_NAME_BYTES_MAX, "lock name {name:?} breaks the name rules");
             let holder = lock.holder.session;
-            let holder_session = self
-                .sessions
-                .get(&holder)
-                .unwrap_or_else(|| panic!("lock {name:?} is held by session {holder}, which does not exist"));
-            assert_eq!(
-                holder_session.tenant, tenant,
-                "lock {name:?} of tenant {tenant} is held by another tenant's session"
-            );
-            assert!(
-                !scan_lists || holder_session.held.iter().any(|held| **held == **name),
-                "lock {name:?} is held by session {holder}, which does not list it"
-            );
+            // A gone holder's grant is held back for its lock-delay (see
+            // `check_lock_delays`); any other holder is a live session that lists it.
+            if let Some(holder_session) = self.sessions.get(&holder) {
+                assert_eq!(
+                    holder_session.tenant, tenant,
+                    "lock {name:?} of tenant {tenant} is held by another tenant's session"
+                );
+                assert!(
+                    !scan_lists || holder_session.held.iter().any(|held| **held == **name),
+                    "lock {name:?} is held by session {holder}, which does not list it"
+                );
+            } else {
+                assert!(
+                    self.held_back_grant(tenant, ResourceKind::Lock, name, holder).is_some(),
+                    "lock {name:?} is held by session {holder}, which does not exist"
+                );
+            }
             assert!(
                 last_applied.is_some_and(|last_applied| lock.holder.token <= last_applied),
                 "lock {name:?} has token {} after the last applied index {last_applied:?}",
@@ -410,6 +498,11 @@ impl StateMachine {
                 );
                 assert!(holder.token >= previous_token, "semaphore {name:?} lists its holders out of grant order");
                 previous_token = holder.token;
+                if !self.sessions.contains_key(&session)
+                    && self.held_back_grant(tenant, ResourceKind::Semaphore, name, session).is_some()
+                {
+                    continue;
+                }
                 self.check_claimant(tenant, ResourceKind::Semaphore, Role::Holds, name, session);
                 self.check_token(ResourceKind::Semaphore, name, session, holder.token);
             }
@@ -474,6 +567,11 @@ impl StateMachine {
                     .map(|election| 1 + election.waiters.len()),
             )
             .sum();
+        // Held-back grants are in the tables and no session lists them.
+        let held_back_locks = self.held_back.keys().filter(|key| key.kind == ResourceKind::Lock).count();
+        let held_back_permits = self.held_back.len() - held_back_locks;
+        let locks_total = locks_total - held_back_locks;
+        let claimants_total = claimants_total - held_back_permits;
         assert_eq!(held_total, locks_total, "sessions list {held_total} held locks, the tables have {locks_total}");
         assert_eq!(
             waiting_total, waiters_total,

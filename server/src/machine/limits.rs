@@ -86,6 +86,15 @@ pub const EXPIRE_SESSIONS_PER_COMMAND_MAX: usize = 1_024;
 /// leader splits larger batches.
 pub const CHECKPOINT_SESSIONS_PER_COMMAND_MAX: usize = 4_096;
 
+/// The longest lock-delay a grant may carry (see `delay`): a minute, as Chubby allows.
+/// A delay holds a dead holder's lock or permit back from everyone, so a longer one
+/// would let one careless acquire stall its waiters for as long as a lease.
+pub const LOCK_DELAY_MS_MAX: u64 = 60_000;
+
+/// Delays one `EndLockDelays` entry may end, so that one entry's work (handing the
+/// locks and permits on) stays bounded; the leader splits larger batches.
+pub const LOCK_DELAYS_ENDED_PER_COMMAND_MAX: usize = 1_024;
+
 /// Tenants at most, the admin namespace included. Every session-scoped request looks
 /// its tenant up, and `ListTenants` answers them all at once.
 pub const TENANTS_MAX: usize = 10_000;
@@ -134,6 +143,9 @@ const _: () = assert!(ELECTION_VALUE_BYTES_MAX > 0);
 const _: () = assert!(REQUESTS_REMEMBERED_PER_SESSION_MAX > 0);
 const _: () = assert!(EXPIRE_SESSIONS_PER_COMMAND_MAX > 0);
 const _: () = assert!(EXPIRE_SESSIONS_PER_COMMAND_MAX <= SESSIONS_MAX);
+// A delay is kept in 32 bits (`delay::HeldBack`).
+const _: () = assert!(LOCK_DELAY_MS_MAX > 0 && LOCK_DELAY_MS_MAX <= u32::MAX as u64);
+const _: () = assert!(LOCK_DELAYS_ENDED_PER_COMMAND_MAX > 0);
 
 /// The most a tenant may have at once.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]

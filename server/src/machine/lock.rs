@@ -36,6 +36,9 @@ pub(super) struct Holder {
 }
 
 impl StateMachine {
+    /// `delay_ms` is the lock-delay a new grant or wait carries (see `delay`); 0 for
+    /// none. A session that already holds or waits keeps the delay it asked for first.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn acquire(
         &mut self,
         index: u64,
@@ -43,6 +46,7 @@ impl StateMachine {
         session_id: SessionId,
         name: &str,
         wait: bool,
+        delay_ms: u64,
         events: &mut Vec<Event>,
     ) -> Result<AcquireOutcome, CommandError> {
         validate_name(ResourceKind::Lock, name)?;
@@ -61,6 +65,7 @@ impl StateMachine {
                 },
             );
             push_compact(&mut self.session_mut(session_id).held, name.to_owned());
+            self.note_claim_delay(session_id, ResourceKind::Lock, name, delay_ms);
             events.push(Event::Granted {
                 kind: ResourceKind::Lock,
                 name: name.to_owned(),
@@ -91,6 +96,7 @@ impl StateMachine {
         self.check_quota(tenant, Role::Waits)?;
         push_compact(&mut self.lock_mut(tenant, name).waiters, session_id);
         push_compact(&mut self.session_mut(session_id).waiting, name.to_owned());
+        self.note_claim_delay(session_id, ResourceKind::Lock, name, delay_ms);
         Ok(AcquireOutcome::Queued { position })
     }
 
@@ -117,6 +123,7 @@ impl StateMachine {
         // The lock keeps its holder, so no one is granted here.
         lock.waiters.remove(position);
         remove_name(&mut session.waiting, name);
+        self.forget_claim_delay(session_id, ResourceKind::Lock, name);
         events.push(Event::WaitFailed {
             kind: ResourceKind::Lock,
             name: name.to_owned(),
@@ -151,6 +158,7 @@ impl StateMachine {
             return Err(not_holder(session_id, name, token, current));
         }
         remove_name(&mut session.held, name);
+        self.forget_claim_delay(session_id, ResourceKind::Lock, name);
         events.push(Event::Released { kind: ResourceKind::Lock, name: name.to_owned(), session: session_id, token });
         self.hand_over(index, stamp_ms, tenant, name, events);
         Ok(Response::Released { token })

@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::command::COMMAND_LEVEL_CHECKPOINT;
+use crate::machine::command::{COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_LOCK_DELAY};
+use crate::machine::delay::{ClaimKey, DelayKey, HeldBack};
 use crate::machine::{CommandError, Response, SessionId, StateMachine};
 
 /// A node id as Raft's membership knows it.
@@ -104,13 +105,19 @@ impl StateMachine {
             return bytes;
         }
         let bytes = postcard::to_extend(&self.quiet, bytes).expect("postcard encoding into a Vec cannot fail");
-        postcard::to_extend(&self.command_level, bytes).expect("postcard encoding into a Vec cannot fail")
+        let bytes = postcard::to_extend(&self.command_level, bytes).expect("postcard encoding into a Vec cannot fail");
+        if self.command_level < COMMAND_LEVEL_LOCK_DELAY {
+            return bytes;
+        }
+        let bytes = postcard::to_extend(&self.claim_delays, bytes).expect("postcard encoding into a Vec cannot fail");
+        postcard::to_extend(&self.held_back, bytes).expect("postcard encoding into a Vec cannot fail")
     }
 
     /// Reads what `snapshot_into` wrote; nothing after the machine is an empty record
     /// (the leader then records the members again), nothing after the record is no
     /// checkpointed session and no command of level 2 or above used (snapshots of
-    /// builds before either, or of clusters that never used one).
+    /// builds before either, or of clusters that never used one), and nothing after
+    /// the command level is no lock-delay used.
     pub fn from_snapshot(bytes: &[u8]) -> Result<StateMachine, postcard::Error> {
         let (mut machine, mut rest) = postcard::take_from_bytes::<StateMachine>(bytes)?;
         if !rest.is_empty() {
@@ -120,7 +127,14 @@ impl StateMachine {
         }
         if !rest.is_empty() {
             let (quiet, after) = postcard::take_from_bytes::<BTreeMap<SessionId, (u32, u64)>>(rest)?;
-            let (level, after) = postcard::take_from_bytes::<u32>(after)?;
+            let (level, mut after) = postcard::take_from_bytes::<u32>(after)?;
+            if !after.is_empty() {
+                let (claim_delays, rest) = postcard::take_from_bytes::<BTreeMap<ClaimKey, u32>>(after)?;
+                let (held_back, rest) = postcard::take_from_bytes::<BTreeMap<DelayKey, HeldBack>>(rest)?;
+                machine.claim_delays = claim_delays;
+                machine.held_back = held_back;
+                after = rest;
+            }
             if !after.is_empty() {
                 return Err(postcard::Error::DeserializeBadEncoding);
             }

@@ -32,6 +32,8 @@
 //! - `session.rs`: `Session`, its remembered answers, and the session commands:
 //!   create, close, expire, and ending sessions in one entry.
 //! - `lock.rs`: `Lock`, one entry of the lock table, and the lock commands.
+//! - `delay.rs`: lock-delay: grants held back after their holder's session expired,
+//!   and the command that ends a delay.
 //! - `members.rs`: `ClusterRecord`, the cluster's id and its members' incarnations.
 //! - `semaphore.rs`: `Semaphore`, one entry of the semaphore table, and the semaphore
 //!   commands.
@@ -49,6 +51,7 @@
 
 mod caller;
 mod command;
+mod delay;
 mod election;
 mod error;
 mod event;
@@ -76,7 +79,10 @@ use thin_vec::ThinVec;
 
 use crate::machine::limits::REQUESTS_REMEMBERED_PER_SESSION_MAX;
 
-pub use command::{Command, RequestId, COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_RECORD_MEMBER};
+pub use command::{
+    Command, RequestId, COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_LOCK_DELAY, COMMAND_LEVEL_RECORD_MEMBER,
+};
+pub use delay::{DelayKey, HeldBack};
 pub use error::{CommandError, ErrorKind};
 pub use event::{Event, WaitFailure};
 pub use response::{AcquireOutcome, CancelOutcome, Response};
@@ -179,6 +185,14 @@ pub struct StateMachine {
     /// hearing every member again. Snapshots carry it after `quiet`.
     #[serde(skip)]
     command_level: u32,
+    /// The lock-delay of each hold or wait that asked for one (see `delay`). Snapshots
+    /// carry it after `command_level`, once the log used lock-delay.
+    #[serde(skip)]
+    claim_delays: BTreeMap<delay::ClaimKey, u32>,
+    /// Grants held back after their holder's session expired, until the leader ends
+    /// their delay (see `delay`). Snapshots carry it after `claim_delays`.
+    #[serde(skip)]
+    held_back: BTreeMap<DelayKey, HeldBack>,
 }
 
 impl Default for StateMachine {
@@ -196,6 +210,8 @@ impl Default for StateMachine {
             cluster: ClusterRecord::default(),
             quiet: BTreeMap::new(),
             command_level: 0,
+            claim_delays: BTreeMap::new(),
+            held_back: BTreeMap::new(),
         }
     }
 }
@@ -227,6 +243,8 @@ impl From<DecodedMachine> for StateMachine {
             cluster: ClusterRecord::default(),
             quiet: BTreeMap::new(),
             command_level: 0,
+            claim_delays: BTreeMap::new(),
+            held_back: BTreeMap::new(),
         };
         let mut client_names = BTreeMap::new();
         for session in machine.sessions.values_mut() {
@@ -424,12 +442,7 @@ impl StateMachine {
         let lock = self.namespace(tenant).locks.get(name)?;
         Some(LockView {
             name: name.to_owned(),
-            holder: HolderView {
-                session: lock.holder.session,
-                client_name: self.session(lock.holder.session).client_name.to_string(),
-                token: lock.holder.token,
-                since_ms: lock.holder.since_ms,
-            },
+            holder: self.holder_view(tenant, ResourceKind::Lock, name, &lock.holder),
             waiters: self.waiter_views(lock.waiters.iter().copied()),
         })
     }
@@ -482,12 +495,7 @@ impl StateMachine {
             holders: semaphore
                 .holders
                 .iter()
-                .map(|holder| HolderView {
-                    session: holder.session,
-                    client_name: self.session(holder.session).client_name.to_string(),
-                    token: holder.token,
-                    since_ms: holder.since_ms,
-                })
+                .map(|holder| self.holder_view(tenant, ResourceKind::Semaphore, name, holder))
                 .collect(),
             waiters: self.waiter_views(semaphore.waiters.iter().copied()),
         })
@@ -566,11 +574,18 @@ impl StateMachine {
     pub fn check_fence_of(&self, kind: ResourceKind, tenant: TenantId, name: &str, token: Token) -> FenceStatus {
         let namespace = self.namespace(tenant);
         let current = match kind {
-            ResourceKind::Lock => namespace.locks.get(name).is_some_and(|lock| lock.holder.token == token),
-            ResourceKind::Semaphore => namespace
-                .semaphores
+            // A grant held back for its lock-delay (see `delay`) keeps its table slot,
+            // but its session is gone: it fences nothing any more.
+            ResourceKind::Lock => namespace
+                .locks
                 .get(name)
-                .is_some_and(|semaphore| semaphore.holders.iter().any(|holder| holder.token == token)),
+                .is_some_and(|lock| lock.holder.token == token && self.sessions.contains_key(&lock.holder.session)),
+            ResourceKind::Semaphore => namespace.semaphores.get(name).is_some_and(|semaphore| {
+                semaphore
+                    .holders
+                    .iter()
+                    .any(|holder| holder.token == token && self.sessions.contains_key(&holder.session))
+            }),
             ResourceKind::Election => {
                 namespace.elections.get(name).is_some_and(|election| election.leader.token == token)
             }
@@ -579,6 +594,28 @@ impl StateMachine {
             FenceStatus::Current
         } else {
             FenceStatus::Superseded
+        }
+    }
+
+    /// A holder as describe answers show it: a live session, or the expired session
+    /// of a grant held back for its lock-delay.
+    fn holder_view(&self, tenant: TenantId, kind: ResourceKind, name: &str, holder: &lock::Holder) -> HolderView {
+        let (client_name, lock_delay_ms, held_back_until_ms) = match self.sessions.get(&holder.session) {
+            Some(session) => (session.client_name.to_string(), self.grant_delay_ms(holder.session, kind, name), None),
+            None => {
+                let held = self
+                    .held_back_grant(tenant, kind, name, holder.session)
+                    .unwrap_or_else(|| panic!("{kind:?} {name:?} is held by a gone session and not held back"));
+                (held.client_name.clone(), u64::from(held.delay_ms), Some(held.until_ms))
+            }
+        };
+        HolderView {
+            session: holder.session,
+            client_name,
+            token: holder.token,
+            since_ms: holder.since_ms,
+            lock_delay_ms,
+            held_back_until_ms,
         }
     }
 
@@ -609,12 +646,14 @@ impl StateMachine {
         // A wait moves on after its answer was given: tell the retry where it stands now,
         // so that it neither queues twice nor waits for a grant that came and went.
         match (remembered.answer, command) {
-            (Answer::Acquire(AcquireOutcome::Queued { .. }), Command::Acquire { session, name, .. }) => {
-                Some(Response::Acquire(self.wait_outcome(*session, name)))
-            }
-            (Answer::Acquire(AcquireOutcome::Queued { .. }), Command::SemAcquire { session, name, .. }) => {
-                Some(Response::SemAcquire(self.sem_wait_outcome(*session, name)))
-            }
+            (
+                Answer::Acquire(AcquireOutcome::Queued { .. }),
+                Command::Acquire { session, name, .. } | Command::AcquireWithDelay { session, name, .. },
+            ) => Some(Response::Acquire(self.wait_outcome(*session, name))),
+            (
+                Answer::Acquire(AcquireOutcome::Queued { .. }),
+                Command::SemAcquire { session, name, .. } | Command::SemAcquireWithDelay { session, name, .. },
+            ) => Some(Response::SemAcquire(self.sem_wait_outcome(*session, name))),
             (Answer::Acquire(AcquireOutcome::Queued { .. }), Command::Campaign { session, name, .. }) => {
                 Some(Response::Campaign(self.campaign_wait_outcome(*session, name)))
             }
@@ -686,8 +725,12 @@ impl StateMachine {
             Command::CloseSession { request: _, session } => self.close_session(index, stamp_ms, *session, events),
             Command::ExpireSessions { sessions } => self.expire_sessions(index, stamp_ms, sessions, events),
             Command::Acquire { request: _, session, name, wait } => {
-                self.acquire(index, stamp_ms, *session, name, *wait, events).map(Response::Acquire)
+                self.acquire(index, stamp_ms, *session, name, *wait, 0, events).map(Response::Acquire)
             }
+            Command::AcquireWithDelay { request: _, session, name, wait, delay_ms } => Self::validate_delay(*delay_ms)
+                .and_then(|()| {
+                    self.acquire(index, stamp_ms, *session, name, *wait, *delay_ms, events).map(Response::Acquire)
+                }),
             Command::CancelWait { request: _, session, name } => {
                 self.cancel_wait(*session, name, events).map(Response::WaitCancelled)
             }
@@ -695,7 +738,13 @@ impl StateMachine {
                 self.release(index, stamp_ms, *session, name, *token, events)
             }
             Command::SemAcquire { request: _, session, name, limit, wait } => {
-                self.sem_acquire(index, stamp_ms, *session, name, *limit, *wait, events).map(Response::SemAcquire)
+                self.sem_acquire(index, stamp_ms, *session, name, *limit, *wait, 0, events).map(Response::SemAcquire)
+            }
+            Command::SemAcquireWithDelay { request: _, session, name, limit, wait, delay_ms } => {
+                Self::validate_delay(*delay_ms).and_then(|()| {
+                    self.sem_acquire(index, stamp_ms, *session, name, *limit, *wait, *delay_ms, events)
+                        .map(Response::SemAcquire)
+                })
             }
             Command::SemRelease { request: _, session, name, token } => {
                 self.sem_release(index, stamp_ms, *session, name, *token, events)
@@ -728,6 +777,7 @@ impl StateMachine {
                 self.record_member(index, *cluster_id, *node, *incarnation)
             }
             Command::CheckpointSessions { quiet, resumed } => self.checkpoint_sessions(index, quiet, resumed),
+            Command::EndLockDelays { ended } => self.end_lock_delays(index, stamp_ms, ended, events),
         };
         result.unwrap_or_else(Response::Rejected)
     }

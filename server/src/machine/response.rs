@@ -70,6 +70,10 @@ pub enum Response {
         cluster_id: u128,
         incarnation: u64,
     },
+    /// How many of the listed delays were still running and ended in this entry.
+    LockDelaysEnded {
+        ended: u64,
+    },
     Rejected(CommandError),
 }
 

@@ -37,8 +37,10 @@
 //! - `reset`: a fresh machine; every scenario starts with it.
 //! - `create a [ttl=10s|ttl=2500ms] [name=worker-a]`: the client name defaults to `a`.
 //! - `close a`, `expire a b 999`
-//! - `acquire a orders [try]`, `cancel a orders`, `release a orders token=4`
-//! - `sem-acquire a tenant limit=2 [try]`, `sem-cancel a tenant`,
+//! - `acquire a orders [try] [delay=5s]`, `cancel a orders`, `release a orders token=4`
+//! - `end-delay lock orders a`: the leader's end of the lock-delay of the grant that
+//!   expired session `a` held (`end-delay semaphore jobs a` for a permit)
+//! - `sem-acquire a tenant limit=2 [try] [delay=5s]`, `sem-cancel a tenant`,
 //!   `sem-release a tenant token=4`, `sem-set-limit a tenant limit=3`
 //! - `describe lock orders`, `describe semaphore tenant`, `describe session a`
 //! - `fence lock orders token=4`, `fence semaphore tenant token=4`
@@ -56,7 +58,8 @@ use super::*;
 
 /// Every file in `testdata/`, each run by its own test below; a file missing here fails
 /// `every_scenario_file_runs`.
-const SCENARIO_FILES: &[&str] = &["cancel_wait.txt", "close_and_expiry.txt", "release.txt", "semaphores.txt"];
+const SCENARIO_FILES: &[&str] =
+    &["cancel_wait.txt", "close_and_expiry.txt", "lock_delay.txt", "release.txt", "semaphores.txt"];
 
 #[test]
 fn cancel_wait() {
@@ -66,6 +69,11 @@ fn cancel_wait() {
 #[test]
 fn close_and_expiry() {
     run_file("close_and_expiry.txt");
+}
+
+#[test]
+fn lock_delay() {
+    run_file("lock_delay.txt");
 }
 
 #[test]
@@ -304,8 +312,23 @@ impl Scenario {
                 let session = self.session(args.word("a session"));
                 let name = args.word("a lock name").to_owned();
                 let wait = !args.flag("try");
-                let command = Command::Acquire { request: self.request(), session, name, wait };
+                let request = self.request();
+                let command = match args.key("delay").map(duration_ms) {
+                    Some(delay_ms) => Command::AcquireWithDelay { request, session, name, wait, delay_ms },
+                    None => Command::Acquire { request, session, name, wait },
+                };
                 self.apply_and_print(&command)
+            }
+            "end-delay" => {
+                let kind = match args.word("lock or semaphore") {
+                    "lock" => ResourceKind::Lock,
+                    "semaphore" => ResourceKind::Semaphore,
+                    other => panic!("cannot end the delay of {other:?}: end-delay lock or semaphore"),
+                };
+                let name = args.word("a name").to_owned();
+                let session = self.session(args.word("the expired holder"));
+                let key = DelayKey { tenant: ADMIN_TENANT, kind, name, session };
+                self.apply_and_print(&Command::EndLockDelays { ended: vec![key] })
             }
             "cancel" => {
                 let session = self.session(args.word("a session"));
@@ -325,7 +348,11 @@ impl Scenario {
                 let name = args.word("a semaphore name").to_owned();
                 let limit = limit(args.number("limit"));
                 let wait = !args.flag("try");
-                let command = Command::SemAcquire { request: self.request(), session, name, limit, wait };
+                let request = self.request();
+                let command = match args.key("delay").map(duration_ms) {
+                    Some(delay_ms) => Command::SemAcquireWithDelay { request, session, name, limit, wait, delay_ms },
+                    None => Command::SemAcquire { request, session, name, limit, wait },
+                };
                 self.apply_and_print(&command)
             }
             "sem-cancel" => {
@@ -457,6 +484,7 @@ impl Scenario {
             Response::Campaign(outcome) => format!("campaign {}", self.outcome(outcome)),
             Response::Proclaimed { token } => format!("proclaimed token={token}"),
             Response::Resigned { token } => format!("resigned token={token}"),
+            Response::LockDelaysEnded { ended } => format!("lock-delays-ended ended={ended}"),
             Response::Rejected(CommandError { kind, message, metadata }) => {
                 let session = metadata.iter().find(|(key, _)| key == "session_id").map(|(_, id)| id.parse().unwrap());
                 match session {
@@ -504,12 +532,23 @@ impl Scenario {
                 leader.client_name,
                 leader.value
             ),
+            Event::DelayStarted { key, delay_ms } => {
+                format!("delay-started {} {} {} delay_ms={delay_ms}", key.kind.noun(), key.name, self.name(key.session))
+            }
+            Event::DelayEnded { key } => {
+                format!("delay-ended {} {} {}", key.kind.noun(), key.name, self.name(key.session))
+            }
         }
     }
 
     fn holder(&self, holder: &HolderView) -> String {
+        let delay = match (holder.lock_delay_ms, holder.held_back_until_ms) {
+            (0, _) => String::new(),
+            (delay_ms, None) => format!(" lock_delay_ms={delay_ms}"),
+            (delay_ms, Some(until_ms)) => format!(" lock_delay_ms={delay_ms} in-delay until_ms={until_ms}"),
+        };
         format!(
-            "  holder {} token={} since_ms={} client_name={}\n",
+            "  holder {} token={} since_ms={} client_name={}{delay}\n",
             self.name(holder.session),
             holder.token,
             holder.since_ms,

@@ -72,6 +72,7 @@ impl StateMachine {
         name: &str,
         limit: u32,
         wait: bool,
+        delay_ms: u64,
         events: &mut Vec<Event>,
     ) -> Result<AcquireOutcome, CommandError> {
         validate_name(KIND, name)?;
@@ -88,6 +89,7 @@ impl StateMachine {
                 Semaphore { limit, limit_set_index: index, holders: Vec::new(), waiters: Vec::new() },
             );
             self.grant_permit(index, stamp_ms, tenant, name, session_id, events);
+            self.note_claim_delay(session_id, KIND, name, delay_ms);
             return Ok(AcquireOutcome::Granted { token: index });
         };
         if semaphore.limit != limit {
@@ -100,6 +102,7 @@ impl StateMachine {
         if semaphore.has_free_permit() {
             self.admit_hold(tenant, session_id, count)?;
             self.grant_permit(index, stamp_ms, tenant, name, session_id, events);
+            self.note_claim_delay(session_id, KIND, name, delay_ms);
             return Ok(AcquireOutcome::Granted { token: index });
         }
         if !wait {
@@ -119,6 +122,7 @@ impl StateMachine {
         self.check_quota(tenant, Role::Waits)?;
         self.semaphore_mut(tenant, name).waiters.push(session_id);
         self.session_mut(session_id).add_claim(KIND, Role::Waits, name);
+        self.note_claim_delay(session_id, KIND, name, delay_ms);
         Ok(AcquireOutcome::Queued { position })
     }
 
@@ -147,6 +151,7 @@ impl StateMachine {
         let semaphore = self.semaphore_mut(tenant, name);
         semaphore.holders.retain(|holder| holder.session != session_id);
         self.session_mut(session_id).remove_claim(KIND, Role::Holds, name);
+        self.forget_claim_delay(session_id, KIND, name);
         events.push(Event::Released { kind: KIND, name: name.to_owned(), session: session_id, token });
         self.fill_semaphore(index, stamp_ms, tenant, name, events);
         Ok(Response::SemReleased { token })
@@ -209,6 +214,7 @@ impl StateMachine {
         // none: no one is granted here.
         semaphore.waiters.remove(position as usize);
         self.session_mut(session_id).remove_claim(KIND, Role::Waits, name);
+        self.forget_claim_delay(session_id, KIND, name);
         events.push(Event::WaitFailed {
             kind: KIND,
             name: name.to_owned(),
@@ -236,14 +242,19 @@ impl StateMachine {
     /// already), then grants the freed permits to the waiters, first in line first.
     /// Semaphores are visited in name order and their holders in grant order, which fixes
     /// the order of the events. The ending sessions still exist and keep their claims:
-    /// the caller drops them.
+    /// the caller drops them. When they `expired`, a permit whose grant carries a
+    /// lock-delay stays in the holders, counted against the limit, and is listed in the
+    /// answer with its delay, for the caller to hold back once the session is gone
+    /// (see `delay`).
     pub(super) fn return_permits_of_ending(
         &mut self,
         index: u64,
         stamp_ms: u64,
         ending: &BTreeSet<SessionId>,
+        expired: bool,
         events: &mut Vec<Event>,
-    ) {
+    ) -> Vec<(TenantId, String, SessionId, Token, u32)> {
+        let mut delayed = Vec::new();
         let names: BTreeSet<(TenantId, String)> = ending
             .iter()
             .flat_map(|session| {
@@ -252,6 +263,23 @@ impl StateMachine {
             })
             .collect();
         for (tenant, name) in names {
+            // The ending holders' delays, looked up for this semaphore's holders only.
+            let delays: Vec<(SessionId, u32)> = if expired && self.has_claim_delays() {
+                let ending_holders: Vec<SessionId> = self
+                    .semaphore_mut(tenant, &name)
+                    .holders
+                    .iter()
+                    .map(|holder| holder.session)
+                    .filter(|session| ending.contains(session))
+                    .collect();
+                ending_holders
+                    .into_iter()
+                    .map(|session| (session, self.claim_delay_ms(session, KIND, &name)))
+                    .filter(|(_, delay_ms)| *delay_ms > 0)
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let semaphore = self.semaphore_mut(tenant, &name);
             // All of them leave before anyone is granted, so the freed permits are
             // counted once and go to survivors only.
@@ -265,15 +293,29 @@ impl StateMachine {
                     session: holder.session,
                     token: holder.token,
                 });
-                false
+                match delays.iter().find(|(session, _)| *session == holder.session) {
+                    Some((session, delay_ms)) => {
+                        delayed.push((tenant, name.clone(), *session, holder.token, *delay_ms));
+                        true
+                    }
+                    None => false,
+                }
             });
             self.fill_semaphore(index, stamp_ms, tenant, &name, events);
         }
+        delayed
     }
 
     /// Grants free permits of `name` to its waiters, first in line first, and removes the
     /// semaphore if it has neither holders nor waiters left.
-    fn fill_semaphore(&mut self, index: u64, stamp_ms: u64, tenant: TenantId, name: &str, events: &mut Vec<Event>) {
+    pub(super) fn fill_semaphore(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        tenant: TenantId,
+        name: &str,
+        events: &mut Vec<Event>,
+    ) {
         loop {
             let semaphore = self.semaphore_mut(tenant, name);
             if semaphore.waiters.is_empty() {
@@ -321,7 +363,7 @@ impl StateMachine {
         events.push(Event::Granted { kind: KIND, name: name.to_owned(), session, token: index });
     }
 
-    fn semaphore_mut(&mut self, tenant: TenantId, name: &str) -> &mut Semaphore {
+    pub(super) fn semaphore_mut(&mut self, tenant: TenantId, name: &str) -> &mut Semaphore {
         self.namespaces
             .get_mut(&tenant)
             .and_then(|namespace| namespace.semaphores.get_mut(name))

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
 use super::caller::{Caller, SecretHash, TenantId, ADMIN_TENANT};
+use super::delay::DelayKey;
 use super::error::{
     checkpoint_batch_too_large, expire_batch_too_large, quota_exceeded, sessions_full, unknown_session,
     validate_client_name, validate_ttl_ms,
@@ -255,7 +256,8 @@ impl Answer {
             | Response::TenantTokenRotated { .. }
             | Response::TenantQuotasSet { .. }
             | Response::TenantRemoved { .. }
-            | Response::MemberRecorded { .. } => None,
+            | Response::MemberRecorded { .. }
+            | Response::LockDelaysEnded { .. } => None,
         }
     }
 
@@ -264,7 +266,7 @@ impl Answer {
         match self {
             Answer::SessionCreated { session, ttl_ms } => Response::SessionCreated { session, ttl_ms },
             Answer::Acquire(outcome) => match command {
-                Command::SemAcquire { .. } => Response::SemAcquire(outcome),
+                Command::SemAcquire { .. } | Command::SemAcquireWithDelay { .. } => Response::SemAcquire(outcome),
                 Command::Campaign { .. } => Response::Campaign(outcome),
                 _ => Response::Acquire(outcome),
             },
@@ -495,13 +497,21 @@ impl StateMachine {
         // Then every permit of the ending sessions is returned before any is granted, so
         // that the freed permits are counted once and a semaphore never goes over its
         // limit.
-        self.return_permits_of_ending(index, stamp_ms, &ending_set, events);
+        let delayed_permits = self.return_permits_of_ending(index, stamp_ms, &ending_set, expired, events);
 
         // Then release and hand over. A lock or an election has one holder, so each is
         // freed, and granted, at most once in this entry.
         for session_id in ending {
             let session = self.sessions.remove(session_id).expect("only live sessions are ended");
             self.quiet.remove(session_id);
+            // Taken before the claims' delays are forgotten: an expired holder's
+            // grants that carry one are held back rather than handed on (see `delay`).
+            let lock_delays: Vec<u32> = if expired && self.has_claim_delays() {
+                session.held.iter().map(|name| self.claim_delay_ms(*session_id, ResourceKind::Lock, name)).collect()
+            } else {
+                Vec::new()
+            };
+            self.forget_claim_delays_of(*session_id);
             unshare_name(&mut self.client_names, &session.client_name);
             // Its lists still hold what it was last counted for (the queues and
             // semaphores above changed only their own tables).
@@ -512,7 +522,8 @@ impl StateMachine {
             usage.bytes -= u64::from(session.counted.bytes);
             self.bytes_total -= u64::from(session.counted.bytes);
             let tenant = session.tenant;
-            for name in &session.held {
+            for (position, name) in session.held.iter().enumerate() {
+                let delay_ms = lock_delays.get(position).copied().unwrap_or(0);
                 let token = self.lock(tenant, name).holder.token;
                 events.push(Event::Released {
                     kind: ResourceKind::Lock,
@@ -520,7 +531,23 @@ impl StateMachine {
                     session: *session_id,
                     token,
                 });
-                self.hand_over(index, stamp_ms, tenant, name, events);
+                if delay_ms > 0 {
+                    let key = DelayKey { tenant, kind: ResourceKind::Lock, name: name.clone(), session: *session_id };
+                    self.hold_back(index, stamp_ms, key, token, &session.client_name, delay_ms, events);
+                } else {
+                    self.hand_over(index, stamp_ms, tenant, name, events);
+                }
+            }
+            for (held_tenant, name, holder, token, delay_ms) in
+                delayed_permits.iter().filter(|(_, _, holder, _, _)| holder == session_id)
+            {
+                let key = DelayKey {
+                    tenant: *held_tenant,
+                    kind: ResourceKind::Semaphore,
+                    name: name.clone(),
+                    session: *holder,
+                };
+                self.hold_back(index, stamp_ms, key, *token, &session.client_name, *delay_ms, events);
             }
             for name in session.claimed(ResourceKind::Election, Role::Holds) {
                 let token = self.namespace(tenant).elections[name].leader.token;

@@ -104,6 +104,9 @@ impl StateMachine {
             Command::CheckpointSessions { .. } => {
                 return Err(permission_denied(tenant_name, "a checkpoint of sessions, which only the cluster proposes"))
             }
+            Command::EndLockDelays { .. } => {
+                return Err(permission_denied(tenant_name, "the end of lock-delays, which only the cluster proposes"))
+            }
             Command::AddTenant { .. }
             | Command::RotateTenantToken { .. }
             | Command::RemoveTenant { .. }
@@ -257,6 +260,8 @@ impl StateMachine {
         let sessions: Vec<SessionId> =
             self.sessions.values().filter(|session| session.tenant == id).map(|session| session.id).collect();
         self.end_sessions(index, stamp_ms, &sessions, false, events);
+        // Held-back grants wait for no one now: none of the tenant's sessions is left.
+        self.end_delays_of_tenant(index, stamp_ms, id, events);
         let tenant = self.tenants.remove(&id).expect("found above");
         assert_eq!(tenant.usage, Usage::default(), "a tenant whose sessions all ended uses nothing");
         if let Some(token_hash) = tenant.token_hash {

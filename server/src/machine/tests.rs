@@ -8,8 +8,8 @@ use super::session::{Claim, ClientName, Role};
 use super::*;
 use crate::machine::limits::{
     CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX,
-    LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX,
-    SESSION_TTL_MS_MIN, WAITERS_PER_LOCK_MAX,
+    LOCK_DELAYS_ENDED_PER_COMMAND_MAX, LOCK_DELAY_MS_MAX, LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX,
+    SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, WAITERS_PER_LOCK_MAX,
 };
 
 const CLIENT_ID: u64 = 7;
@@ -399,7 +399,14 @@ fn acquire_of_a_free_lock_grants_with_the_entry_index_as_token() {
         harness.machine.describe_lock(ADMIN_TENANT, "orders"),
         Some(LockView {
             name: "orders".to_owned(),
-            holder: HolderView { session, client_name: "a".to_owned(), token, since_ms: stamp_ms(index) },
+            holder: HolderView {
+                session,
+                client_name: "a".to_owned(),
+                token,
+                since_ms: stamp_ms(index),
+                lock_delay_ms: 0,
+                held_back_until_ms: None,
+            },
             waiters: vec![],
         })
     );
@@ -2301,4 +2308,192 @@ fn invariants_catch_a_lock_in_another_tenants_namespace() {
     let namespace = machine.namespaces[&a].clone();
     machine.namespaces.insert(b, namespace);
     machine.check_invariants();
+}
+
+// Lock-delay (see `delay`).
+
+const DELAY_MS: u64 = 5_000;
+
+impl Harness {
+    fn acquire_with_delay(
+        &mut self,
+        session: SessionId,
+        name: &str,
+        wait: bool,
+        delay_ms: u64,
+    ) -> (Response, Vec<Event>) {
+        let command =
+            Command::AcquireWithDelay { request: self.request(), session, name: name.to_owned(), wait, delay_ms };
+        self.apply(&command)
+    }
+
+    fn end_delays(&mut self, ended: &[DelayKey]) -> (Response, Vec<Event>) {
+        self.apply(&Command::EndLockDelays { ended: ended.to_vec() })
+    }
+}
+
+fn delay_key(kind: ResourceKind, name: &str, session: SessionId) -> DelayKey {
+    DelayKey { tenant: ADMIN_TENANT, kind, name: name.to_owned(), session }
+}
+
+#[test]
+fn an_expired_holders_delayed_lock_goes_to_nobody_until_the_delay_ends_then_to_the_first_waiter() {
+    let mut harness = Harness::new();
+    let (a, b, c, d) = (harness.create("a"), harness.create("b"), harness.create("c"), harness.create("d"));
+    let token = harness.next_index();
+    assert_eq!(harness.acquire_with_delay(a, "mail", true, DELAY_MS).0, granted_response(token));
+    assert_eq!(harness.machine.command_level(), COMMAND_LEVEL_LOCK_DELAY, "the log used lock-delay");
+    assert_eq!(harness.queue(b, "mail"), 0);
+    assert_eq!(harness.queue(c, "mail"), 1);
+
+    let expiry = harness.next_index();
+    let (_, events) = harness.expire(&[a]);
+    let key = delay_key(ResourceKind::Lock, "mail", a);
+    assert_eq!(
+        events,
+        vec![released("mail", a, token), Event::DelayStarted { key: key.clone(), delay_ms: DELAY_MS }, ended(a, true)],
+        "the lock is released by the expiry but handed to nobody"
+    );
+    let view = harness.machine.describe_lock(ADMIN_TENANT, "mail").expect("a held-back lock is described");
+    assert_eq!((view.holder.session, view.holder.token), (a, token), "the expired grant is shown");
+    assert_eq!(view.holder.client_name, "a", "the expired holder's name outlives its session");
+    assert_eq!(view.holder.lock_delay_ms, DELAY_MS);
+    assert_eq!(view.holder.held_back_until_ms, Some(stamp_ms(expiry) + DELAY_MS));
+    assert_eq!(waiters(&harness, "mail"), vec![b, c], "the waiters keep their places");
+    assert_eq!(harness.machine.check_fence(ADMIN_TENANT, "mail", token), FenceStatus::Superseded);
+    assert_eq!(
+        harness.acquire(d, "mail", false).0,
+        Response::Acquire(AcquireOutcome::Busy { holder: a, token }),
+        "a try-lock during the delay is refused"
+    );
+    assert_eq!(harness.queue(d, "mail"), 2, "a new waiter queues behind");
+
+    let end = harness.next_index();
+    let (response, events) = harness.end_delays(&[key.clone()]);
+    assert_eq!(response, Response::LockDelaysEnded { ended: 1 });
+    assert_eq!(events, vec![Event::DelayEnded { key: key.clone() }, granted("mail", b, end)]);
+    assert_eq!(holder(&harness, "mail"), Some((b, end)), "the first waiter holds it, fenced by the ending entry");
+    assert_eq!(waiters(&harness, "mail"), vec![c, d]);
+    assert_eq!(harness.machine.held_back_count(), 0);
+
+    let before = harness.machine.clone();
+    let (response, events) = harness.end_delays(&[key]);
+    assert_eq!(response, Response::LockDelaysEnded { ended: 0 }, "a duplicate end is harmless");
+    assert!(events.is_empty());
+    assert_unchanged(&before, &harness.machine);
+}
+
+#[test]
+fn a_delayed_lock_with_no_waiter_is_free_when_its_delay_ends() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    harness.acquire_with_delay(a, "mail", true, DELAY_MS);
+    harness.expire(&[a]);
+    assert_eq!(harness.machine.lock_count(), 1, "held back, not free");
+    let (_, events) = harness.end_delays(&[delay_key(ResourceKind::Lock, "mail", a)]);
+    assert_eq!(events, vec![Event::DelayEnded { key: delay_key(ResourceKind::Lock, "mail", a) }]);
+    assert_eq!(harness.machine.lock_count(), 0);
+    assert_eq!(harness.machine.describe_lock(ADMIN_TENANT, "mail"), None);
+}
+
+#[test]
+fn a_release_or_a_close_hands_a_delayed_lock_on_at_once() {
+    let mut harness = Harness::new();
+    let (a, b, c) = (harness.create("a"), harness.create("b"), harness.create("c"));
+    let token = harness.next_index();
+    harness.acquire_with_delay(a, "mail", true, DELAY_MS);
+    harness.queue(b, "mail");
+    let handed = harness.next_index();
+    let (_, events) = harness.release(a, "mail", token);
+    assert_eq!(events, vec![released("mail", a, token), granted("mail", b, handed)], "no delay after a release");
+    harness.acquire_with_delay(c, "mail", true, DELAY_MS);
+    // b holds without a delay; c waits with one, and its wait carries it to its grant.
+    let closed = harness.next_index();
+    harness.close(b);
+    assert_eq!(holder(&harness, "mail"), Some((c, closed)));
+    assert_eq!(harness.machine.grant_delay_ms(c, ResourceKind::Lock, "mail"), DELAY_MS);
+    harness.close(c);
+    assert_eq!(harness.machine.lock_count(), 0, "a close ends no delay");
+    assert_eq!(harness.machine.held_back_count(), 0);
+}
+
+#[test]
+fn a_holder_without_a_delay_is_handed_on_at_expiry_as_before() {
+    let mut harness = Harness::new();
+    let (a, b) = (harness.create("a"), harness.create("b"));
+    let token = harness.grant(a, "mail");
+    // Asking again with a delay does not change the grant it holds.
+    assert_eq!(harness.acquire_with_delay(a, "mail", true, DELAY_MS).0, granted_response(token));
+    harness.queue(b, "mail");
+    let handed = harness.next_index();
+    harness.expire(&[a]);
+    assert_eq!(holder(&harness, "mail"), Some((b, handed)));
+}
+
+#[test]
+fn a_delayed_permit_counts_against_the_limit_until_its_delay_ends() {
+    let mut harness = Harness::new();
+    let (a, b, c) = (harness.create("a"), harness.create("b"), harness.create("c"));
+    let token = harness.next_index();
+    let command = Command::SemAcquireWithDelay {
+        request: harness.request(),
+        session: a,
+        name: "jobs".to_owned(),
+        limit: 2,
+        wait: true,
+        delay_ms: DELAY_MS,
+    };
+    assert_eq!(harness.apply(&command).0, Response::SemAcquire(AcquireOutcome::Granted { token }));
+    harness.permit(b, "jobs", 2);
+    assert_eq!(harness.sem_queue(c, "jobs", 2), 0);
+    harness.expire(&[a]);
+    assert_eq!(sem_holders(&harness, "jobs").len(), 2, "the expired permit still counts");
+    assert_eq!(sem_waiters(&harness, "jobs"), vec![c], "so the waiter waits");
+    assert_eq!(
+        harness.machine.check_fence_of(ResourceKind::Semaphore, ADMIN_TENANT, "jobs", token),
+        FenceStatus::Superseded
+    );
+    let end = harness.next_index();
+    let key = delay_key(ResourceKind::Semaphore, "jobs", a);
+    let (_, events) = harness.end_delays(&[key.clone()]);
+    assert_eq!(events, vec![Event::DelayEnded { key }, sem_granted("jobs", c, end)]);
+    assert!(sem_waiters(&harness, "jobs").is_empty());
+}
+
+#[test]
+fn a_lock_delay_out_of_range_is_refused_and_changes_nothing() {
+    let mut harness = Harness::new();
+    let a = harness.create("a");
+    for delay_ms in [0, LOCK_DELAY_MS_MAX + 1] {
+        let command = Command::AcquireWithDelay {
+            request: harness.request(),
+            session: a,
+            name: "mail".to_owned(),
+            wait: true,
+            delay_ms,
+        };
+        let error = harness.reject(&command);
+        assert_eq!(error.kind, ErrorKind::InvalidArgument);
+        assert!(error.message.contains("LOCK_DELAY_MS_MAX"), "{}", error.message);
+    }
+    let too_many = vec![delay_key(ResourceKind::Lock, "mail", a); LOCK_DELAYS_ENDED_PER_COMMAND_MAX + 1];
+    assert_eq!(harness.reject(&Command::EndLockDelays { ended: too_many }).kind, ErrorKind::LimitExceeded);
+}
+
+#[test]
+fn a_snapshot_in_the_middle_of_a_delay_restores_it_and_the_delay_ends_after_the_restore() {
+    let mut harness = Harness::new();
+    let (a, b) = (harness.create("a"), harness.create("b"));
+    harness.acquire_with_delay(a, "mail", true, DELAY_MS);
+    harness.queue(b, "mail");
+    harness.expire(&[a]);
+    let bytes = harness.machine.snapshot_into(Vec::new());
+    let restored = StateMachine::from_snapshot(&bytes).expect("the snapshot decodes");
+    restored.check_invariants();
+    assert_eq!(restored, harness.machine, "the held-back lock and its waiter are in the snapshot");
+    assert_eq!(restored.held_back().count(), 1);
+    harness.machine = restored;
+    let end = harness.next_index();
+    harness.end_delays(&[delay_key(ResourceKind::Lock, "mail", a)]);
+    assert_eq!(holder(&harness, "mail"), Some((b, end)));
 }

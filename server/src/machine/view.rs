@@ -8,7 +8,9 @@ use super::{SessionId, Token};
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct LockView {
     pub name: String,
-    /// A lock that is described is held: free locks have no entry.
+    /// A lock that is described is held, or held back for the lock-delay of a holder
+    /// whose session expired (`HolderView::held_back_until_ms`): free locks have no
+    /// entry.
     pub holder: HolderView,
     /// First in line first.
     pub waiters: Vec<WaiterView>,
@@ -21,6 +23,12 @@ pub struct HolderView {
     pub token: Token,
     /// The leader's wall-clock stamp of the granting entry; informational only.
     pub since_ms: u64,
+    /// The lock-delay the grant carries (see `machine::delay`); 0 for none.
+    pub lock_delay_ms: u64,
+    /// Set when the holder's session expired and the grant is held back for its
+    /// delay: about when the delay ends, by the leader's wall-clock stamps. No one
+    /// holds the lock then; the first waiter gets it when the delay ends.
+    pub held_back_until_ms: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
