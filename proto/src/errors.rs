@@ -48,7 +48,8 @@ impl ErrorReason {
             | ErrorReason::MembershipRefused
             | ErrorReason::ClockKnobOff
             | ErrorReason::WrongCluster
-            | ErrorReason::StaleIncarnation => Code::FailedPrecondition,
+            | ErrorReason::StaleIncarnation
+            | ErrorReason::MembersTooOld => Code::FailedPrecondition,
             ErrorReason::NotLeader
             | ErrorReason::ShuttingDown
             | ErrorReason::CommitUncertain

@@ -8,6 +8,7 @@ use leasehold_server::raft::state_machine_store::StateMachineStore;
 use leasehold_server::raft::storage;
 use leasehold_server::raft::types::{StorageError, TypeConfig};
 use leasehold_server::shell::clock::Clock;
+use leasehold_server::shell::lock_delays::LockDelays;
 use leasehold_server::shell::session_deadlines::SessionDeadlines;
 use openraft::testing::{StoreBuilder, Suite};
 
@@ -17,8 +18,12 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError> {
         let dir = tempfile::tempdir().expect("create a temporary directory");
         let db = storage::open(&dir.path().join("db"), true).expect("open a fresh database");
-        let state_machine = StateMachineStore::open(db.clone(), SessionDeadlines::new(Clock::system()))
-            .expect("open the state machine store");
+        let state_machine = StateMachineStore::open(
+            db.clone(),
+            SessionDeadlines::new(Clock::system()),
+            LockDelays::new(Clock::system()),
+        )
+        .expect("open the state machine store");
         Ok((dir, LogStore::new(db), state_machine))
     }
 }

@@ -8,8 +8,8 @@ use leasehold_proto::ErrorReason;
 use tonic::Status;
 
 use crate::machine::limits::{
-    CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSION_TTL_MS_MAX,
-    SESSION_TTL_MS_MIN,
+    CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX, LOCK_DELAY_MS_MAX, LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX,
+    SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
 };
 use crate::machine::{Command, CommandError, ErrorKind, RequestId, ResourceKind, SessionId, TenantId};
 
@@ -97,8 +97,12 @@ pub fn close_session(request: pb::CloseSessionRequest) -> Result<Command, Status
     Ok(Command::CloseSession { request: request_id(request.request_id)?, session: session_id(request.session_id)? })
 }
 
-/// The command and how long to wait in the queue.
-pub fn acquire(request: pb::AcquireRequest) -> Result<(Command, u64), Status> {
+/// The command and how long to wait in the queue. `default_delay_ms` gives the
+/// lock-delay of a name when the request asks for none (see `api::lock_delay`).
+pub fn acquire(
+    request: pb::AcquireRequest,
+    default_delay_ms: impl FnOnce(&str) -> u64,
+) -> Result<(Command, u64), Status> {
     let request_id = request_id(request.request_id)?;
     let session = session_id(request.session_id)?;
     let name = resource_name(ResourceKind::Lock, &request.name)?;
@@ -108,8 +112,28 @@ pub fn acquire(request: pb::AcquireRequest) -> Result<(Command, u64), Status> {
             request.wait_ms
         )));
     }
-    let command = Command::Acquire { request: request_id, session, name, wait: request.wait_ms > 0 };
+    let wait = request.wait_ms > 0;
+    let command = match lock_delay_ms(request.lock_delay_ms, &name, default_delay_ms)? {
+        0 => Command::Acquire { request: request_id, session, name, wait },
+        delay_ms => Command::AcquireWithDelay { request: request_id, session, name, wait, delay_ms },
+    };
     Ok((command, request.wait_ms))
+}
+
+/// The lock-delay an acquire carries: the one it asks for, checked against
+/// `LOCK_DELAY_MS_MAX`, or the name's default.
+fn lock_delay_ms(
+    requested: Option<u64>,
+    name: &str,
+    default_delay_ms: impl FnOnce(&str) -> u64,
+) -> Result<u64, Status> {
+    match requested {
+        Some(delay_ms) if delay_ms > LOCK_DELAY_MS_MAX => Err(invalid_argument(format!(
+            "lock_delay_ms {delay_ms} is above the limit of {LOCK_DELAY_MS_MAX} (LOCK_DELAY_MS_MAX)"
+        ))),
+        Some(delay_ms) => Ok(delay_ms),
+        None => Ok(default_delay_ms(name)),
+    }
 }
 
 pub fn release(request: pb::ReleaseRequest) -> Result<Command, Status> {
@@ -157,16 +181,23 @@ fn token(token: u64) -> Result<u64, Status> {
     Ok(token)
 }
 
-/// The command and how long to wait in the queue.
-pub fn sem_acquire(request: pb::SemAcquireRequest) -> Result<(Command, u64), Status> {
-    let command = Command::SemAcquire {
-        request: request_id(request.request_id)?,
-        session: session_id(request.session_id)?,
-        name: resource_name(ResourceKind::Semaphore, &request.name)?,
-        limit: semaphore_limit(request.limit)?,
-        wait: request.wait_ms > 0,
+/// The command and how long to wait in the queue; `default_delay_ms` as for
+/// `acquire`.
+pub fn sem_acquire(
+    request: pb::SemAcquireRequest,
+    default_delay_ms: impl FnOnce(&str) -> u64,
+) -> Result<(Command, u64), Status> {
+    let request_id = request_id(request.request_id)?;
+    let session = session_id(request.session_id)?;
+    let name = resource_name(ResourceKind::Semaphore, &request.name)?;
+    let limit = semaphore_limit(request.limit)?;
+    let wait = request.wait_ms > 0;
+    let wait_ms = wait_ms(request.wait_ms)?;
+    let command = match lock_delay_ms(request.lock_delay_ms, &name, default_delay_ms)? {
+        0 => Command::SemAcquire { request: request_id, session, name, limit, wait },
+        delay_ms => Command::SemAcquireWithDelay { request: request_id, session, name, limit, wait, delay_ms },
     };
-    Ok((command, wait_ms(request.wait_ms)?))
+    Ok((command, wait_ms))
 }
 
 pub fn sem_release(request: pb::SemReleaseRequest) -> Result<Command, Status> {
@@ -268,6 +299,7 @@ mod tests {
             ("HOLDS_PER_TENANT_DEFAULT", u64::from(HOLDS_PER_TENANT_DEFAULT)),
             ("WAITERS_PER_TENANT_DEFAULT", u64::from(WAITERS_PER_TENANT_DEFAULT)),
             ("TENANT_NAME_BYTES_MAX", TENANT_NAME_BYTES_MAX as u64),
+            ("LOCK_DELAY_MS_MAX", LOCK_DELAY_MS_MAX),
         ];
         let proto = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../proto/proto/leasehold.proto"))
             .expect("read the proto");
@@ -317,35 +349,47 @@ mod tests {
                 "request_id is required",
             ),
             (
-                acquire(pb::AcquireRequest {
-                    request_id: id(),
-                    session_id: 5,
-                    name: String::new(),
-                    wait_ms: 0,
-                    session_secret: vec![],
-                })
+                acquire(
+                    pb::AcquireRequest {
+                        lock_delay_ms: None,
+                        request_id: id(),
+                        session_id: 5,
+                        name: String::new(),
+                        wait_ms: 0,
+                        session_secret: vec![],
+                    },
+                    |_| 0,
+                )
                 .map(|(command, _)| command),
                 "name is empty",
             ),
             (
-                acquire(pb::AcquireRequest {
-                    request_id: id(),
-                    session_id: 5,
-                    name: "x".repeat(257),
-                    wait_ms: 0,
-                    session_secret: vec![],
-                })
+                acquire(
+                    pb::AcquireRequest {
+                        lock_delay_ms: None,
+                        request_id: id(),
+                        session_id: 5,
+                        name: "x".repeat(257),
+                        wait_ms: 0,
+                        session_secret: vec![],
+                    },
+                    |_| 0,
+                )
                 .map(|(command, _)| command),
                 "257 bytes",
             ),
             (
-                acquire(pb::AcquireRequest {
-                    request_id: id(),
-                    session_id: 0,
-                    name: "a".into(),
-                    wait_ms: 0,
-                    session_secret: vec![],
-                })
+                acquire(
+                    pb::AcquireRequest {
+                        lock_delay_ms: None,
+                        request_id: id(),
+                        session_id: 0,
+                        name: "a".into(),
+                        wait_ms: 0,
+                        session_secret: vec![],
+                    },
+                    |_| 0,
+                )
                 .map(|(command, _)| command),
                 "session_id is required",
             ),

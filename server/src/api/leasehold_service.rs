@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::api::auth::{Auth, Who};
 use crate::api::convert;
+use crate::api::lock_delay::LockDelayPolicy;
 use crate::api::queued_wait::{self, WaitEnd};
 use crate::machine::{
     AcquireOutcome, Command, FenceStatus, ResourceKind, Response as MachineResponse, SessionId, StateMachine, TenantId,
@@ -31,6 +32,7 @@ pub const LIST_SESSIONS_PAGE_MAX: usize = 1_000;
 pub struct LeaseholdService {
     pub replica: Arc<Replica>,
     pub auth: Arc<Auth>,
+    pub lock_delay: Arc<LockDelayPolicy>,
 }
 
 fn unexpected(response: MachineResponse) -> Status {
@@ -49,6 +51,7 @@ fn not_acquired(machine: &StateMachine, tenant: TenantId, name: &str, timed_out:
             holder_client_name: holder.client_name,
             holder_token: holder.token,
             timed_out,
+            delay_until_unix_ms: holder.held_back_until_ms.unwrap_or(0),
         },
         None => pb::NotAcquired { timed_out, ..Default::default() },
     };
@@ -335,9 +338,16 @@ impl Leasehold for LeaseholdService {
         let started_ms = self.replica.clock.now_ms();
         let request = request.into_inner();
         let caller = who.caller(&request.session_secret);
-        let (command, wait_ms) = convert::acquire(request)?;
-        let Command::Acquire { request, session, ref name, .. } = command else { unreachable!("convert::acquire") };
+        let (command, wait_ms) = convert::acquire(request, |name| self.lock_delay.delay_ms(None, name))?;
+        let (Command::Acquire { request, session, ref name, .. }
+        | Command::AcquireWithDelay { request, session, ref name, .. }) = command
+        else {
+            unreachable!("convert::acquire")
+        };
         let name = name.clone();
+        if command.level() > 0 {
+            self.lock_delay.admit(&self.replica).await?;
+        }
         let tenant = who.tenant();
         self.replica.check_budget()?;
         match self.replica.propose(caller, command).await? {
@@ -422,6 +432,8 @@ impl Leasehold for LeaseholdService {
                 client_name: view.holder.client_name,
                 token: view.holder.token,
                 since_unix_ms: view.holder.since_ms,
+                lock_delay_ms: view.holder.lock_delay_ms,
+                delay_until_unix_ms: view.holder.held_back_until_ms.unwrap_or(0),
             }),
             waiters: view
                 .waiters

@@ -8,6 +8,8 @@
 //! * `convert` — protobuf requests to machine commands, validating every limit on the
 //!   way in; machine errors to gRPC statuses with a machine-readable reason.
 //! * `leasehold_service` — `Leasehold`: sessions, keepalives, locks, fences.
+//! * `lock_delay` — the lock-delay an acquire carries (asked for, or the name's
+//!   default) and whether every member's build knows lock-delay yet.
 //! * `semaphores_service` — `Semaphores`.
 //! * `elections_service` — `Elections`, with `Observe` streams.
 //! * `admin_service` — `Admin`: status, membership, the clock knob.
@@ -20,5 +22,6 @@ pub mod auth;
 pub mod convert;
 pub mod elections_service;
 pub mod leasehold_service;
+pub mod lock_delay;
 pub mod queued_wait;
 pub mod semaphores_service;

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::auth::{audit, Auth};
 use crate::api::convert;
+use crate::api::lock_delay::LockDelayPolicy;
 use crate::api::queued_wait::{self, WaitEnd};
 use crate::machine::{AcquireOutcome, Command, ResourceKind, Response as MachineResponse, StateMachine, TenantId};
 use crate::raft::replica::Replica;
@@ -19,6 +20,7 @@ use crate::raft::replica::Replica;
 pub struct SemaphoresService {
     pub replica: Arc<Replica>,
     pub auth: Arc<Auth>,
+    pub lock_delay: Arc<LockDelayPolicy>,
 }
 
 fn granted(token: u64) -> Response<pb::SemAcquireResponse> {
@@ -52,11 +54,16 @@ impl Semaphores for SemaphoresService {
         let started_ms = self.replica.clock.now_ms();
         let request = request.into_inner();
         let caller = who.caller(&request.session_secret);
-        let (command, wait_ms) = convert::sem_acquire(request)?;
-        let Command::SemAcquire { request, session, ref name, .. } = command else {
+        let (command, wait_ms) = convert::sem_acquire(request, |name| self.lock_delay.delay_ms(None, name))?;
+        let (Command::SemAcquire { request, session, ref name, .. }
+        | Command::SemAcquireWithDelay { request, session, ref name, .. }) = command
+        else {
             unreachable!("convert::sem_acquire")
         };
         let name = name.clone();
+        if command.level() > 0 {
+            self.lock_delay.admit(&self.replica).await?;
+        }
         let tenant = who.tenant();
         let record_wait = |replica: &Replica| {
             let waited = replica.clock.now_ms().saturating_sub(started_ms);
@@ -163,6 +170,8 @@ impl Semaphores for SemaphoresService {
                     client_name: holder.client_name,
                     token: holder.token,
                     since_unix_ms: holder.since_ms,
+                    lock_delay_ms: holder.lock_delay_ms,
+                    delay_until_unix_ms: holder.held_back_until_ms.unwrap_or(0),
                 })
                 .collect(),
             waiters: view

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::machine::limits::{LOCK_DELAY_MS_MAX, LOCK_NAME_BYTES_MAX};
 use crate::raft::types::{Node, NodeId, MEMBERS_MAX};
 use crate::shell::credentials::read_admin_token;
 use crate::shell::tls::{ClientCertificates, PeerClientTls, ServerTls, TlsFiles};
@@ -159,6 +160,14 @@ pub struct RawConfig {
     #[arg(long, hide = true)]
     #[serde(default)]
     pub test_full_ttl_restart: bool,
+    /// The lock-delay of locks and semaphore permits whose name starts with PREFIX,
+    /// for acquires that do not ask for one (`PREFIX=MS`, repeated; the longest
+    /// matching prefix wins; 0 is none; at most LOCK_DELAY_MS_MAX = 60000). After a
+    /// holder's session expires, such a lock goes to no one for that long. Give every
+    /// node the same list: the node that takes the request applies it.
+    #[arg(long = "lock-delay-default", value_name = "PREFIX=MS")]
+    #[serde(default)]
+    pub lock_delay_defaults: Vec<String>,
 }
 
 impl RawConfig {
@@ -191,6 +200,11 @@ impl RawConfig {
             new_incarnation: self.new_incarnation || file.new_incarnation,
             test_accept_any_incarnation: self.test_accept_any_incarnation || file.test_accept_any_incarnation,
             test_full_ttl_restart: self.test_full_ttl_restart || file.test_full_ttl_restart,
+            lock_delay_defaults: if self.lock_delay_defaults.is_empty() {
+                file.lock_delay_defaults
+            } else {
+                self.lock_delay_defaults
+            },
         }
     }
 
@@ -230,6 +244,9 @@ pub struct Config {
     pub new_incarnation: bool,
     pub test_accept_any_incarnation: bool,
     pub test_full_ttl_restart: bool,
+    /// Lock-delays by name prefix, for acquires that ask for none (see
+    /// `api::lock_delay`).
+    pub lock_delay_defaults: Vec<(String, u64)>,
 }
 
 /// How the node's ports are served.
@@ -311,6 +328,39 @@ fn resolve(what: &str, address: &str) -> Result<SocketAddr, ConfigError> {
         },
         Err(error) => fail(format!("{what} {address:?} is not a host:port address ({error})")),
     }
+}
+
+/// `--lock-delay-default PREFIX=MS` entries, checked: a prefix no longer than a name,
+/// each once, a delay within `LOCK_DELAY_MS_MAX`.
+fn lock_delay_defaults(entries: &[String]) -> Result<Vec<(String, u64)>, ConfigError> {
+    let rule = "a lock-delay default is written PREFIX=MS, e.g. reports/=10000";
+    let mut defaults: Vec<(String, u64)> = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Some((prefix, delay_text)) = entry.rsplit_once('=') else {
+            return fail(format!("--lock-delay-default {entry:?}: {rule}"));
+        };
+        let Ok(delay_ms) = delay_text.trim().parse::<u64>() else {
+            return fail(format!("--lock-delay-default {entry:?}: {delay_text:?} is not a number of milliseconds"));
+        };
+        if delay_ms > LOCK_DELAY_MS_MAX {
+            return fail(format!(
+                "--lock-delay-default {entry:?}: {delay_ms} ms is above the limit of {LOCK_DELAY_MS_MAX} ms \
+                 (LOCK_DELAY_MS_MAX)"
+            ));
+        }
+        if prefix.len() > LOCK_NAME_BYTES_MAX {
+            return fail(format!(
+                "--lock-delay-default: a prefix of {} bytes is longer than any name ({LOCK_NAME_BYTES_MAX} bytes, \
+                 LOCK_NAME_BYTES_MAX)",
+                prefix.len()
+            ));
+        }
+        if defaults.iter().any(|(known, _)| known == prefix) {
+            return fail(format!("--lock-delay-default: the prefix {prefix:?} is given twice"));
+        }
+        defaults.push((prefix.to_owned(), delay_ms));
+    }
+    Ok(defaults)
 }
 
 pub fn parse_member(text: &str) -> Result<(NodeId, Node), ConfigError> {
@@ -484,6 +534,7 @@ impl Config {
             new_incarnation: raw.new_incarnation,
             test_accept_any_incarnation: raw.test_accept_any_incarnation,
             test_full_ttl_restart: raw.test_full_ttl_restart,
+            lock_delay_defaults: lock_delay_defaults(&raw.lock_delay_defaults)?,
         })
     }
 

@@ -53,6 +53,11 @@ pub fn render(replica: &Replica) -> String {
     gauge("leasehold_elections", "Elections with a leader in the applied state.", elections as u64);
     gauge("leasehold_semaphores", "Semaphores with holders or waiters in the applied state.", semaphores.len() as u64);
     gauge("leasehold_lease_deadlines", "Session deadlines this node tracks.", replica.shared.deadlines.len() as u64);
+    gauge(
+        "leasehold_lock_delays",
+        "Locks and permits held back in their lock-delay after their holder's session expired (timers this node runs).",
+        replica.shared.lock_delays.len() as u64,
+    );
     let state_bytes: u64 = tenants.iter().map(|(_, usage)| usage.bytes).sum();
     gauge("leasehold_state_bytes", "The replicated state's estimated size.", state_bytes);
     gauge(

@@ -25,6 +25,7 @@ use crate::api::admin_service::AdminService;
 use crate::api::auth::Auth;
 use crate::api::elections_service::ElectionsService;
 use crate::api::leasehold_service::LeaseholdService;
+use crate::api::lock_delay::LockDelayPolicy;
 use crate::api::semaphores_service::SemaphoresService;
 use crate::machine::Command;
 use crate::node::config::{Config, Transport};
@@ -41,6 +42,7 @@ use crate::raft::types::{Node, NodeId, Raft};
 use crate::shell::clock::Clock;
 use crate::shell::clock::LogLimiter;
 use crate::shell::disk::{DiskSpace, DISK_CHECK_INTERVAL_MS};
+use crate::shell::lock_delays::LockDelays;
 use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
 use crate::shell::tls::{tls_incoming, ClientCertificates, NodeTls, PeerClientTls, ServerTls};
 
@@ -117,7 +119,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         .map_err(|error| refused(format!("data directory {}: {error}", config.data_dir.display())))?;
 
     let deadlines = SessionDeadlines::new(clock.clone());
-    let state_machine = StateMachineStore::open(db.clone(), deadlines)
+    let state_machine = StateMachineStore::open(db.clone(), deadlines, LockDelays::new(clock.clone()))
         .map_err(|error| refused(format!("data directory {}: {error}", config.data_dir.display())))?;
     let shared = state_machine.shared();
     let loaded_cluster_id = shared.cluster_record.borrow().cluster_id;
@@ -186,6 +188,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         config.state_budget_bytes,
         disk.clone(),
     );
+    let lock_delay = Arc::new(LockDelayPolicy::new(config.lock_delay_defaults.clone(), incarnations.clone()));
     let (stop, stopped) = watch::channel(false);
     let (retired_sender, retired) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -216,12 +219,20 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         .http2_keepalive_interval(Some(Duration::from_secs(5)))
         .max_concurrent_streams(Some(CLIENT_STREAMS_PER_CONNECTION_MAX))
         .add_service(
-            LeaseholdServer::new(LeaseholdService { replica: replica.clone(), auth: auth.clone() })
-                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+            LeaseholdServer::new(LeaseholdService {
+                replica: replica.clone(),
+                auth: auth.clone(),
+                lock_delay: lock_delay.clone(),
+            })
+            .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
         )
         .add_service(
-            SemaphoresServer::new(SemaphoresService { replica: replica.clone(), auth: auth.clone() })
-                .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
+            SemaphoresServer::new(SemaphoresService {
+                replica: replica.clone(),
+                auth: auth.clone(),
+                lock_delay: lock_delay.clone(),
+            })
+            .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
         )
         .add_service(
             ElectionsServer::new(ElectionsService { replica: replica.clone(), auth: auth.clone() })
@@ -463,6 +474,16 @@ async fn run_expiry(
         // leader must have heard every member at that level.
         let used = replica.shared.applied.read().unwrap().machine.command_level() >= COMMAND_LEVEL_CHECKPOINT;
         let checkpointing = checkpoints && (used || incarnations.every_member_at(COMMAND_LEVEL_CHECKPOINT, &members));
+        // Lock-delays run out on the same scan; a held-back grant exists only once the
+        // log used lock-delay, so every member's build knows the command.
+        let ended = replica.shared.lock_delays.take_due();
+        if !ended.is_empty() {
+            tracing::info!(delays = ended.len(), "lock-delays ran out; handing the locks on");
+            if let Err(error) = replica.propose_quietly(Command::EndLockDelays { ended: ended.clone() }).await {
+                tracing::warn!(%error, "could not propose the end of lock-delays");
+                replica.shared.lock_delays.not_proposed(&ended);
+            }
+        }
         let due = deadlines.take_due(checkpointing);
         if !due.quiet.is_empty() {
             tracing::debug!(sessions = due.quiet.len(), "sessions went quiet; checkpointing them");

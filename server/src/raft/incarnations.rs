@@ -53,7 +53,9 @@ pub const CLUSTER_ID_HEADER: &str = "leasehold-cluster-id";
 /// The newest set of commands the sender's build can apply (`COMMAND_LEVEL`).
 pub const COMMAND_LEVEL_HEADER: &str = "leasehold-command-level";
 
-pub use crate::machine::{COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_RECORD_MEMBER};
+pub use crate::machine::{
+    COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_LOCK_DELAY, COMMAND_LEVEL_RECORD_MEMBER,
+};
 
 /// The exit code of a node that found the cluster knows it as another incarnation.
 pub const EXIT_STALE_INCARNATION: i32 = 4;
@@ -359,6 +361,15 @@ impl Incarnations {
 impl Incarnations {
     /// Whether every one of `members` other than this node was last heard at command
     /// `level` or above: only then may the leader propose a command of that level.
+    /// A member other than this node not heard at `level` or above, if any.
+    pub fn member_below(&self, level: u32, members: &[NodeId]) -> Option<NodeId> {
+        let speakers = self.speaks.lock().unwrap();
+        members
+            .iter()
+            .copied()
+            .find(|member| *member != self.node_id && !speakers.get(member).is_some_and(|heard| *heard >= level))
+    }
+
     pub fn every_member_at(&self, level: u32, members: &[NodeId]) -> bool {
         let speakers = self.speaks.lock().unwrap();
         members
@@ -521,6 +532,25 @@ mod tests {
         metadata.insert(RECORD_HEADER, header("1.10.3.90".to_string()));
         let refused = checks.check_request(&metadata, "AppendEntries", 2).unwrap_err();
         assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation));
+    }
+
+    #[test]
+    fn a_member_heard_below_a_level_holds_the_level_back() {
+        let checks = incarnations(recorded(&[(1, 11, 5), (2, 22, 6), (3, 33, 7)]));
+        let members = [1, 2, 3];
+        assert_eq!(checks.member_below(COMMAND_LEVEL_LOCK_DELAY, &members), Some(2), "nobody heard yet");
+        let mut current = member(2, 22, 6);
+        current.insert(COMMAND_LEVEL_HEADER, MetadataValue::from(COMMAND_LEVEL));
+        assert!(checks.check_answer(2, &current).is_ok());
+        let mut older = member(3, 33, 7);
+        older.insert(COMMAND_LEVEL_HEADER, MetadataValue::from(COMMAND_LEVEL_CHECKPOINT));
+        assert!(checks.check_answer(3, &older).is_ok());
+        assert_eq!(checks.member_below(COMMAND_LEVEL_LOCK_DELAY, &members), Some(3), "node 3 runs an older build");
+        assert!(checks.every_member_at(COMMAND_LEVEL_CHECKPOINT, &members));
+        assert!(!checks.every_member_at(COMMAND_LEVEL_LOCK_DELAY, &members));
+        older.insert(COMMAND_LEVEL_HEADER, MetadataValue::from(COMMAND_LEVEL));
+        assert!(checks.check_answer(3, &older).is_ok());
+        assert_eq!(checks.member_below(COMMAND_LEVEL_LOCK_DELAY, &members), None, "node 3 was upgraded");
     }
 
     #[test]

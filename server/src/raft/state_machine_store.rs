@@ -15,7 +15,7 @@ use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::machine::{ClusterRecord, Event, Response, SessionId, StateMachine, WaitFailure};
+use crate::machine::{ClusterRecord, DelayKey, Event, Response, SessionId, StateMachine, WaitFailure};
 use crate::raft::applier::Applier;
 use crate::raft::codec;
 use crate::raft::quiet_deadlines::QuietDeadlines;
@@ -24,6 +24,7 @@ use crate::raft::types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, Sto
 use crate::shell::clock::Stopwatch;
 use crate::shell::credentials::Credentials;
 use crate::shell::fail_stop;
+use crate::shell::lock_delays::LockDelays;
 use crate::shell::observers::{Change, Observers};
 use crate::shell::session_deadlines::SessionDeadlines;
 use crate::shell::wait_histograms::WaitHistograms;
@@ -87,6 +88,8 @@ pub struct Shared {
     pub cluster_record: watch::Sender<Arc<ClusterRecord>>,
     /// This node's record of the deadlines the checkpoints it applied gave.
     pub quiet_deadlines: QuietDeadlines,
+    /// When each held-back grant's lock-delay ends on this node's clock.
+    pub lock_delays: LockDelays,
 }
 
 impl Shared {
@@ -100,6 +103,11 @@ impl Shared {
             }
             changed
         });
+    }
+
+    /// Every held-back grant with its whole delay, for arming the timers afresh.
+    pub fn held_back_delays(machine: &StateMachine) -> Vec<(DelayKey, u64)> {
+        machine.held_back().map(|(key, held)| (key.clone(), u64::from(held.delay_ms))).collect()
     }
 
     /// Every live session as (id, TTL, the time it has left now by its checkpoint,
@@ -155,7 +163,7 @@ fn snapshot_error(error: impl std::error::Error + 'static) -> StorageError {
 
 impl StateMachineStore {
     /// Loads the latest snapshot, if any, as the starting state.
-    pub fn open(db: Arc<DB>, deadlines: SessionDeadlines) -> Result<Self, String> {
+    pub fn open(db: Arc<DB>, deadlines: SessionDeadlines, lock_delays: LockDelays) -> Result<Self, String> {
         let applier = Applier::start().map_err(|error| format!("cannot start the applier thread: {error}"))?;
         let meta = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
         let stored = db.get_cf(meta, KEY_SNAPSHOT).map_err(|error| format!("cannot read the snapshot: {error}"))?;
@@ -195,6 +203,7 @@ impl StateMachineStore {
             deadlines
         });
         let last_index = applied.last_applied.map(|log_id| log_id.index).unwrap_or(0);
+        lock_delays.restart_all(Shared::held_back_delays(&applied.machine));
         let shared = Arc::new(Shared {
             applied: RwLock::new(applied),
             wait_registry: WaitRegistry::default(),
@@ -206,6 +215,7 @@ impl StateMachineStore {
             state_bytes: AtomicU64::new(0),
             cluster_record: watch::Sender::new(Arc::new(applied_record.clone())),
             quiet_deadlines,
+            lock_delays,
         });
         shared.state_bytes.store(shared.applied.read().unwrap().machine.state_bytes().0, Ordering::Relaxed);
         shared.credentials.refresh(&shared.applied.read().unwrap().machine);
@@ -236,6 +246,8 @@ impl StateMachineStore {
                     self.shared.deadlines.session_ended(session);
                     self.shared.quiet_deadlines.forget(session);
                 }
+                Event::DelayStarted { key, delay_ms } => self.shared.lock_delays.started(key, delay_ms),
+                Event::DelayEnded { key } => self.shared.lock_delays.ended(&key),
                 Event::Released { .. } => {}
             }
         }
@@ -431,6 +443,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let checkpoints = body.machine.quiet_checkpoints().collect();
         self.shared.quiet_deadlines.retain(last_index, &checkpoints);
         let sessions = Shared::session_ttls(&body.machine, &self.shared.quiet_deadlines);
+        self.shared.lock_delays.restart_all(Shared::held_back_delays(&body.machine));
         {
             let mut applied = self.shared.applied.write().unwrap();
             *applied = AppliedState {

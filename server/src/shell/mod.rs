@@ -12,6 +12,8 @@
 //!   authenticating requests without reading the replicated state.
 //! * `session_deadlines` — `SessionDeadlines`: every session's deadline on this node's
 //!   monotonic clock; the leader renews them on keepalives and proposes expiry.
+//! * `lock_delays` — `LockDelays`: when each held-back grant's lock-delay ends on
+//!   this node's clock; the leader proposes the end.
 //! * `wait_registry` — `WaitRegistry`: RPCs waiting in a FIFO queue, woken by the
 //!   applied entry that grants or ends their wait.
 //! * `observers` — election changes pushed to `Observe` streams in apply order.
@@ -25,6 +27,7 @@ pub mod clock;
 pub mod credentials;
 pub mod disk;
 pub mod fail_stop;
+pub mod lock_delays;
 pub mod memory;
 pub mod observers;
 pub mod session_deadlines;
