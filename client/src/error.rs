@@ -93,7 +93,8 @@ impl Error {
             | ErrorReason::MembershipRefused
             | ErrorReason::ClockKnobOff
             | ErrorReason::WrongCluster
-            | ErrorReason::StaleIncarnation => Error::Refused(message),
+            | ErrorReason::StaleIncarnation
+            | ErrorReason::MembersTooOld => Error::Refused(message),
             ErrorReason::NotLeader
             | ErrorReason::ShuttingDown
             | ErrorReason::CommitUncertain

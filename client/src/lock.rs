@@ -32,6 +32,10 @@ pub struct NotAcquired {
     pub holder_token: u64,
     /// True when the request waited and the wait ran out; false for a busy try-lock.
     pub timed_out: bool,
+    /// Set when the lock is in the lock-delay of a holder whose session expired (the
+    /// holder fields name that grant): about when the delay ends, by the leader's
+    /// wall clock, in milliseconds since the Unix epoch.
+    pub delay_until_unix_ms: Option<u64>,
 }
 
 /// A held lock. Its `token` is the fencing token: pass it to the storage you write

@@ -52,8 +52,12 @@ async fn run(arguments: Arguments) -> Result<u8, Error> {
         Command::Member { action } => cli::member::run(&client(Role::Admin)?, action).await,
         Command::Snapshot { action } => cli::snapshot::run(&client(Role::Admin)?, action).await,
         Command::Tenant { action } => cli::tenant::run(&client(Role::Admin)?, action).await,
-        Command::Lock { name, hold } => cli::hold::lock(&client(Role::Tenant)?, &name, hold).await,
-        Command::Sem { name, limit, hold } => cli::hold::semaphore(&client(Role::Tenant)?, &name, limit, hold).await,
+        Command::Lock { name, lock_delay, hold } => {
+            cli::hold::lock(&client(Role::Tenant)?, &name, lock_delay, hold).await
+        }
+        Command::Sem { name, limit, lock_delay, hold } => {
+            cli::hold::semaphore(&client(Role::Tenant)?, &name, limit, lock_delay, hold).await
+        }
         Command::Elect { name, value, hold } => cli::hold::elect(&client(Role::Tenant)?, &name, &value, hold).await,
         Command::Leader { name, json } => cli::leader::leader(&client(Role::Tenant)?, &name, json).await,
         Command::Observe { name, json } => cli::leader::observe(&client(Role::Tenant)?, &name, json).await,

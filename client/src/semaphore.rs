@@ -16,6 +16,8 @@ pub struct Semaphore {
     session: Session,
     name: String,
     limit: u32,
+    /// `None`: the cluster's default for the name (see `with_lock_delay`).
+    lock_delay: Option<Duration>,
 }
 
 /// Why a permit was not granted.
@@ -40,18 +42,28 @@ impl Session {
     /// The semaphore `name` with at most `limit` holders. The first acquirer sets the
     /// limit; acquiring with a different limit is refused.
     pub fn semaphore(&self, name: &str, limit: u32) -> Semaphore {
-        Semaphore { session: self.clone(), name: name.to_string(), limit }
+        Semaphore { session: self.clone(), name: name.to_string(), limit, lock_delay: None }
     }
 }
 
 impl Semaphore {
+    /// Permits acquired from here on carry `lock_delay` (as
+    /// `Session::acquire_with_delay`): a permit whose holder's session expired is
+    /// given to nobody for that long, and counts against the limit meanwhile.
+    pub fn with_lock_delay(mut self, lock_delay: Duration) -> Semaphore {
+        self.lock_delay = Some(lock_delay);
+        self
+    }
+
     /// Waits at most `wait` for a permit (zero: answer at once).
     pub async fn acquire_within(&self, wait: Duration) -> Result<std::result::Result<PermitGuard, SemaphoreFull>> {
         let (session_id, name, limit) = (self.session.id(), self.name.clone(), self.limit);
+        let lock_delay_ms = self.lock_delay.map(|delay| delay.as_millis() as u64);
         let answer = self
             .session
             .wait_request("semaphore acquire", wait, |channel, request_id, wait_ms| {
                 let request = pb::SemAcquireRequest {
+                    lock_delay_ms,
                     request_id: Some(request_id),
                     session_id,
                     name: name.clone(),

@@ -199,12 +199,29 @@ impl Session {
     }
 
     /// Acquires `name`, waiting in the FIFO queue for at most `wait` (zero: answer
-    /// at once). A retried request after a lost answer returns the same grant.
+    /// at once). A retried request after a lost answer returns the same grant. The
+    /// lock-delay is the cluster's default for the name (see `acquire_with_delay`).
     pub async fn acquire(&self, name: &str, wait: Duration) -> Result<Acquired> {
+        self.acquire_with_delay(name, wait, None).await
+    }
+
+    /// `acquire` with a lock-delay: if this session expires while it holds the lock
+    /// (not when it releases or closes), the cluster gives the lock to nobody for
+    /// `lock_delay` after the expiry. For side effects that no fencing token can
+    /// guard; a fenced write needs none. `None` takes the cluster's default for the
+    /// name, `Some(Duration::ZERO)` asks for none; at most 60 s.
+    pub async fn acquire_with_delay(
+        &self,
+        name: &str,
+        wait: Duration,
+        lock_delay: Option<Duration>,
+    ) -> Result<Acquired> {
         let session_id = self.inner.id;
+        let lock_delay_ms = lock_delay.map(|delay| delay.as_millis() as u64);
         let answer = self
             .wait_request("acquire", wait, |channel, request_id, wait_ms| {
                 let request = pb::AcquireRequest {
+                    lock_delay_ms,
                     request_id: Some(request_id),
                     session_id,
                     name: name.to_string(),
@@ -222,6 +239,8 @@ impl Session {
                                 holder_client_name: not_acquired.holder_client_name,
                                 holder_token: not_acquired.holder_token,
                                 timed_out: not_acquired.timed_out,
+                                delay_until_unix_ms: Some(not_acquired.delay_until_unix_ms)
+                                    .filter(|until_ms| *until_ms > 0),
                             },
                         },
                         None => return Err(tonic::Status::internal("acquire answered with no outcome")),

@@ -130,6 +130,13 @@ pub enum Command {
     Lock {
         /// The lock's name.
         name: String,
+        /// Lock-delay: if this session expires while holding the lock (the process
+        /// was killed, paused or cut off; not on a clean exit), nobody gets the lock
+        /// for this long after the expiry. For side effects a fencing token cannot
+        /// guard. Default: the cluster's for the name (none unless configured with
+        /// --lock-delay-default); 0s for none; at most 60s.
+        #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+        lock_delay: Option<Duration>,
         #[command(flatten)]
         hold: HoldArguments,
     },
@@ -144,6 +151,10 @@ pub enum Command {
         /// another limit is refused (exit 76).
         #[arg(long)]
         limit: u32,
+        /// Lock-delay of the permit, as for `lock`: an expired holder's permit goes
+        /// to nobody for this long and counts against the limit meanwhile.
+        #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+        lock_delay: Option<Duration>,
         #[command(flatten)]
         hold: HoldArguments,
     },

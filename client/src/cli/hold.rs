@@ -11,14 +11,28 @@ use super::exit::EXIT_NOT_ACQUIRED;
 use super::supervise::{supervise, Hold};
 
 /// `lock NAME`: exit 75 when the lock was not acquired.
-pub async fn lock(client: &Client, name: &str, arguments: HoldArguments) -> Result<u8, Error> {
+pub async fn lock(
+    client: &Client,
+    name: &str,
+    lock_delay: Option<Duration>,
+    arguments: HoldArguments,
+) -> Result<u8, Error> {
     let wait = arguments.wait_or_default();
     let session = client.session(arguments.ttl).await?;
-    let guard = match session.acquire(name, wait).await {
+    let guard = match session.acquire_with_delay(name, wait, lock_delay).await {
         Ok(Acquired::Granted(guard)) => guard,
         Ok(Acquired::NotAcquired(not_acquired)) => {
             let why = why_not(not_acquired.timed_out, wait);
-            if not_acquired.holder_session_id == 0 {
+            if let Some(until_ms) = not_acquired.delay_until_unix_ms {
+                eprintln!(
+                    "leasehold: lock {name:?} is in its lock-delay until about {} after session {} ({}) \
+                     expired holding it with token {}; not acquired ({why})",
+                    super::render::unix_ms_text(until_ms),
+                    not_acquired.holder_session_id,
+                    not_acquired.holder_client_name,
+                    not_acquired.holder_token
+                );
+            } else if not_acquired.holder_session_id == 0 {
                 eprintln!("leasehold: lock {name:?} not acquired ({why})");
             } else {
                 eprintln!(
@@ -43,10 +57,20 @@ pub async fn lock(client: &Client, name: &str, arguments: HoldArguments) -> Resu
 }
 
 /// `sem NAME --limit K`: exit 75 when the semaphore stayed full.
-pub async fn semaphore(client: &Client, name: &str, limit: u32, arguments: HoldArguments) -> Result<u8, Error> {
+pub async fn semaphore(
+    client: &Client,
+    name: &str,
+    limit: u32,
+    lock_delay: Option<Duration>,
+    arguments: HoldArguments,
+) -> Result<u8, Error> {
     let wait = arguments.wait_or_default();
     let session = client.session(arguments.ttl).await?;
-    let permit = match session.semaphore(name, limit).acquire_within(wait).await {
+    let mut semaphore = session.semaphore(name, limit);
+    if let Some(lock_delay) = lock_delay {
+        semaphore = semaphore.with_lock_delay(lock_delay);
+    }
+    let permit = match semaphore.acquire_within(wait).await {
         Ok(Ok(permit)) => permit,
         Ok(Err(full)) => {
             let why = why_not(full.timed_out, wait);

@@ -150,11 +150,56 @@ fn bytes_text(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// A leader's wall-clock stamp (milliseconds since the Unix epoch) as UTC,
+/// `2026-12-02T14:03:05.120Z`.
+pub fn unix_ms_text(unix_ms: u64) -> String {
+    let (days, ms_of_day) = ((unix_ms / 86_400_000) as i64, unix_ms % 86_400_000);
+    // Days since 1970-01-01 to a civil date (the proleptic Gregorian calendar).
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let (hours, minutes) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60);
+    let (seconds, millis) = (ms_of_day / 1_000 % 60, ms_of_day % 1_000);
+    format!("{year:04}-{month:02}-{day:02}T{hours:02}:{minutes:02}:{seconds:02}.{millis:03}Z")
+}
+
+fn holder_json(
+    session_id: u64,
+    client_name: &str,
+    token: u64,
+    since_unix_ms: u64,
+    lock_delay_ms: u64,
+    delay_until_unix_ms: u64,
+) -> Value {
+    let mut holder =
+        json!({"session_id": session_id, "client_name": client_name, "token": token, "since_unix_ms": since_unix_ms});
+    if lock_delay_ms > 0 {
+        holder["lock_delay_ms"] = json!(lock_delay_ms);
+    }
+    if delay_until_unix_ms > 0 {
+        holder["in_delay_until_unix_ms"] = json!(delay_until_unix_ms);
+    }
+    holder
+}
+
 /// `describe lock`: the holder with its token, then the waiters in order.
 pub fn lock(name: &str, lock: &pb::DescribeLockResponse, as_json: bool) -> String {
     if as_json {
         let holder = lock.holder.as_ref().map(|holder| {
-            json!({"session_id": holder.session_id, "client_name": holder.client_name, "token": holder.token, "since_unix_ms": holder.since_unix_ms})
+            holder_json(
+                holder.session_id,
+                &holder.client_name,
+                holder.token,
+                holder.since_unix_ms,
+                holder.lock_delay_ms,
+                holder.delay_until_unix_ms,
+            )
         });
         let waiters: Vec<Value> = lock
             .waiters
@@ -165,6 +210,22 @@ pub fn lock(name: &str, lock: &pb::DescribeLockResponse, as_json: bool) -> Strin
     }
     let mut text = match &lock.holder {
         None => format!("{name}: free\n"),
+        Some(holder) if holder.delay_until_unix_ms > 0 => format!(
+            "{name}: in lock-delay until about {}: session {} ({}) expired holding it with fencing token {}; \
+             nobody holds it, the first waiter gets it when the {} delay ends\n",
+            unix_ms_text(holder.delay_until_unix_ms),
+            holder.session_id,
+            holder.client_name,
+            holder.token,
+            duration_text(holder.lock_delay_ms)
+        ),
+        Some(holder) if holder.lock_delay_ms > 0 => format!(
+            "{name}: held by session {} ({}) with fencing token {}, lock-delay {}\n",
+            holder.session_id,
+            holder.client_name,
+            holder.token,
+            duration_text(holder.lock_delay_ms)
+        ),
         Some(holder) => format!(
             "{name}: held by session {} ({}) with fencing token {}\n",
             holder.session_id, holder.client_name, holder.token
@@ -182,7 +243,16 @@ pub fn semaphore(name: &str, semaphore: &pb::DescribeSemaphoreResponse, as_json:
         let holders: Vec<Value> = semaphore
             .holders
             .iter()
-            .map(|holder| json!({"session_id": holder.session_id, "client_name": holder.client_name, "token": holder.token, "since_unix_ms": holder.since_unix_ms}))
+            .map(|holder| {
+                holder_json(
+                    holder.session_id,
+                    &holder.client_name,
+                    holder.token,
+                    holder.since_unix_ms,
+                    holder.lock_delay_ms,
+                    holder.delay_until_unix_ms,
+                )
+            })
             .collect();
         let waiters: Vec<Value> = semaphore
             .waiters
@@ -199,8 +269,22 @@ pub fn semaphore(name: &str, semaphore: &pb::DescribeSemaphoreResponse, as_json:
     }
     let mut text = format!("{name}: {} of {} permits held\n", semaphore.holders.len(), semaphore.limit);
     for holder in &semaphore.holders {
-        let _ =
-            writeln!(text, "  holder: session {} ({}) token {}", holder.session_id, holder.client_name, holder.token);
+        if holder.delay_until_unix_ms > 0 {
+            let _ = writeln!(
+                text,
+                "  in lock-delay until about {}: session {} ({}) token {} expired",
+                unix_ms_text(holder.delay_until_unix_ms),
+                holder.session_id,
+                holder.client_name,
+                holder.token
+            );
+        } else {
+            let _ = writeln!(
+                text,
+                "  holder: session {} ({}) token {}",
+                holder.session_id, holder.client_name, holder.token
+            );
+        }
     }
     for (position, waiter) in semaphore.waiters.iter().enumerate() {
         let _ = writeln!(text, "  waiter {}: session {} ({})", position + 1, waiter.session_id, waiter.client_name);
@@ -329,6 +413,15 @@ pub fn sessions(sessions: &[pb::SessionInfo], as_json: bool) -> String {
 }
 
 /// "10s", or "1500ms" when not whole seconds.
+/// Milliseconds as the CLI's duration flags write them: `10s`, `1.5s`, `250ms`.
+fn duration_text(ms: u64) -> String {
+    match ms {
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms if ms > 1_000 => format!("{:.1}s", ms as f64 / 1_000.0),
+        ms => format!("{ms}ms"),
+    }
+}
+
 fn ttl_text(ttl_ms: u64) -> String {
     match (ttl_ms / 1_000, ttl_ms % 1_000) {
         (seconds, 0) => format!("{seconds}s"),
@@ -384,6 +477,43 @@ fn table(header: &[&str], right_aligned: &[usize], rows: &[Vec<String>]) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leader_stamps_read_as_utc_times() {
+        assert_eq!(unix_ms_text(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(unix_ms_text(951_782_400_000), "2000-02-29T00:00:00.000Z", "a leap day");
+        assert_eq!(unix_ms_text(1_796_220_185_120), "2026-12-02T14:03:05.120Z");
+    }
+
+    #[test]
+    fn describe_lock_says_when_a_lock_is_in_its_delay_and_shows_the_delay_of_a_grant() {
+        let holder = pb::LockHolder {
+            session_id: 12,
+            client_name: "worker-1".to_string(),
+            token: 40,
+            since_unix_ms: 1_796_220_000_000,
+            lock_delay_ms: 10_000,
+            delay_until_unix_ms: 0,
+        };
+        let held = pb::DescribeLockResponse { holder: Some(holder.clone()), waiters: vec![] };
+        assert_eq!(
+            lock("mail", &held, false),
+            "mail: held by session 12 (worker-1) with fencing token 40, lock-delay 10s\n"
+        );
+        let in_delay = pb::DescribeLockResponse {
+            holder: Some(pb::LockHolder { delay_until_unix_ms: 1_796_220_185_120, ..holder }),
+            waiters: vec![pb::LockWaiter { session_id: 13, client_name: "worker-2".to_string() }],
+        };
+        let text = lock("mail", &in_delay, false);
+        assert!(
+            text.starts_with("mail: in lock-delay until about 2026-12-02T14:03:05.120Z: session 12 (worker-1)"),
+            "{text}"
+        );
+        assert!(text.contains("waiter 1: session 13 (worker-2)"), "{text}");
+        let json: Value = serde_json::from_str(&lock("mail", &in_delay, true)).unwrap();
+        assert_eq!(json["holder"]["in_delay_until_unix_ms"], 1_796_220_185_120u64);
+        assert_eq!(json["holder"]["lock_delay_ms"], 10_000);
+    }
 
     fn held(name: &str, token: u64) -> pb::HeldLock {
         pb::HeldLock { name: name.to_string(), token }
