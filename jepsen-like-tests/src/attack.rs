@@ -983,6 +983,7 @@ impl Intruder {
                     }
                     "Acquire" => {
                         let message = pb::AcquireRequest {
+                            lock_delay_ms: None,
                             request_id: Some(self.request_id()),
                             session_id,
                             name: format!("{OWN_LOCK}/2"),
@@ -1059,6 +1060,7 @@ impl Intruder {
                 let tried = format!("Acquire of {name} in {how} session {session_id} with {secret_text}");
                 let sequence = self.invoke(attack, tried);
                 let message = pb::AcquireRequest {
+                    lock_delay_ms: None,
                     request_id: Some(self.request_id()),
                     session_id,
                     name,
@@ -1393,6 +1395,7 @@ impl Intruder {
         let name = Self::victim_names(Function::Acquire).choose(&mut self.random).expect("names").clone();
         let sequence = self.invoke(attack, format!("Acquire of {name} (no wait) with its own session {session_id}"));
         let message = pb::AcquireRequest {
+            lock_delay_ms: None,
             request_id: Some(self.request_id()),
             session_id,
             name: name.clone(),

@@ -112,6 +112,25 @@ fn zero_worker_threads_is_refused_with_exit_code_2() {
 }
 
 #[test]
+fn a_lock_delay_default_out_of_range_or_malformed_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let data_dir = root.path().join("data");
+    for (entry, expected) in [
+        ("reports/=60001", "60001 ms is above the limit of 60000 ms (LOCK_DELAY_MS_MAX)"),
+        ("reports/", "a lock-delay default is written PREFIX=MS"),
+        ("reports/=soon", "\"soon\" is not a number of milliseconds"),
+    ] {
+        let mut arguments = base(&data_dir, 1);
+        arguments.extend(["--lock-delay-default".into(), entry.into()]);
+        assert_refused(arguments, &data_dir, expected);
+    }
+    let mut twice = base(&data_dir, 1);
+    twice.extend(["--lock-delay-default".into(), "a/=1".into(), "--lock-delay-default".into(), "a/=2".into()]);
+    assert_refused(twice, &data_dir, "the prefix \"a/\" is given twice");
+    assert!(!data_dir.exists(), "nothing may be created");
+}
+
+#[test]
 fn a_port_in_use_is_refused_before_the_data_directory_is_touched() {
     let root = tempfile::tempdir().unwrap();
     let data_dir = root.path().join("data");

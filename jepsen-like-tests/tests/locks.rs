@@ -92,6 +92,7 @@ async fn an_expired_holder_hands_the_lock_to_the_waiter() {
     let (doomed, secret) = raw_session(&mut raw, 1, 1_000).await;
     let doomed_token = token_of(
         raw.acquire(pb::AcquireRequest {
+            lock_delay_ms: None,
             request_id: request_id(2),
             session_id: doomed,
             name: "expiry".into(),
@@ -160,6 +161,7 @@ async fn a_retried_acquire_returns_the_same_grant_and_a_reused_id_is_refused() {
     assert_ne!(secret, first_secret);
 
     let acquire = pb::AcquireRequest {
+        lock_delay_ms: None,
         request_id: request_id(11),
         session_id: session,
         name: "retry".into(),
@@ -189,6 +191,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let (session, secret) = raw_session(&mut raw, 20, 30_000).await;
     let token = token_of(
         raw.acquire(pb::AcquireRequest {
+            lock_delay_ms: None,
             request_id: request_id(21),
             session_id: session,
             name: "guarded".into(),
@@ -222,6 +225,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let cases: Vec<(Result<(), tonic::Status>, tonic::Code, &str)> = vec![
         (
             raw.acquire(pb::AcquireRequest {
+                lock_delay_ms: None,
                 request_id: next(),
                 session_id: session,
                 name: String::new(),
@@ -235,6 +239,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         ),
         (
             raw.acquire(pb::AcquireRequest {
+                lock_delay_ms: None,
                 request_id: next(),
                 session_id: session,
                 name: "n".repeat(300),
@@ -266,6 +271,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         ),
         (
             raw.acquire(pb::AcquireRequest {
+                lock_delay_ms: None,
                 request_id: next(),
                 session_id: 999_999,
                 name: "guarded".into(),
@@ -292,6 +298,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         ),
         (
             raw.acquire(pb::AcquireRequest {
+                lock_delay_ms: None,
                 request_id: None,
                 session_id: session,
                 name: "guarded".into(),
@@ -333,6 +340,7 @@ async fn a_wait_whose_session_ends_reports_the_session_lost() {
     let mut raw = raw_leader(&cluster).await;
     let (holder, holder_secret) = raw_session(&mut raw, 1, 30_000).await;
     raw.acquire(pb::AcquireRequest {
+        lock_delay_ms: None,
         request_id: request_id(2),
         session_id: holder,
         name: "ended".into(),

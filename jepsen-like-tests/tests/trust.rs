@@ -345,6 +345,7 @@ impl Raw {
 
     async fn acquire(&self, session: &RawSession, name: &str, wait_ms: u64) -> Result<pb::AcquireResponse, Status> {
         let request = pb::AcquireRequest {
+            lock_delay_ms: None,
             request_id: self.request_id(),
             session_id: session.id,
             name: name.to_string(),
