@@ -25,15 +25,17 @@
 //!   each believing until its release or its session's conservative deadline
 //!   (overlaps that begin in a clock fault are counted apart).
 //! * (i) `dead_holders` — a lock whose holder was stopped is handed on to a waiter
-//!   within the published bound (TTL + X after the holder's last keepalive), across
-//!   leader changes.
+//!   within the published bound (TTL + X after the holder's last keepalive, plus the
+//!   grant's lock-delay), across leader changes.
+//! * (j) `lock_delays` — a lock whose stopped holder's grant asked for a lock-delay
+//!   goes to nobody else before the holder's last keepalive + TTL + the delay.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::attack::{Attack, AttackKind};
 use crate::fenced_store::Write;
-use crate::history::{Function, Kind, Operation, Phase, UNEXPECTED_REFUSAL};
+use crate::history::{Function, Kind, Operation, Phase, LOCK_DELAYED, NOT_HOLDER, UNEXPECTED_REFUSAL};
 use crate::linearizability::{self, Linearizable};
 use crate::nemesis::{FaultRecord, Outcome};
 
@@ -975,6 +977,7 @@ pub fn believed_at_once(operations: &[Operation], ttl: Duration, excused: &[(u64
 
 pub const BELIEVED_CHECK_NAME: &str = "believed at once (h)";
 pub const DEAD_HOLDER_CHECK_NAME: &str = "dead holder handed on in bound (i)";
+pub const LOCK_DELAY_CHECK_NAME: &str = "no grant during lock-delay (j)";
 
 /// The faults that stop a worker while it may hold a lock: its lock must be handed
 /// on within the published bound.
@@ -1018,36 +1021,42 @@ impl LeaseBound {
     }
 }
 
-/// (i) A stopped holder's lock is handed on within the published bound. For every
-/// worker stopped (`WORKER_STOPS`) while it held a lock: its lease could end at
-/// `alive + TTL` at the earliest, where `alive` is the send time of its last answered
-/// keepalive (from its release's invoke), and must end by `alive + TTL + X` (the
-/// published extension, `LeaseBound::extension_ms`, across leader changes) plus the
-/// handover. Two kinds of evidence: an acquire by another worker refused because the
-/// stopped holder's grant still held the lock (the refusal names its token), invoked
-/// after that, proves the lease lived too long; and the first grant to another worker
-/// that was already waiting when the lease could end must complete in time. A grant
-/// before `alive + TTL` is an anomaly too (the lease ended early). Faults that leave
-/// the cluster unable to act, or restart a node from its disk, add their duration and
-/// an election; a handover that overlaps a clock fault is not measured.
-pub fn dead_holders(operations: &[Operation], faults: &[FaultRecord], bound: &LeaseBound) -> CheckResult {
-    let ttl_ns = bound.ttl.as_nanos() as u64;
-    let election_ns = bound.election.as_nanos() as u64;
-    let allowed_ns = bound.extension_ms() * 1_000_000 + bound.handover.as_nanos() as u64;
-    let mut anomalies = Vec::new();
-    let (mut measured, mut unmeasured, mut excused) = (0usize, 0usize, 0usize);
-    // The longest a stopped holder certainly kept its lock past its TTL, and the
-    // longest a waiter waited past it.
-    let (mut worst_blocked_ns, mut worst_waited_ns) = (0u64, 0u64);
+/// A worker stopped (`WORKER_STOPS`) while it held a lock, as checks (i) and (j) see
+/// it: only holders whose release after the stop says when their session last lived.
+struct StoppedHolder<'a> {
+    /// The grant it held when it was stopped.
+    held: &'a Operation,
+    /// Its first release of that grant, invoked after the stop began.
+    release: &'a Operation,
+    /// The send time of its session's last answered keepalive, at or before the stop.
+    alive_ns: u64,
+    /// The first grant of the name to another session after `held` (None: there was
+    /// no later grant).
+    next: Option<&'a Operation>,
+}
+
+impl StoppedHolder<'_> {
+    /// The lock-delay its grant asked for, in nanoseconds (0: none).
+    fn lock_delay_ns(&self) -> u64 {
+        self.held.lock_delay_ms.unwrap_or(0) * 1_000_000
+    }
+}
+
+/// Every worker stopped by an installed `WORKER_STOPS` fault while it held a lock.
+fn stopped_holders<'a>(operations: &'a [Operation], faults: &[FaultRecord]) -> Vec<StoppedHolder<'a>> {
     let grants: Vec<&Operation> = operations
         .iter()
         .filter(|operation| operation.function == Function::Acquire && operation.outcome == Kind::Ok)
         .collect();
+    let mut stopped = Vec::new();
     for stop in faults.iter().filter(|fault| WORKER_STOPS.contains(&fault.fault) && fault.outcome == Outcome::Installed)
     {
         let Some(process) = stop.targets.first().copied() else { continue };
         for held in grants.iter().filter(|grant| grant.process == process && grant.complete_ns < Some(stop.start_ns)) {
-            let (Some(held_from), Some(token)) = (held.complete_ns, held.token) else { continue };
+            let Some(held_from) = held.complete_ns else { continue };
+            if held.token.is_none() {
+                continue;
+            }
             let release = operations
                 .iter()
                 .filter(|operation| {
@@ -1060,95 +1069,146 @@ pub fn dead_holders(operations: &[Operation], faults: &[FaultRecord], bound: &Le
                 .min_by_key(|operation| operation.invoke_ns);
             // Released before the stop: not held. Never released: the end is unknown.
             let Some(release) = release.filter(|release| release.invoke_ns > stop.start_ns) else { continue };
-            let Some(alive) = release.alive_ns.filter(|alive| *alive <= stop.start_ns) else { continue };
-            let lease_end = alive + ttl_ns;
-            let holder_named = format!("holder-token={token}");
-            let blocked = operations
-                .iter()
-                .filter(|operation| {
-                    operation.function == Function::Acquire
-                        && operation.outcome == Kind::Fail
-                        && operation.key == held.key
-                        && operation.session != held.session
-                        && operation.invoke_ns > held_from
-                        && operation.value.as_deref() == Some(holder_named.as_str())
-                })
-                .max_by_key(|operation| operation.invoke_ns);
+            let Some(alive_ns) = release.alive_ns.filter(|alive| *alive <= stop.start_ns) else { continue };
             let next = grants
                 .iter()
                 .filter(|grant| {
                     grant.key == held.key && grant.session != held.session && grant.complete_ns > Some(held_from)
                 })
-                .min_by_key(|grant| grant.complete_ns);
-            let end = next.and_then(|grant| grant.complete_ns).unwrap_or(release.invoke_ns);
-            let overlapping = |fault: &&FaultRecord| fault.start_ns <= end && fault.end_ns >= alive;
-            if faults.iter().filter(overlapping).any(|fault| CLOCK_FAULTS.contains(&fault.fault)) {
-                excused += 1;
-                continue;
+                .min_by_key(|grant| grant.complete_ns)
+                .copied();
+            stopped.push(StoppedHolder { held, release, alive_ns, next });
+        }
+    }
+    stopped
+}
+
+/// Whether a clock fault overlaps `[from, to]`: a lease or a lock-delay measured then
+/// may end early by design of the fault.
+fn in_clock_fault(faults: &[FaultRecord], from: u64, to: u64) -> bool {
+    faults.iter().any(|fault| CLOCK_FAULTS.contains(&fault.fault) && fault.start_ns <= to && fault.end_ns >= from)
+}
+
+/// (i) A stopped holder's lock is handed on within the published bound. For every
+/// worker stopped (`WORKER_STOPS`) while it held a lock: its lease could end at
+/// `alive + TTL` at the earliest, where `alive` is the send time of its last answered
+/// keepalive (from its release's invoke), and must end by `alive + TTL + X` (the
+/// published extension, `LeaseBound::extension_ms`, across leader changes) plus the
+/// handover, plus the grant's lock-delay if it asked for one (the lock then goes to
+/// nobody for that long after the expiry, and refusals name the expired grant). Two
+/// kinds of evidence: an acquire by another worker refused because the stopped
+/// holder's grant still held the lock (the refusal names its token), invoked after
+/// that, proves the lease lived too long; and the first grant to another worker that
+/// was already waiting when the lease could end must complete in time. A grant before
+/// `alive + TTL` is an anomaly too (the lease ended early; a grant inside the
+/// lock-delay is check (j)'s). Faults that leave the cluster unable to act, or
+/// restart a node from its disk, add their duration and an election; a handover that
+/// overlaps a clock fault is not measured.
+pub fn dead_holders(operations: &[Operation], faults: &[FaultRecord], bound: &LeaseBound) -> CheckResult {
+    let ttl_ns = bound.ttl.as_nanos() as u64;
+    let election_ns = bound.election.as_nanos() as u64;
+    let allowed_ns = bound.extension_ms() * 1_000_000 + bound.handover.as_nanos() as u64;
+    let mut anomalies = Vec::new();
+    let (mut measured, mut unmeasured, mut excused) = (0usize, 0usize, 0usize);
+    // The longest a stopped holder certainly kept its lock past its TTL and
+    // lock-delay, and the longest a waiter waited past them.
+    let (mut worst_blocked_ns, mut worst_waited_ns) = (0u64, 0u64);
+    for holder in stopped_holders(operations, faults) {
+        let StoppedHolder { held, release, alive_ns: alive, next } = holder;
+        let (Some(held_from), Some(token)) = (held.complete_ns, held.token) else { continue };
+        let lease_end = alive + ttl_ns;
+        let delay_ns = holder.lock_delay_ns();
+        let holder_named = format!("holder-token={token}");
+        let blocked = operations
+            .iter()
+            .filter(|operation| {
+                operation.function == Function::Acquire
+                    && operation.outcome == Kind::Fail
+                    && operation.key == held.key
+                    && operation.session != held.session
+                    && operation.invoke_ns > held_from
+                    && operation.value.as_deref() == Some(holder_named.as_str())
+            })
+            .max_by_key(|operation| operation.invoke_ns);
+        let end = next.and_then(|grant| grant.complete_ns).unwrap_or(release.invoke_ns);
+        if in_clock_fault(faults, alive, end) {
+            excused += 1;
+            continue;
+        }
+        let overlapping = |fault: &&FaultRecord| fault.start_ns <= end && fault.end_ns >= alive;
+        let others_ns: u64 = faults
+            .iter()
+            .filter(overlapping)
+            .filter(|fault| UNAVAILABLE_FAULTS.contains(&fault.fault))
+            .map(|fault| fault.end_ns - fault.start_ns + election_ns)
+            .sum();
+        let limit_ns = allowed_ns + others_ns + delay_ns;
+        let mut allowances = Vec::new();
+        if others_ns > 0 {
+            allowances.push("other faults' time".to_string());
+        }
+        if delay_ns > 0 {
+            allowances.push(format!("its {} ms lock-delay", delay_ns / 1_000_000));
+        }
+        let with = if allowances.is_empty() { String::new() } else { format!(" (with {})", allowances.join(" and ")) };
+        let mut evidence = false;
+        if let Some(blocked) = blocked.filter(|blocked| blocked.invoke_ns > lease_end) {
+            evidence = true;
+            worst_blocked_ns = worst_blocked_ns.max((blocked.invoke_ns - lease_end).saturating_sub(delay_ns));
+            if blocked.invoke_ns - lease_end > limit_ns {
+                // A refusal in a lock-delay names a grant that expired: the expiry or
+                // the delay's end came too late.
+                let state =
+                    if blocked.error.as_deref() == Some(LOCK_DELAYED) { "in the lock-delay of" } else { "held by" };
+                anomalies.push(Anomaly {
+                    what: format!(
+                        "{} was still {state} its stopped holder {} ms after its TTL ran out; the bound is {} ms{with}",
+                        held.key,
+                        (blocked.invoke_ns - lease_end) / 1_000_000,
+                        limit_ns / 1_000_000,
+                    ),
+                    operations: vec![held.describe(), release.describe(), blocked.describe()],
+                });
             }
-            let others_ns: u64 = faults
-                .iter()
-                .filter(overlapping)
-                .filter(|fault| UNAVAILABLE_FAULTS.contains(&fault.fault))
-                .map(|fault| fault.end_ns - fault.start_ns + election_ns)
-                .sum();
-            let limit_ns = allowed_ns + others_ns;
-            let mut evidence = false;
-            if let Some(blocked) = blocked.filter(|blocked| blocked.invoke_ns > lease_end) {
+        }
+        if let Some(next) = next {
+            let granted = next.complete_ns.unwrap();
+            if granted < lease_end {
                 evidence = true;
-                worst_blocked_ns = worst_blocked_ns.max(blocked.invoke_ns - lease_end);
-                if blocked.invoke_ns - lease_end > limit_ns {
+                anomalies.push(Anomaly {
+                    what: format!(
+                        "{} was granted {} ms before its stopped holder's lease could end",
+                        held.key,
+                        (lease_end - granted) / 1_000_000
+                    ),
+                    operations: vec![held.describe(), release.describe(), next.describe()],
+                });
+            } else if next.invoke_ns <= lease_end {
+                evidence = true;
+                worst_waited_ns = worst_waited_ns.max((granted - lease_end).saturating_sub(delay_ns));
+                if granted - lease_end > limit_ns {
                     anomalies.push(Anomaly {
                         what: format!(
-                            "{} was still held by its stopped holder {} ms after its TTL ran out; the bound is {} ms{}",
+                            "{} was handed on {} ms after its stopped holder's TTL ran out; the bound is {} ms{with}",
                             held.key,
-                            (blocked.invoke_ns - lease_end) / 1_000_000,
+                            (granted - lease_end) / 1_000_000,
                             limit_ns / 1_000_000,
-                            if others_ns > 0 { " (with other faults' time)" } else { "" }
-                        ),
-                        operations: vec![held.describe(), release.describe(), blocked.describe()],
-                    });
-                }
-            }
-            if let Some(next) = next {
-                let granted = next.complete_ns.unwrap();
-                if granted < lease_end {
-                    evidence = true;
-                    anomalies.push(Anomaly {
-                        what: format!(
-                            "{} was granted {} ms before its stopped holder's lease could end",
-                            held.key,
-                            (lease_end - granted) / 1_000_000
                         ),
                         operations: vec![held.describe(), release.describe(), next.describe()],
                     });
-                } else if next.invoke_ns <= lease_end {
-                    evidence = true;
-                    worst_waited_ns = worst_waited_ns.max(granted - lease_end);
-                    if granted - lease_end > limit_ns {
-                        anomalies.push(Anomaly {
-                            what: format!(
-                                "{} was handed on {} ms after its stopped holder's TTL ran out; the bound is {} ms{}",
-                                held.key,
-                                (granted - lease_end) / 1_000_000,
-                                limit_ns / 1_000_000,
-                                if others_ns > 0 { " (with other faults' time)" } else { "" }
-                            ),
-                            operations: vec![held.describe(), release.describe(), next.describe()],
-                        });
-                    }
                 }
             }
-            if evidence {
-                measured += 1;
-            } else {
-                unmeasured += 1;
-            }
+        }
+        if evidence {
+            measured += 1;
+        } else {
+            unmeasured += 1;
         }
     }
     let detail = format!(
-        "{measured} stopped holders: held at most {} ms past the TTL as refusals show, a waiter waited at most {} ms past \
-         it; published X = {} ms + {} ms handover (TTL {} ms); {unmeasured} with no acquire waiting at or refused after the TTL, {excused} in clock faults",
+        "{measured} stopped holders: held at most {} ms past the TTL and lock-delay as refusals show, a waiter waited at \
+         most {} ms past them; published X = {} ms + {} ms handover (TTL {} ms); {unmeasured} with no acquire waiting \
+         at or refused after the TTL, {excused} in clock faults",
         worst_blocked_ns / 1_000_000,
         worst_waited_ns / 1_000_000,
         bound.extension_ms(),
@@ -1156,6 +1216,103 @@ pub fn dead_holders(operations: &[Operation], faults: &[FaultRecord], bound: &Le
         bound.ttl.as_millis()
     );
     CheckResult::from_anomalies(DEAD_HOLDER_CHECK_NAME, detail, anomalies)
+}
+
+/// (j) No grant during a lock-delay. A stopped holder (as in (i)) whose grant asked
+/// for a lock-delay D lost its lock by its session's expiry, unless its release after
+/// the stop succeeded (the session outlived the stop). The expiry commits no earlier
+/// than `alive + TTL`, and then the cluster gives the lock to nobody for D, across
+/// leader changes (a new leader keeps or restarts the timer, never shortens it). So
+/// the first grant of the name to another session must complete no earlier than
+/// `alive + TTL + D`; the detail gives the smallest margin over that. A refused
+/// release proves the expiry; an indeterminate one only when that grant completed
+/// before the release was invoked (else the release may have freed the lock without
+/// a delay). A handover that overlaps a clock fault is not measured, as in (i): a
+/// leader whose clock runs fast ends leases and delays early by design of the fault.
+/// Skipped when no stopped holder of a delayed grant was followed by a grant.
+pub fn lock_delays(operations: &[Operation], faults: &[FaultRecord], ttl: Duration) -> CheckResult {
+    let ttl_ns = ttl.as_nanos() as u64;
+    let mut anomalies = Vec::new();
+    let (mut measured, mut released, mut unknown, mut never, mut excused) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    // The smallest (next grant − delay end) seen, negative inside a delay.
+    let mut worst_margin_ns: Option<i128> = None;
+    // The delays the history's grants asked for, so that the detail tells a run
+    // without delays from one whose delayed holders were never stopped.
+    let delays_ms: BTreeSet<u64> = operations
+        .iter()
+        .filter(|operation| operation.function == Function::Acquire && operation.outcome == Kind::Ok)
+        .filter_map(|grant| grant.lock_delay_ms.filter(|delay_ms| *delay_ms > 0))
+        .collect();
+    for holder in stopped_holders(operations, faults) {
+        let delay_ns = holder.lock_delay_ns();
+        if delay_ns == 0 {
+            continue;
+        }
+        let Some(next) = holder.next else {
+            never += 1;
+            continue;
+        };
+        let Some(granted) = next.complete_ns else { continue };
+        let release = holder.release;
+        let expired = match release.outcome {
+            Kind::Fail => release.error.as_deref() == Some(NOT_HOLDER),
+            Kind::Ok => {
+                released += 1;
+                continue;
+            }
+            // The release cannot have freed a lock granted to another before it was
+            // sent.
+            Kind::Info | Kind::Invoke => granted < release.invoke_ns,
+        };
+        if !expired {
+            unknown += 1;
+            continue;
+        }
+        if in_clock_fault(faults, holder.alive_ns, granted) {
+            excused += 1;
+            continue;
+        }
+        measured += 1;
+        let delay_end = holder.alive_ns + ttl_ns + delay_ns;
+        let margin_ns = granted as i128 - delay_end as i128;
+        worst_margin_ns = Some(worst_margin_ns.map_or(margin_ns, |worst| worst.min(margin_ns)));
+        if granted < delay_end {
+            anomalies.push(Anomaly {
+                what: format!(
+                    "{} was granted {} ms before the {} ms lock-delay of its stopped holder's grant {} could end \
+                     (its last keepalive + TTL + lock-delay)",
+                    holder.held.key,
+                    (delay_end - granted) / 1_000_000,
+                    delay_ns / 1_000_000,
+                    holder.held.token.unwrap_or(0)
+                ),
+                operations: vec![holder.held.describe(), release.describe(), next.describe()],
+            });
+        }
+    }
+    let detail = format!(
+        "{measured} stopped holders of delayed grants (grants' lock-delay {}): {} (last keepalive + TTL {} ms + \
+         lock-delay); {released} released after the stop (no expiry), {unknown} with a release of unknown effect, \
+         {never} never granted again, {excused} in clock faults",
+        if delays_ms.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{} ms", delays_ms.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))
+        },
+        match worst_margin_ns {
+            Some(margin) if margin >= 0 => {
+                format!("the next grant came at least {} ms after the delay's end", margin / 1_000_000)
+            }
+            Some(margin) => format!("a grant came as much as {} ms before the delay's end", -margin / 1_000_000),
+            None => "no grant to measure against the delay's end".to_string(),
+        },
+        ttl.as_millis()
+    );
+    let mut result = CheckResult::from_anomalies(LOCK_DELAY_CHECK_NAME, detail, anomalies);
+    if measured == 0 {
+        result.verdict = Verdict::Skipped;
+    }
+    result
 }
 
 /// A node the nemesis brought back on a wiped or corrupted data directory (or a small
@@ -1229,6 +1386,7 @@ mod tests {
             alive_ns: None,
             leader_session: None,
             evidence: None,
+            lock_delay_ms: None,
             invoke_ns: times.0,
             complete_ns: times.1,
         }
@@ -1476,7 +1634,8 @@ mod tests {
         assert_eq!(in_time.verdict, Verdict::Pass, "{in_time:?}");
         assert!(
             in_time.detail.starts_with(
-                "1 stopped holders: held at most 0 ms past the TTL as refusals show, a waiter waited at most 300 ms"
+                "1 stopped holders: held at most 0 ms past the TTL and lock-delay as refusals show, a waiter waited at most \
+                 300 ms"
             ),
             "{}",
             in_time.detail
@@ -1522,6 +1681,142 @@ mod tests {
         let result = dead_holders(&stopped_holder(3_800), &skewed, &bound);
         assert_eq!(result.verdict, Verdict::Pass);
         assert!(result.detail.contains("1 in clock faults"), "{}", result.detail);
+    }
+
+    /// The lock-delay of the lock workload's grants in these tests.
+    const DELAY_MS: u64 = 1_500;
+
+    /// `stopped_holder` with a grant that asked for a lock-delay of `DELAY_MS` and a
+    /// release after the pause that ended `outcome` (refused: the session expired).
+    fn delayed_stopped_holder(waiter_granted: u64, outcome: Kind) -> Vec<Operation> {
+        let mut history = stopped_holder(waiter_granted);
+        history[0].lock_delay_ms = Some(DELAY_MS);
+        history[1].lock_delay_ms = Some(DELAY_MS);
+        history[2].outcome = outcome;
+        match outcome {
+            Kind::Fail => history[2].error = Some(NOT_HOLDER.into()),
+            Kind::Info => history[2].complete_ns = None,
+            _ => {}
+        }
+        history
+    }
+
+    /// A try-lock by worker 3 at `at` ms refused during the lock-delay of worker 1's
+    /// expired grant (token 5).
+    fn refused_in_delay(at: u64) -> Operation {
+        let mut refused = refused(at);
+        refused.error = Some(LOCK_DELAYED.into());
+        refused
+    }
+
+    #[test]
+    fn a_grant_after_the_lock_delay_passes() {
+        let stop = vec![fault("pause-worker", vec![1], 1_000, 7_000)];
+        // Last keepalive at 900 ms, TTL 3 s, delay 1.5 s: nobody else before 5400 ms.
+        let result = lock_delays(&delayed_stopped_holder(5_600, Kind::Fail), &stop, TTL);
+        assert_eq!(result.verdict, Verdict::Pass, "{result:?}");
+        assert!(
+            result.detail.starts_with(
+                "1 stopped holders of delayed grants (grants' lock-delay 1500 ms): the next grant came at least 200 ms \
+                 after"
+            ),
+            "{}",
+            result.detail
+        );
+        // A try-lock refused during the delay is what a correct cluster answers.
+        let mut history = delayed_stopped_holder(5_600, Kind::Fail);
+        history.push(refused_in_delay(4_500));
+        assert_eq!(lock_delays(&history, &stop, TTL).verdict, Verdict::Pass);
+        // A grant without a delay may be handed on as soon as the lease ends: not
+        // this check's business.
+        let result = lock_delays(&stopped_holder(4_200), &stop, TTL);
+        assert_eq!(result.verdict, Verdict::Skipped, "{result:?}");
+        assert!(result.detail.contains("(grants' lock-delay none)"), "{}", result.detail);
+    }
+
+    #[test]
+    fn a_grant_during_the_lock_delay_is_caught() {
+        let stop = vec![fault("pause-worker", vec![1], 1_000, 7_000)];
+        let bound = LeaseBound { ttl: TTL, election: Duration::from_millis(600), handover: Duration::from_millis(200) };
+        // Granted at 4200 ms: after the lease could end (3900 ms), so (i) is content,
+        // but 1200 ms before the delay could end (5400 ms).
+        let history = delayed_stopped_holder(4_200, Kind::Fail);
+        assert_eq!(dead_holders(&history, &stop, &bound).verdict, Verdict::Pass);
+        let result = lock_delays(&history, &stop, TTL);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert_eq!(result.anomalies.len(), 1, "{:?}", result.anomalies);
+        let what = &result.anomalies[0].what;
+        assert!(what.contains("lock/0 was granted 1200 ms before the 1500 ms lock-delay"), "{what}");
+        assert_eq!(result.anomalies[0].operations.len(), 3);
+        assert!(result.detail.contains("as much as 1200 ms before the delay's end"), "{}", result.detail);
+        // An indeterminate release sent after that grant cannot have freed the lock.
+        assert_eq!(lock_delays(&delayed_stopped_holder(4_200, Kind::Info), &stop, TTL).verdict, Verdict::Fail);
+        // The same grant inside a clock fault is not measured.
+        let mut skewed = stop.clone();
+        skewed.push(fault("clock-fast", vec![3], 2_000, 2_500));
+        let result = lock_delays(&history, &skewed, TTL);
+        assert_eq!(result.verdict, Verdict::Skipped, "{result:?}");
+        assert!(result.detail.contains("1 in clock faults"), "{}", result.detail);
+    }
+
+    #[test]
+    fn a_lock_delay_ends_only_by_expiry() {
+        let stop = vec![fault("pause-worker", vec![1], 1_000, 7_000)];
+        // The holder's release after the pause succeeded: its session outlived the
+        // stop, the lock was released, and no delay applies.
+        let mut history = delayed_stopped_holder(7_200, Kind::Ok);
+        history[1].invoke_ns = 7_150 * MS;
+        let result = lock_delays(&history, &stop, TTL);
+        assert_eq!(result.verdict, Verdict::Skipped, "{result:?}");
+        assert!(result.detail.contains("1 released after the stop (no expiry)"), "{}", result.detail);
+        // An indeterminate release sent before the next grant may have freed the lock.
+        let mut history = delayed_stopped_holder(7_200, Kind::Info);
+        history[1].invoke_ns = 7_150 * MS;
+        let result = lock_delays(&history, &stop, TTL);
+        assert_eq!(result.verdict, Verdict::Skipped, "{result:?}");
+        assert!(result.detail.contains("1 with a release of unknown effect"), "{}", result.detail);
+        // Nobody took the lock after the stopped holder.
+        let history: Vec<Operation> =
+            delayed_stopped_holder(5_600, Kind::Fail).into_iter().filter(|operation| operation.process == 1).collect();
+        let result = lock_delays(&history, &stop, TTL);
+        assert!(result.detail.contains("1 never granted again"), "{}", result.detail);
+    }
+
+    #[test]
+    fn a_stopped_holders_bound_allows_its_lock_delay() {
+        let bound = LeaseBound { ttl: TTL, election: Duration::from_millis(600), handover: Duration::from_millis(200) };
+        let stop = vec![fault("pause-worker", vec![1], 1_000, 7_000)];
+        // Handed on 1700 ms after the lease could end: past the bound of 1553 ms
+        // without a delay, within it with the 1500 ms delay.
+        assert_eq!(dead_holders(&stopped_holder(5_600), &stop, &bound).verdict, Verdict::Fail);
+        let delayed = dead_holders(&delayed_stopped_holder(5_600, Kind::Fail), &stop, &bound);
+        assert_eq!(delayed.verdict, Verdict::Pass, "{delayed:?}");
+        // Measured past the lease and the delay, as X is.
+        assert!(delayed.detail.contains("a waiter waited at most 200 ms past them"), "{}", delayed.detail);
+        // The delay is allowed once, not without end.
+        let late = dead_holders(&delayed_stopped_holder(7_100, Kind::Fail), &stop, &bound);
+        assert_eq!(late.verdict, Verdict::Fail);
+        assert!(
+            late.anomalies[0].what.contains("handed on 3200 ms after its stopped holder's TTL ran out; the bound is 3053 ms (with its 1500 ms lock-delay)"),
+            "{:?}",
+            late.anomalies
+        );
+        // Refusals that name the expired grant during its delay are no sign of a
+        // lease that lived too long; one past the delay and the bound is.
+        let mut history = delayed_stopped_holder(9_000, Kind::Fail);
+        history[1].invoke_ns = 8_000 * MS;
+        history.push(refused_in_delay(5_300));
+        let result = dead_holders(&history, &stop, &bound);
+        assert_eq!(result.verdict, Verdict::Pass, "{result:?}");
+        assert!(result.detail.contains("held at most 0 ms past the TTL and lock-delay"), "{}", result.detail);
+        history.push(refused_in_delay(7_100));
+        let result = dead_holders(&history, &stop, &bound);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(
+            result.anomalies[0].what.contains("still in the lock-delay of its stopped holder 3200 ms"),
+            "{:?}",
+            result.anomalies
+        );
     }
 
     fn permit(process: u64, session: u64, token: u64, invoke: u64, complete: u64) -> Operation {

@@ -25,7 +25,7 @@ use crate::cluster::{Addressing, ClusterOptions, TestCluster};
 use crate::fenced_store::FencedStore;
 use crate::history::{self, monotonic_ns, Kind, Record};
 use crate::nemesis::{self, Fault, FaultRecord, NemesisKind, Outcome};
-use crate::workload::{Workload, SEMAPHORE_LIMIT};
+use crate::workload::{Workload, LOCK_DELAY_MS_DEFAULT, LOCK_DELAY_MS_MAX, SEMAPHORE_LIMIT};
 
 /// Set in the environment of the harness once it runs inside its namespace.
 pub const NAMESPACE_ENV: &str = "LEASEHOLD_JEPSEN_IN_NAMESPACE";
@@ -134,6 +134,16 @@ pub struct RunArguments {
     /// fails once a leader dies while a stopped holder's lease runs out).
     #[arg(long)]
     pub full_ttl_restart: bool,
+    /// The lock-delay the lock workload's acquires ask for (0: none; at most
+    /// 60000): a stopped holder's lock goes to nobody for this long after its
+    /// session expires (check (j)).
+    #[arg(long, default_value_t = LOCK_DELAY_MS_DEFAULT)]
+    pub lock_delay_ms: u64,
+    /// The control of check (j): the workers record the lock-delay in the history but
+    /// do not ask the cluster for it, so a stopped holder's lock is handed on as soon
+    /// as its session expires (and (j) fails).
+    #[arg(long)]
+    pub unrequested_lock_delay: bool,
 }
 
 fn parse_workloads(text: &str) -> anyhow::Result<Vec<Workload>> {
@@ -179,6 +189,15 @@ pub async fn run(mut arguments: RunArguments) -> anyhow::Result<i32> {
         bail!("--nodes must be 3 or 5, got {}", arguments.nodes);
     }
     parse_workloads(&arguments.workload)?;
+    if arguments.lock_delay_ms > LOCK_DELAY_MS_MAX {
+        bail!(
+            "--lock-delay-ms must be at most {LOCK_DELAY_MS_MAX} (the cluster's limit), got {}",
+            arguments.lock_delay_ms
+        );
+    }
+    if arguments.unrequested_lock_delay && arguments.lock_delay_ms == 0 {
+        bail!("--unrequested-lock-delay needs a lock-delay to leave out (--lock-delay-ms above 0)");
+    }
     NemesisKind::parse_list(&arguments.nemesis).map_err(anyhow::Error::msg)?;
     let seed = *arguments.seed.get_or_insert_with(rand::random);
     if std::env::var(NAMESPACE_ENV).as_deref() != Ok("1") {
@@ -399,6 +418,8 @@ impl Harness {
                     .arg("--history")
                     .arg(&history)
                     .args(["--liveness-bound-ms", &self.arguments.liveness_bound_ms.to_string()])
+                    .args(["--lock-delay-ms", &self.arguments.lock_delay_ms.to_string()])
+                    .args(self.arguments.unrequested_lock_delay.then_some("--unrequested-lock-delay"))
                     .args((workload == Workload::Election && index == 0).then_some("--observer"))
                     .env("RUST_LOG", "warn")
                     .stdin(Stdio::piped())
@@ -1114,6 +1135,7 @@ impl Harness {
         let ttl = Duration::from_millis(self.arguments.ttl_ms);
         checks.push(checker::believed_at_once(&operations, ttl, &checker::clock_fault_windows(&self.faults, ttl)));
         checks.push(checker::dead_holders(&operations, &self.faults, &lease_bound(ttl)));
+        checks.push(checker::lock_delays(&operations, &self.faults, ttl));
         let valid = if checks.iter().any(|check| check.verdict == Verdict::Fail) {
             "false"
         } else if checks.iter().any(|check| check.verdict == Verdict::Unknown) {
@@ -1155,13 +1177,15 @@ impl Harness {
         line(
             &mut text,
             format!(
-                "seed: {}   nodes: {}   time: {:?}   workloads: {}   nemesis: {}   fencing: {}",
+                "seed: {}   nodes: {}   time: {:?}   workloads: {}   nemesis: {}   fencing: {}   lock-delay: {} ms{}",
                 self.seed,
                 self.arguments.nodes,
                 self.arguments.time,
                 self.workloads.iter().map(|workload| workload.name()).collect::<Vec<_>>().join(","),
                 self.arguments.nemesis,
-                !self.arguments.no_fencing
+                !self.arguments.no_fencing,
+                self.arguments.lock_delay_ms,
+                if self.arguments.unrequested_lock_delay { " (recorded, not asked for)" } else { "" }
             ),
         );
         let mut by_outcome: BTreeMap<(String, Kind), usize> = BTreeMap::new();

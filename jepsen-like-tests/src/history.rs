@@ -35,7 +35,9 @@ pub enum Function {
     /// Create a session; `session` of the ok record is its id.
     Session,
     /// Acquire lock `key` in `session`; ok carries the token, a fail with error
-    /// `NOT_ACQUIRED` the holder's token.
+    /// `NOT_ACQUIRED` or `LOCK_DELAYED` the holder's token. The invoke's value names
+    /// the lock-delay the acquire asked for (`lock_delay_value`); none when it asked
+    /// for the cluster's default, which the suite leaves at none.
     Acquire,
     /// Release lock `key` held with `token` (compare-and-release).
     Release,
@@ -78,6 +80,11 @@ pub enum Phase {
 /// was held by another session): the only acquire failure that says something
 /// about the lock's state.
 pub const NOT_ACQUIRED: &str = "not-acquired";
+/// The error of a fail record whose acquire was answered "not acquired" while the
+/// lock was in the lock-delay of a holder whose session expired (the value names that
+/// holder's token): nobody holds the lock and nobody may have it yet. Kept apart from
+/// `NOT_ACQUIRED` because the lease-lock model of check (f) has no such state.
+pub const LOCK_DELAYED: &str = "lock-delayed";
 /// The error of a fail record whose release was refused because the token is not
 /// the current grant (or the session is gone).
 pub const NOT_HOLDER: &str = "not-holder";
@@ -85,6 +92,19 @@ pub const NOT_HOLDER: &str = "not-holder";
 pub const SEMAPHORE_FULL: &str = "semaphore-full";
 /// The error of a fail record whose campaign did not lead within its wait.
 pub const NOT_ELECTED: &str = "not-elected";
+/// How the value of an acquire's invoke names the lock-delay it asked for.
+pub const LOCK_DELAY_PREFIX: &str = "lock-delay-ms=";
+
+/// The value of an acquire's invoke that asked for a lock-delay of `delay_ms`.
+pub fn lock_delay_value(delay_ms: u64) -> String {
+    format!("{LOCK_DELAY_PREFIX}{delay_ms}")
+}
+
+/// The lock-delay an acquire's invoke value names, if it names one.
+pub fn parse_lock_delay(value: &str) -> Option<u64> {
+    value.strip_prefix(LOCK_DELAY_PREFIX)?.parse().ok()
+}
+
 /// How the error of a refused attack begins when the refusal is not one of those the
 /// attack expects (a wrong reason, say): still refused, but worth a look.
 pub const UNEXPECTED_REFUSAL: &str = "unexpected";
@@ -149,6 +169,10 @@ pub struct Operation {
     pub leader_session: Option<u64>,
     /// From the ok of an attack (see `Record::evidence`).
     pub evidence: Option<String>,
+    /// From the invoke of an acquire: the lock-delay it asked for (see
+    /// `Function::Acquire`), so that checks (i) and (j) know how long a stopped
+    /// holder's lock stays with nobody. None: the cluster's default, none in the suite.
+    pub lock_delay_ms: Option<u64>,
     pub invoke_ns: u64,
     /// None for info: it may take effect at any time after the invoke.
     pub complete_ns: Option<u64>,
@@ -178,6 +202,9 @@ impl Operation {
         }
         if let Some(alive) = self.alive_ns {
             text.push_str(&format!(" session-alive-until={}ms", alive / 1_000_000));
+        }
+        if let Some(delay_ms) = self.lock_delay_ms {
+            text.push_str(&format!(" lock-delay={delay_ms}ms"));
         }
         text.push_str(&format!(" invoke={}ms", self.invoke_ns / 1_000_000));
         if let Some(complete) = self.complete_ns {
@@ -228,6 +255,11 @@ pub fn operations(records: &[Record]) -> Vec<Operation> {
         let key = (record.process, record.sequence);
         match record.kind {
             Kind::Invoke => {
+                // An acquire's value says what it asked for: moved to its own field.
+                let lock_delay_ms = match (record.function, record.value.as_deref()) {
+                    (Function::Acquire, Some(value)) => parse_lock_delay(value),
+                    _ => None,
+                };
                 let operation = Operation {
                     process: record.process,
                     sequence: record.sequence,
@@ -237,11 +269,12 @@ pub fn operations(records: &[Record]) -> Vec<Operation> {
                     phase: record.phase,
                     outcome: Kind::Info,
                     token: record.token,
-                    value: record.value.clone(),
+                    value: if lock_delay_ms.is_some() { None } else { record.value.clone() },
                     error: None,
                     alive_ns: record.alive_ns,
                     leader_session: record.leader_session,
                     evidence: record.evidence.clone(),
+                    lock_delay_ms,
                     invoke_ns: record.time_ns,
                     complete_ns: None,
                 };
@@ -314,5 +347,38 @@ mod tests {
         assert_eq!(operations[0].complete_ns, Some(20));
         assert_eq!(operations[1].outcome, Kind::Info);
         assert_eq!(operations[1].complete_ns, None);
+        assert_eq!(operations[0].lock_delay_ms, None);
+    }
+
+    #[test]
+    fn an_acquires_lock_delay_comes_from_its_invoke() {
+        let record = |sequence, kind, time_ns, value: Option<String>| Record {
+            process: 1,
+            sequence,
+            kind,
+            function: Function::Acquire,
+            key: "lock/0".into(),
+            session: 7,
+            token: (kind == Kind::Ok).then_some(5),
+            value,
+            error: (kind == Kind::Fail).then(|| LOCK_DELAYED.to_string()),
+            alive_ns: None,
+            leader_session: None,
+            evidence: None,
+            phase: Phase::Main,
+            time_ns,
+        };
+        let operations = operations(&[
+            record(1, Kind::Invoke, 10, Some(lock_delay_value(1_500))),
+            record(1, Kind::Ok, 20, None),
+            record(2, Kind::Invoke, 30, Some(lock_delay_value(1_500))),
+            record(2, Kind::Fail, 40, Some("holder-token=5".into())),
+        ]);
+        assert_eq!(operations[0].lock_delay_ms, Some(1_500));
+        assert_eq!(operations[0].value, None, "the delay is not the grant's value");
+        assert_eq!(operations[1].lock_delay_ms, Some(1_500));
+        assert_eq!(operations[1].value.as_deref(), Some("holder-token=5"));
+        assert!(operations[0].describe().contains("lock-delay=1500ms"), "{}", operations[0].describe());
+        assert_eq!(parse_lock_delay("lock-delay-ms=x"), None);
     }
 }

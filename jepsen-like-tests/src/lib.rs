@@ -20,7 +20,7 @@
 //!   state, the peer port).
 //! * `nemesis` — the faults, partitions with nftables, outcomes.
 //! * `linearizability` — a memoized Wing–Gong–Lowe search for lease locks.
-//! * `checker` — the checks (a)–(g), the attacks check and the overlap count.
+//! * `checker` — the checks (a)–(j), the attacks check and the refused nodes.
 //! * `harness` — `leasehold-jepsen run`: namespace, cluster, workers, nemesis,
 //!   checks, summary.
 

@@ -19,14 +19,15 @@ use tokio::sync::watch;
 
 use crate::fenced_store::remote_request;
 use crate::history::{
-    monotonic_ns, Function, HistoryWriter, Kind, Phase, Record, NOT_ACQUIRED, NOT_ELECTED, NOT_HOLDER, SEMAPHORE_FULL,
+    lock_delay_value, monotonic_ns, Function, HistoryWriter, Kind, Phase, Record, LOCK_DELAYED, NOT_ACQUIRED,
+    NOT_ELECTED, NOT_HOLDER, SEMAPHORE_FULL,
 };
 
 /// What a worker does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Workload {
     /// Acquire / hold / release locks with random waits and hold times, some longer
-    /// than the TTL.
+    /// than the TTL; each acquire asks for the run's lock-delay.
     Lock,
     /// Under a lock, a read-modify-write of a list in the fenced store: a fenced
     /// read with the token, a pause, a write of the list with one more unique id.
@@ -73,6 +74,14 @@ impl Workload {
         }
     }
 
+    /// Whether the workload's acquires ask for the run's lock-delay. The lock
+    /// workload stands for side effects no token can fence, which is what a
+    /// lock-delay is for; the fenced counter's writes are fenced and need none, so
+    /// its keys keep checking the handover without one.
+    pub fn asks_for_lock_delay(self) -> bool {
+        matches!(self, Workload::Lock)
+    }
+
     /// Worker processes the workload runs.
     pub fn workers(self) -> u64 {
         match self {
@@ -117,6 +126,15 @@ pub const REQUEST_DEADLINE_MS: u64 = 5_000;
 pub const BACKOFF_MS: u64 = 100;
 /// The liveness phase's acquire waits at most this long.
 pub const LIVENESS_BOUND_MS_DEFAULT: u64 = 30_000;
+/// The lock-delay of the lock workload's acquires: longer than the timing noise of
+/// a handover (so that a cluster that ignores it fails check (j) by a second, not by
+/// a few milliseconds), and short next to the pauses that cause it (1.5–2 TTLs), so
+/// that a key stays blocked a little longer after an expiry and the throughput
+/// barely changes.
+pub const LOCK_DELAY_MS_DEFAULT: u64 = 1_500;
+/// The longest lock-delay the cluster accepts (the server's `LOCK_DELAY_MS_MAX`, as
+/// `Session::acquire_with_delay` documents it).
+pub const LOCK_DELAY_MS_MAX: u64 = 60_000;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkloadWorkerArguments {
@@ -157,6 +175,14 @@ pub struct WorkloadWorkerArguments {
     /// session ids and tokens (a leak of ids, which are no secret).
     #[arg(long)]
     pub leak_from: Option<PathBuf>,
+    /// The lock-delay each acquire of a workload that asks for one
+    /// (`Workload::asks_for_lock_delay`) asks for; 0 asks for none.
+    #[arg(long, default_value_t = 0)]
+    pub lock_delay_ms: u64,
+    /// The control of check (j): the lock-delay is recorded in the history but not
+    /// asked of the cluster, so a stopped holder's lock is handed on at once.
+    #[arg(long)]
+    pub unrequested_lock_delay: bool,
 }
 
 struct Worker {
@@ -279,17 +305,32 @@ impl Worker {
         self.session = None;
     }
 
-    /// Acquires `key`; the guard when granted.
+    /// The lock-delay this worker's acquires carry (None: the cluster's default, which
+    /// the suite leaves at none).
+    fn lock_delay(&self) -> Option<Duration> {
+        let delay_ms = self.arguments.lock_delay_ms;
+        (self.arguments.workload.asks_for_lock_delay() && delay_ms > 0).then(|| Duration::from_millis(delay_ms))
+    }
+
+    /// Acquires `key` with this worker's lock-delay; the guard when granted.
     async fn acquire(&mut self, key: &str, wait: Duration) -> Option<leasehold::LockGuard> {
         let session = self.session.clone().expect("a session");
-        let sequence = self.invoke(Function::Acquire, key, None, None);
-        match session.acquire(key, wait).await {
+        let lock_delay = self.lock_delay();
+        // The invoke says what the grant carries; the control records it without
+        // asking for it.
+        let asked = lock_delay.filter(|_| !self.arguments.unrequested_lock_delay);
+        let value = lock_delay.map(|delay| lock_delay_value(delay.as_millis() as u64));
+        let sequence = self.invoke(Function::Acquire, key, None, value);
+        match session.acquire_with_delay(key, wait, asked).await {
             Ok(leasehold::Acquired::Granted(guard)) => {
                 let token = guard.token();
                 self.record(sequence, Kind::Ok, Function::Acquire, key, Some(token), None, None);
                 Some(guard)
             }
             Ok(leasehold::Acquired::NotAcquired(not_acquired)) => {
+                // In a lock-delay the holder fields name the expired grant, which
+                // holds nothing: a refusal of its own kind.
+                let error = if not_acquired.delay_until_unix_ms.is_some() { LOCK_DELAYED } else { NOT_ACQUIRED };
                 self.record(
                     sequence,
                     Kind::Fail,
@@ -297,7 +338,7 @@ impl Worker {
                     key,
                     None,
                     Some(format!("holder-token={}", not_acquired.holder_token)),
-                    Some(NOT_ACQUIRED.into()),
+                    Some(error.into()),
                 );
                 None
             }

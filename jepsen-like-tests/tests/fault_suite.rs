@@ -6,7 +6,10 @@
 //! switched off must end `valid: false` with the lost writes listed, and the control
 //! with the nodes' incarnation checks off must take a wiped node back. A lock holder
 //! stopped while the leader is killed must lose its lock within the published bound
-//! (check (i)), and the control without checkpoints must miss it.
+//! (check (i)), and the control without checkpoints must miss it; a stopped
+//! holder's lock that asked for a lock-delay must go to nobody for that delay
+//! (check (j)), and the control that records the delay without asking for it must
+//! see the lock handed on inside it.
 //!
 //! The harness runs in its own network and pid namespaces (it re-executes itself
 //! under `unshare`): nothing it starts outlives it.
@@ -14,7 +17,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use leasehold_jepsen::checker::{ATTACKS_CHECK_NAME, DEAD_HOLDER_CHECK_NAME};
+use leasehold_jepsen::checker::{ATTACKS_CHECK_NAME, DEAD_HOLDER_CHECK_NAME, LOCK_DELAY_CHECK_NAME};
 use leasehold_jepsen::cluster::binary;
 
 /// The fixed seed of the suite; the second run's seed is random.
@@ -176,6 +179,10 @@ fn a_stopped_holders_lock_is_handed_on_within_the_bound_across_a_leader_kill() {
     // runs out (tests/leases.rs measures one every time); the check must pass.
     let line = text.lines().find(|line| line.contains(DEAD_HOLDER_CHECK_NAME)).expect("the check's line");
     assert!(line.contains(" pass ") && line.contains("stopped holders"), "{line}");
+    // The lock workload's grants carry the lock-delay: each stopped holder's lock
+    // went to nobody for it, and some worker took the lock after it (not skipped).
+    let line = text.lines().find(|line| line.contains(LOCK_DELAY_CHECK_NAME)).expect("the check's line");
+    assert!(line.contains(" pass ") && line.contains("the next grant came at least"), "{line}");
     println!("{text}");
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -189,6 +196,37 @@ fn without_checkpoints_a_stopped_holder_blocks_a_ttl_past_the_bound() {
     assert!(
         text.lines().any(|line| line.contains(&format!("[{DEAD_HOLDER_CHECK_NAME}]")) && line.contains("the bound is")),
         "the control must name the late handover:\n{text}"
+    );
+    println!("{text}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The control of check (j): the workers record the lock-delay but do not ask the
+/// cluster for it, so a paused holder's lock goes to a waiter as soon as its session
+/// expires, inside the delay the history claims, and (j) fails.
+#[test]
+fn a_lock_delay_not_asked_for_is_not_kept() {
+    let seed = FIXED_SEED.to_string();
+    let (output, text, out) = run_harness(
+        "fault-suite-control-lock-delay",
+        &[
+            "--nodes",
+            "3",
+            "--time",
+            CONTROL_TIME,
+            "--seed",
+            &seed,
+            "--workload",
+            "lock",
+            "--nemesis",
+            "worker-pause",
+            "--unrequested-lock-delay",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "the control must fail its checks:\n{text}");
+    assert!(
+        text.lines().any(|line| line.contains(&format!("[{LOCK_DELAY_CHECK_NAME}]")) && line.contains("lock-delay")),
+        "the control must name the grant inside the delay:\n{text}"
     );
     println!("{text}");
     let _ = std::fs::remove_dir_all(&out);
