@@ -6,6 +6,11 @@
 //! goes. Most are sent as a correct client sends them; some with a wrong session secret,
 //! for another tenant's session, from a tenant that was removed after the request was
 //! authenticated, or as the cluster, which nothing checks.
+//!
+//! Some acquires ask for a lock-delay, and the cluster expires their holders and ends
+//! the delays it started, so that runs hold grants back with waiters queued behind them,
+//! answer try-locks and take snapshots in the middle of a delay, and remove tenants
+//! whose grants are held back.
 
 use std::collections::BTreeMap;
 
@@ -15,9 +20,9 @@ use proptest::sample::Index;
 use super::*;
 use crate::machine::limits::{
     CHECKPOINT_SESSIONS_PER_COMMAND_MAX, CLAIM_STATE_BYTES, CLIENT_NAME_BYTES_MAX, ELECTION_VALUE_BYTES_MAX,
-    EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX, LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX,
-    SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_STATE_BYTES, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, TENANTS_MAX,
-    TENANT_NAME_BYTES_MAX, WAITERS_PER_LOCK_MAX,
+    EXPIRE_SESSIONS_PER_COMMAND_MAX, LOCKS_PER_SESSION_MAX, LOCK_DELAYS_ENDED_PER_COMMAND_MAX, LOCK_DELAY_MS_MAX,
+    LOCK_NAME_BYTES_MAX, REQUESTS_REMEMBERED_PER_SESSION_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_STATE_BYTES,
+    SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN, TENANTS_MAX, TENANT_NAME_BYTES_MAX, WAITERS_PER_LOCK_MAX,
 };
 
 /// The rules written as plainly as possible: lists searched from the front, whole
@@ -40,8 +45,38 @@ struct Model {
     /// The first cluster id recorded, and each node's first recorded incarnation.
     cluster_id: Option<u128>,
     incarnations: Vec<(u64, u64)>,
-    /// 2 once a checkpoint was applied.
+    /// 2 once a checkpoint was applied; 3 once a claim asked for a lock-delay or the
+    /// cluster ended delays. Never lowered.
     command_level: u32,
+    /// The lock-delay of each live session's hold or wait that asked for one, in no
+    /// particular order: the delay a grant carries when its session expires.
+    claim_delays: Vec<ModelClaimDelay>,
+    /// Grants of expired sessions held back for their delay, in no particular order.
+    /// Each one's lock or permit is still in `locks` or `semaphores` under the expired
+    /// session, which is what keeps it from anyone else.
+    held_back: Vec<ModelHeldBack>,
+}
+
+/// The delay one hold or wait asked for; a wait's becomes its grant's.
+#[derive(Clone, Debug)]
+struct ModelClaimDelay {
+    session: SessionId,
+    kind: ResourceKind,
+    name: String,
+    delay_ms: u64,
+}
+
+/// A grant held back after its session expired, with what describe answers show of it.
+#[derive(Clone, Debug)]
+struct ModelHeldBack {
+    key: DelayKey,
+    delay_ms: u64,
+    /// The expiry's entry and its stamp plus the delay, as describe answers show.
+    since_index: u64,
+    until_ms: u64,
+    /// The expired session's, which describe answers still show.
+    client_name: String,
+    token: Token,
 }
 
 #[derive(Clone, Debug)]
@@ -117,6 +152,11 @@ fn limit_is_valid(limit: u32) -> bool {
     (1..=SEMAPHORE_LIMIT_MAX).contains(&limit)
 }
 
+/// 0 is no delay, which a plain acquire asks for; an acquire with a delay names one.
+fn delay_is_valid(delay_ms: u64) -> bool {
+    (1..=LOCK_DELAY_MS_MAX).contains(&delay_ms)
+}
+
 /// A DNS label (lowercase letters, digits and inner '-'), and not the admin's name.
 fn tenant_name_is_valid(name: &str) -> bool {
     !name.is_empty()
@@ -164,6 +204,8 @@ impl Model {
             cluster_id: None,
             incarnations: vec![],
             command_level: 0,
+            claim_delays: vec![],
+            held_back: vec![],
         }
     }
 
@@ -238,9 +280,10 @@ impl Model {
         }
         let admin = tenant == ADMIN_TENANT;
         match command {
-            Command::ExpireSessions { .. } | Command::RecordMember { .. } | Command::CheckpointSessions { .. } => {
-                return Some(ErrorKind::PermissionDenied)
-            }
+            Command::ExpireSessions { .. }
+            | Command::RecordMember { .. }
+            | Command::CheckpointSessions { .. }
+            | Command::EndLockDelays { .. } => return Some(ErrorKind::PermissionDenied),
             Command::AddTenant { .. }
             | Command::RotateTenantToken { .. }
             | Command::SetTenantQuotas { .. }
@@ -268,7 +311,10 @@ impl Model {
     /// The stored answer, except that a queued wait says where it stands now.
     fn recall(&self, answer: Response, command: &Command) -> Response {
         match (&answer, command) {
-            (Response::Acquire(AcquireOutcome::Queued { .. }), Command::Acquire { session, name, .. }) => {
+            (
+                Response::Acquire(AcquireOutcome::Queued { .. }),
+                Command::Acquire { session, name, .. } | Command::AcquireWithDelay { session, name, .. },
+            ) => {
                 let outcome = match self.lock(self.tenant_of(*session).unwrap(), name) {
                     Some(lock) if lock.holder == *session => AcquireOutcome::Granted { token: lock.token },
                     Some(lock) => queued_or_timed_out(&lock.waiters, *session),
@@ -276,7 +322,10 @@ impl Model {
                 };
                 Response::Acquire(outcome)
             }
-            (Response::SemAcquire(AcquireOutcome::Queued { .. }), Command::SemAcquire { session, name, .. }) => {
+            (
+                Response::SemAcquire(AcquireOutcome::Queued { .. }),
+                Command::SemAcquire { session, name, .. } | Command::SemAcquireWithDelay { session, name, .. },
+            ) => {
                 let outcome = match self.semaphore(self.tenant_of(*session).unwrap(), name) {
                     Some(semaphore) => match semaphore.holders.iter().find(|h| h.0 == *session) {
                         Some(holder) => AcquireOutcome::Granted { token: holder.1 },
@@ -370,7 +419,7 @@ impl Model {
                 if quiet.len() + resumed.len() > CHECKPOINT_SESSIONS_PER_COMMAND_MAX {
                     return rejected(ErrorKind::LimitExceeded);
                 }
-                self.command_level = 2;
+                self.command_level = self.command_level.max(COMMAND_LEVEL_CHECKPOINT);
                 let mut quiet_applied = Vec::new();
                 for (session, remaining_ms) in quiet {
                     if let Some(live) = self.sessions.iter_mut().find(|live| live.id == *session) {
@@ -388,6 +437,21 @@ impl Model {
                     }
                 }
                 Response::SessionsCheckpointed { quiet: quiet_applied, resumed: resumed_applied }
+            }
+            Command::EndLockDelays { ended } => {
+                if ended.len() > LOCK_DELAYS_ENDED_PER_COMMAND_MAX {
+                    return rejected(ErrorKind::LimitExceeded);
+                }
+                self.command_level = self.command_level.max(COMMAND_LEVEL_LOCK_DELAY);
+                // In list order; a key not held back (any more) is passed over.
+                let mut count = 0;
+                for key in ended {
+                    if self.held_back.iter().any(|held| held.key == *key) {
+                        self.end_delay(index, stamp_ms, key, events);
+                        count += 1;
+                    }
+                }
+                Response::LockDelaysEnded { ended: count }
             }
             Command::CloseSession { session, .. } => {
                 if !self.is_live(*session) {
@@ -410,54 +474,14 @@ impl Model {
                 Response::SessionsExpired { expired }
             }
             Command::Acquire { session, name, wait, .. } => {
-                if !name_is_valid(name) {
+                self.acquire(index, stamp_ms, *session, name, *wait, 0, events).map_or_else(rejected, Response::Acquire)
+            }
+            Command::AcquireWithDelay { session, name, wait, delay_ms, .. } => {
+                if !delay_is_valid(*delay_ms) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                let Some(tenant) = self.tenant_of(*session) else {
-                    return rejected(ErrorKind::UnknownSession);
-                };
-                let count = self.lock_count_of(*session);
-                let Some(lock) = self.lock(tenant, name) else {
-                    if count >= LOCKS_PER_SESSION_MAX {
-                        return rejected(ErrorKind::LimitExceeded);
-                    }
-                    if self.holds_full(tenant) {
-                        return rejected(ErrorKind::QuotaExceeded);
-                    }
-                    self.locks.push(ModelLock {
-                        tenant,
-                        name: name.clone(),
-                        holder: *session,
-                        token: index,
-                        since_ms: stamp_ms,
-                        waiters: vec![],
-                    });
-                    events.push(Event::Granted {
-                        kind: ResourceKind::Lock,
-                        name: name.clone(),
-                        session: *session,
-                        token: index,
-                    });
-                    return Response::Acquire(AcquireOutcome::Granted { token: index });
-                };
-                if lock.holder == *session {
-                    return Response::Acquire(AcquireOutcome::Granted { token: lock.token });
-                }
-                if !wait {
-                    return Response::Acquire(AcquireOutcome::Busy { holder: lock.holder, token: lock.token });
-                }
-                if let Some(position) = lock.waiters.iter().position(|w| w == session) {
-                    return Response::Acquire(AcquireOutcome::Queued { position: position as u32 });
-                }
-                if count >= LOCKS_PER_SESSION_MAX || lock.waiters.len() >= WAITERS_PER_LOCK_MAX {
-                    return rejected(ErrorKind::LimitExceeded);
-                }
-                if self.waits_full(tenant) {
-                    return rejected(ErrorKind::QuotaExceeded);
-                }
-                let lock = self.lock_mut(tenant, name);
-                lock.waiters.push(*session);
-                Response::Acquire(AcquireOutcome::Queued { position: (lock.waiters.len() - 1) as u32 })
+                self.acquire(index, stamp_ms, *session, name, *wait, *delay_ms, events)
+                    .map_or_else(rejected, Response::Acquire)
             }
             Command::CancelWait { session, name, .. } => {
                 if !name_is_valid(name) {
@@ -477,6 +501,7 @@ impl Model {
                 if lock.waiters.len() == before {
                     return Response::WaitCancelled(CancelOutcome::NotWaiting);
                 }
+                self.forget_claim_delay(*session, ResourceKind::Lock, name);
                 events.push(Event::WaitFailed {
                     kind: ResourceKind::Lock,
                     name: name.clone(),
@@ -496,6 +521,7 @@ impl Model {
                     Some(lock) if lock.holder == *session && lock.token == *token => {}
                     _ => return rejected(ErrorKind::NotHolder),
                 }
+                self.forget_claim_delay(*session, ResourceKind::Lock, name);
                 events.push(Event::Released {
                     kind: ResourceKind::Lock,
                     name: name.clone(),
@@ -505,65 +531,15 @@ impl Model {
                 self.pass_on(index, stamp_ms, tenant, name, events);
                 Response::Released { token: *token }
             }
-            Command::SemAcquire { session, name, limit, wait, .. } => {
-                if !name_is_valid(name) || !limit_is_valid(*limit) {
+            Command::SemAcquire { session, name, limit, wait, .. } => self
+                .sem_acquire(index, stamp_ms, *session, name, *limit, *wait, 0, events)
+                .map_or_else(rejected, Response::SemAcquire),
+            Command::SemAcquireWithDelay { session, name, limit, wait, delay_ms, .. } => {
+                if !delay_is_valid(*delay_ms) {
                     return rejected(ErrorKind::InvalidArgument);
                 }
-                let Some(tenant) = self.tenant_of(*session) else {
-                    return rejected(ErrorKind::UnknownSession);
-                };
-                let count = self.lock_count_of(*session);
-                let Some(semaphore) = self.semaphore(tenant, name) else {
-                    if count >= LOCKS_PER_SESSION_MAX {
-                        return rejected(ErrorKind::LimitExceeded);
-                    }
-                    if self.holds_full(tenant) {
-                        return rejected(ErrorKind::QuotaExceeded);
-                    }
-                    self.semaphores.push(ModelSemaphore {
-                        tenant,
-                        name: name.clone(),
-                        limit: *limit,
-                        holders: vec![],
-                        waiters: vec![],
-                    });
-                    self.grant_permit(index, stamp_ms, tenant, name, *session, events);
-                    return Response::SemAcquire(AcquireOutcome::Granted { token: index });
-                };
-                if semaphore.limit != *limit {
-                    return rejected(ErrorKind::LimitMismatch);
-                }
-                if let Some(holder) = semaphore.holders.iter().find(|h| h.0 == *session) {
-                    return Response::SemAcquire(AcquireOutcome::Granted { token: holder.1 });
-                }
-                if semaphore.waiters.is_empty() && semaphore.holders.len() < *limit as usize {
-                    if count >= LOCKS_PER_SESSION_MAX {
-                        return rejected(ErrorKind::LimitExceeded);
-                    }
-                    if self.holds_full(tenant) {
-                        return rejected(ErrorKind::QuotaExceeded);
-                    }
-                    self.grant_permit(index, stamp_ms, tenant, name, *session, events);
-                    return Response::SemAcquire(AcquireOutcome::Granted { token: index });
-                }
-                if !wait {
-                    return Response::SemAcquire(AcquireOutcome::Busy {
-                        holder: semaphore.holders[0].0,
-                        token: semaphore.holders[0].1,
-                    });
-                }
-                if let Some(position) = semaphore.waiters.iter().position(|w| w == session) {
-                    return Response::SemAcquire(AcquireOutcome::Queued { position: position as u32 });
-                }
-                if count >= LOCKS_PER_SESSION_MAX || semaphore.waiters.len() >= WAITERS_PER_LOCK_MAX {
-                    return rejected(ErrorKind::LimitExceeded);
-                }
-                if self.waits_full(tenant) {
-                    return rejected(ErrorKind::QuotaExceeded);
-                }
-                let semaphore = self.semaphore_mut(tenant, name);
-                semaphore.waiters.push(*session);
-                Response::SemAcquire(AcquireOutcome::Queued { position: (semaphore.waiters.len() - 1) as u32 })
+                self.sem_acquire(index, stamp_ms, *session, name, *limit, *wait, *delay_ms, events)
+                    .map_or_else(rejected, Response::SemAcquire)
             }
             Command::SemRelease { session, name, token, .. } => {
                 if !name_is_valid(name) {
@@ -579,6 +555,7 @@ impl Model {
                     return rejected(ErrorKind::NotHolder);
                 }
                 self.semaphore_mut(tenant, name).holders.retain(|h| h.0 != *session);
+                self.forget_claim_delay(*session, ResourceKind::Semaphore, name);
                 events.push(Event::Released {
                     kind: ResourceKind::Semaphore,
                     name: name.clone(),
@@ -624,6 +601,7 @@ impl Model {
                 if semaphore.waiters.len() == before {
                     return Response::WaitCancelled(CancelOutcome::NotWaiting);
                 }
+                self.forget_claim_delay(*session, ResourceKind::Semaphore, name);
                 events.push(Event::WaitFailed {
                     kind: ResourceKind::Semaphore,
                     name: name.clone(),
@@ -796,9 +774,208 @@ impl Model {
                 let ending: Vec<SessionId> =
                     self.sessions.iter().filter(|session| session.tenant == id).map(|session| session.id).collect();
                 self.end(index, stamp_ms, &ending, false, events);
+                // Its grants held back for their delay end too: nobody is left to wait.
+                let keys: Vec<DelayKey> =
+                    self.held_back.iter().filter(|held| held.key.tenant == id).map(|held| held.key.clone()).collect();
+                for key in keys {
+                    self.end_delay(index, stamp_ms, &key, events);
+                }
                 self.tenants.retain(|tenant| tenant.id != id);
                 Response::TenantRemoved { tenant: id, sessions_ended: ending.len() as u64 }
             }
+        }
+    }
+
+    /// `Acquire`, whose grant or wait carries `delay_ms` (0 for none) if it is new.
+    #[allow(clippy::too_many_arguments)]
+    fn acquire(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        session: SessionId,
+        name: &str,
+        wait: bool,
+        delay_ms: u64,
+        events: &mut Vec<Event>,
+    ) -> Result<AcquireOutcome, ErrorKind> {
+        if !name_is_valid(name) {
+            return Err(ErrorKind::InvalidArgument);
+        }
+        let Some(tenant) = self.tenant_of(session) else {
+            return Err(ErrorKind::UnknownSession);
+        };
+        let count = self.lock_count_of(session);
+        let Some(lock) = self.lock(tenant, name) else {
+            if count >= LOCKS_PER_SESSION_MAX {
+                return Err(ErrorKind::LimitExceeded);
+            }
+            if self.holds_full(tenant) {
+                return Err(ErrorKind::QuotaExceeded);
+            }
+            self.locks.push(ModelLock {
+                tenant,
+                name: name.to_owned(),
+                holder: session,
+                token: index,
+                since_ms: stamp_ms,
+                waiters: vec![],
+            });
+            self.note_claim_delay(session, ResourceKind::Lock, name, delay_ms);
+            events.push(Event::Granted { kind: ResourceKind::Lock, name: name.to_owned(), session, token: index });
+            return Ok(AcquireOutcome::Granted { token: index });
+        };
+        // A lock held back for an expired holder's delay answers as if that holder
+        // still held it: it is no one else's until the delay ends.
+        if lock.holder == session {
+            return Ok(AcquireOutcome::Granted { token: lock.token });
+        }
+        if !wait {
+            return Ok(AcquireOutcome::Busy { holder: lock.holder, token: lock.token });
+        }
+        if let Some(position) = lock.waiters.iter().position(|w| *w == session) {
+            return Ok(AcquireOutcome::Queued { position: position as u32 });
+        }
+        if count >= LOCKS_PER_SESSION_MAX || lock.waiters.len() >= WAITERS_PER_LOCK_MAX {
+            return Err(ErrorKind::LimitExceeded);
+        }
+        if self.waits_full(tenant) {
+            return Err(ErrorKind::QuotaExceeded);
+        }
+        let lock = self.lock_mut(tenant, name);
+        lock.waiters.push(session);
+        let position = (lock.waiters.len() - 1) as u32;
+        self.note_claim_delay(session, ResourceKind::Lock, name, delay_ms);
+        Ok(AcquireOutcome::Queued { position })
+    }
+
+    /// `SemAcquire`, whose permit or wait carries `delay_ms` (0 for none) if it is new.
+    #[allow(clippy::too_many_arguments)]
+    fn sem_acquire(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        session: SessionId,
+        name: &str,
+        limit: u32,
+        wait: bool,
+        delay_ms: u64,
+        events: &mut Vec<Event>,
+    ) -> Result<AcquireOutcome, ErrorKind> {
+        if !name_is_valid(name) || !limit_is_valid(limit) {
+            return Err(ErrorKind::InvalidArgument);
+        }
+        let Some(tenant) = self.tenant_of(session) else {
+            return Err(ErrorKind::UnknownSession);
+        };
+        let count = self.lock_count_of(session);
+        let Some(semaphore) = self.semaphore(tenant, name) else {
+            if count >= LOCKS_PER_SESSION_MAX {
+                return Err(ErrorKind::LimitExceeded);
+            }
+            if self.holds_full(tenant) {
+                return Err(ErrorKind::QuotaExceeded);
+            }
+            self.semaphores.push(ModelSemaphore {
+                tenant,
+                name: name.to_owned(),
+                limit,
+                holders: vec![],
+                waiters: vec![],
+            });
+            self.grant_permit(index, stamp_ms, tenant, name, session, events);
+            self.note_claim_delay(session, ResourceKind::Semaphore, name, delay_ms);
+            return Ok(AcquireOutcome::Granted { token: index });
+        };
+        if semaphore.limit != limit {
+            return Err(ErrorKind::LimitMismatch);
+        }
+        if let Some(holder) = semaphore.holders.iter().find(|h| h.0 == session) {
+            return Ok(AcquireOutcome::Granted { token: holder.1 });
+        }
+        // A held-back permit is one of the holders: it takes a slot of the limit.
+        if semaphore.waiters.is_empty() && semaphore.holders.len() < limit as usize {
+            if count >= LOCKS_PER_SESSION_MAX {
+                return Err(ErrorKind::LimitExceeded);
+            }
+            if self.holds_full(tenant) {
+                return Err(ErrorKind::QuotaExceeded);
+            }
+            self.grant_permit(index, stamp_ms, tenant, name, session, events);
+            self.note_claim_delay(session, ResourceKind::Semaphore, name, delay_ms);
+            return Ok(AcquireOutcome::Granted { token: index });
+        }
+        if !wait {
+            return Ok(AcquireOutcome::Busy { holder: semaphore.holders[0].0, token: semaphore.holders[0].1 });
+        }
+        if let Some(position) = semaphore.waiters.iter().position(|w| *w == session) {
+            return Ok(AcquireOutcome::Queued { position: position as u32 });
+        }
+        if count >= LOCKS_PER_SESSION_MAX || semaphore.waiters.len() >= WAITERS_PER_LOCK_MAX {
+            return Err(ErrorKind::LimitExceeded);
+        }
+        if self.waits_full(tenant) {
+            return Err(ErrorKind::QuotaExceeded);
+        }
+        let semaphore = self.semaphore_mut(tenant, name);
+        semaphore.waiters.push(session);
+        let position = (semaphore.waiters.len() - 1) as u32;
+        self.note_claim_delay(session, ResourceKind::Semaphore, name, delay_ms);
+        Ok(AcquireOutcome::Queued { position })
+    }
+
+    /// A new hold or wait that asked for a delay carries it until it ends.
+    fn note_claim_delay(&mut self, session: SessionId, kind: ResourceKind, name: &str, delay_ms: u64) {
+        if delay_ms == 0 {
+            return;
+        }
+        assert!(self.claim_delay_ms(session, kind, name) == 0, "a new claim has no delay yet");
+        self.claim_delays.push(ModelClaimDelay { session, kind, name: name.to_owned(), delay_ms });
+        self.command_level = self.command_level.max(COMMAND_LEVEL_LOCK_DELAY);
+    }
+
+    /// A hold or wait ended without an expiry: its delay goes with it.
+    fn forget_claim_delay(&mut self, session: SessionId, kind: ResourceKind, name: &str) {
+        self.claim_delays.retain(|claim| (claim.session, claim.kind, claim.name.as_str()) != (session, kind, name));
+    }
+
+    /// The delay the claim of `session` on `name` carries; 0 for none.
+    fn claim_delay_ms(&self, session: SessionId, kind: ResourceKind, name: &str) -> u64 {
+        self.claim_delays
+            .iter()
+            .find(|claim| (claim.session, claim.kind, claim.name.as_str()) == (session, kind, name))
+            .map_or(0, |claim| claim.delay_ms)
+    }
+
+    /// The grant of the expired `session` on `name`, if it is held back.
+    fn held_back(
+        &self,
+        tenant: TenantId,
+        kind: ResourceKind,
+        name: &str,
+        session: SessionId,
+    ) -> Option<&ModelHeldBack> {
+        self.held_back.iter().find(|held| {
+            (held.key.tenant, held.key.kind, held.key.name.as_str(), held.key.session) == (tenant, kind, name, session)
+        })
+    }
+
+    /// The delay of a held-back grant ended: the lock goes to its first waiter or is
+    /// free; the permit leaves the holders and the waiters get what is free.
+    fn end_delay(&mut self, index: u64, stamp_ms: u64, key: &DelayKey, events: &mut Vec<Event>) {
+        let position = self.held_back.iter().position(|held| held.key == *key).expect("only a held-back grant ends");
+        self.held_back.remove(position);
+        events.push(Event::DelayEnded { key: key.clone() });
+        match key.kind {
+            ResourceKind::Lock => {
+                assert_eq!(self.lock(key.tenant, &key.name).unwrap().holder, key.session);
+                self.pass_on(index, stamp_ms, key.tenant, &key.name, events);
+            }
+            ResourceKind::Semaphore => {
+                let semaphore = self.semaphore_mut(key.tenant, &key.name);
+                semaphore.holders.retain(|holder| holder.0 != key.session);
+                self.fill(index, stamp_ms, key.tenant, &key.name, events);
+            }
+            ResourceKind::Election => unreachable!("elections carry no delay"),
         }
     }
 
@@ -834,15 +1011,42 @@ impl Model {
             election.waiters.retain(|(waiter, _)| !ending.contains(waiter));
         }
 
+        // Only an expiry holds a grant back, and only one whose claim asked for a delay.
+        let delay_of = |model: &Model, session: SessionId, kind: ResourceKind, name: &str| {
+            if expired {
+                model.claim_delay_ms(session, kind, name)
+            } else {
+                0
+            }
+        };
         let names: Vec<(TenantId, String)> = self.semaphores.iter().map(|s| (s.tenant, s.name.clone())).collect();
         for (tenant, name) in names {
-            let semaphore = self.semaphore_mut(tenant, &name);
-            let (gone, kept): (Vec<_>, Vec<_>) =
-                semaphore.holders.iter().partition(|holder| ending.contains(&holder.0));
-            semaphore.holders = kept;
-            for (session, token, _) in gone {
+            let holders = self.semaphore(tenant, &name).unwrap().holders.clone();
+            let mut kept = Vec::new();
+            for (session, token, since_ms) in holders {
+                if !ending.contains(&session) {
+                    kept.push((session, token, since_ms));
+                    continue;
+                }
                 events.push(Event::Released { kind: ResourceKind::Semaphore, name: name.clone(), session, token });
+                let delay_ms = delay_of(self, session, ResourceKind::Semaphore, &name);
+                if delay_ms > 0 {
+                    // It keeps its place among the holders, and its slot of the limit.
+                    kept.push((session, token, since_ms));
+                    self.hold_back(
+                        index,
+                        stamp_ms,
+                        tenant,
+                        ResourceKind::Semaphore,
+                        &name,
+                        session,
+                        token,
+                        delay_ms,
+                        events,
+                    );
+                }
             }
+            self.semaphore_mut(tenant, &name).holders = kept;
             self.fill(index, stamp_ms, tenant, &name, events);
         }
 
@@ -854,13 +1058,15 @@ impl Model {
             .collect();
         for (tenant, name) in freed {
             let lock = self.lock(tenant, &name).unwrap();
-            events.push(Event::Released {
-                kind: ResourceKind::Lock,
-                name: name.clone(),
-                session: lock.holder,
-                token: lock.token,
-            });
-            self.pass_on(index, stamp_ms, tenant, &name, events);
+            let (holder, token) = (lock.holder, lock.token);
+            events.push(Event::Released { kind: ResourceKind::Lock, name: name.clone(), session: holder, token });
+            let delay_ms = delay_of(self, holder, ResourceKind::Lock, &name);
+            if delay_ms > 0 {
+                // The lock keeps its expired holder and its queue.
+                self.hold_back(index, stamp_ms, tenant, ResourceKind::Lock, &name, holder, token, delay_ms, events);
+            } else {
+                self.pass_on(index, stamp_ms, tenant, &name, events);
+            }
         }
         let vacated: Vec<(TenantId, String)> = self
             .elections
@@ -879,9 +1085,37 @@ impl Model {
             self.next_leader(index, stamp_ms, tenant, &name, events);
         }
         self.sessions.retain(|session| !ending.contains(&session.id));
+        self.claim_delays.retain(|claim| !ending.contains(&claim.session));
         for session in ending {
             events.push(Event::SessionEnded { session: *session, expired });
         }
+    }
+
+    /// Holds back the grant of `session`, which is expiring in the entry at `index`.
+    #[allow(clippy::too_many_arguments)]
+    fn hold_back(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        tenant: TenantId,
+        kind: ResourceKind,
+        name: &str,
+        session: SessionId,
+        token: Token,
+        delay_ms: u64,
+        events: &mut Vec<Event>,
+    ) {
+        let key = DelayKey { tenant, kind, name: name.to_owned(), session };
+        events.push(Event::DelayStarted { key: key.clone(), delay_ms });
+        let client_name = self.sessions.iter().find(|live| live.id == session).unwrap().client_name.clone();
+        self.held_back.push(ModelHeldBack {
+            key,
+            delay_ms,
+            since_index: index,
+            until_ms: stamp_ms + delay_ms,
+            client_name,
+            token,
+        });
     }
 
     /// Free permits go to the waiters, first in line first; an unused semaphore goes.
@@ -940,6 +1174,28 @@ impl Model {
             });
         }
         events.push(Event::LeaderChanged { tenant, name: name.to_owned(), leader: Some(view) });
+    }
+
+    /// A lock's holder or a permit's, as describe answers show it: a live session with
+    /// the delay its claim carries, or a grant held back until its delay ends.
+    fn holder_view(
+        &self,
+        tenant: TenantId,
+        kind: ResourceKind,
+        name: &str,
+        session: SessionId,
+        token: Token,
+        since_ms: u64,
+    ) -> HolderView {
+        let (client_name, lock_delay_ms, held_back_until_ms) =
+            match self.sessions.iter().find(|live| live.id == session) {
+                Some(live) => (live.client_name.clone(), self.claim_delay_ms(session, kind, name), None),
+                None => {
+                    let held = self.held_back(tenant, kind, name, session).expect("a gone holder's grant is held back");
+                    (held.client_name.clone(), held.delay_ms, Some(held.until_ms))
+                }
+            };
+        HolderView { session, client_name, token, since_ms, lock_delay_ms, held_back_until_ms }
     }
 
     fn leader_view(&self, tenant: TenantId, name: &str) -> Option<LeaderView> {
@@ -1004,15 +1260,18 @@ impl Model {
             usage.sessions += 1;
             usage.bytes += u64::from(SESSION_STATE_BYTES) + session.client_name.len() as u64;
         }
+        // A grant held back for its delay counts for nobody: its session ended.
         for lock in self.locks.iter().filter(|lock| lock.tenant == tenant) {
-            usage.holds += 1;
+            let held = usize::from(self.is_live(lock.holder));
+            usage.holds += held as u32;
             usage.waiters += lock.waiters.len() as u32;
-            usage.bytes += claims(&lock.name, 1 + lock.waiters.len());
+            usage.bytes += claims(&lock.name, held + lock.waiters.len());
         }
         for semaphore in self.semaphores.iter().filter(|semaphore| semaphore.tenant == tenant) {
-            usage.holds += semaphore.holders.len() as u32;
+            let held = semaphore.holders.iter().filter(|holder| self.is_live(holder.0)).count();
+            usage.holds += held as u32;
             usage.waiters += semaphore.waiters.len() as u32;
-            usage.bytes += claims(&semaphore.name, semaphore.holders.len() + semaphore.waiters.len());
+            usage.bytes += claims(&semaphore.name, held + semaphore.waiters.len());
         }
         for election in self.elections.iter().filter(|election| election.tenant == tenant) {
             usage.holds += 1;
@@ -1153,6 +1412,38 @@ enum Op {
         name: u8,
         waiter: bool,
     },
+    /// `Acquire` with a lock-delay: mostly one in range (see `delay_ms`).
+    AcquireWithDelay {
+        client: u64,
+        session: Index,
+        name: u8,
+        wait: bool,
+        delay: u8,
+    },
+    /// `SemAcquire` with a lock-delay, the limit picked as for `SemAcquire`.
+    SemAcquireWithDelay {
+        client: u64,
+        session: Index,
+        name: u8,
+        limit: u8,
+        wait: bool,
+        delay: u8,
+    },
+    /// The cluster expires a session whose hold carries a delay, one whose lock has
+    /// waiters or whose semaphore is full more often than not, so that grants are held
+    /// back with someone behind them; `also` expires another session in the same entry.
+    ExpireDelayed {
+        holder: Index,
+        also: Option<Index>,
+    },
+    /// The leader ends delays: some of those held back, in the order picked, with now and
+    /// then a key held back twice, one that is not held back, or far too many keys.
+    /// `by_tenant` sends it as a tenant instead of the cluster.
+    EndDelays {
+        ended: Vec<Index>,
+        odd: u8,
+        by_tenant: Option<Index>,
+    },
     Campaign {
         client: u64,
         session: Index,
@@ -1253,7 +1544,7 @@ fn fresh_op() -> impl Strategy<Value = Op> {
             .prop_map(|sessions| Op::Expire { sessions }),
         1 => (prop::collection::vec((any::<Index>(), any::<u16>()), 0..3), prop::collection::vec(any::<Index>(), 0..3))
             .prop_map(|(quiet, resumed)| Op::Checkpoint { quiet, resumed }),
-        8 => (client.clone(), any::<Index>(), any::<u8>(), prop::bool::weighted(0.8)).prop_map(
+        5 => (client.clone(), any::<Index>(), any::<u8>(), prop::bool::weighted(0.8)).prop_map(
             |(client, session, name, wait)| Op::Acquire { client, session, name, wait }
         ),
         2 => (client.clone(), any::<Index>(), any::<u8>(), prop::bool::weighted(0.7)).prop_map(
@@ -1262,7 +1553,7 @@ fn fresh_op() -> impl Strategy<Value = Op> {
         4 => (client.clone(), any::<Index>(), any::<u8>(), any::<u8>()).prop_map(
             |(client, session, name, token)| Op::Release { client, session, name, token }
         ),
-        8 => (
+        5 => (
             client.clone(),
             any::<Index>(),
             any::<u8>(),
@@ -1329,7 +1620,36 @@ fn fresh_op() -> impl Strategy<Value = Op> {
         1 => (client.clone(), any::<u8>()).prop_map(|(client, name)| Op::RotateToken { client, name }),
         2 => (client.clone(), any::<u8>(), any::<[u8; 3]>())
             .prop_map(|(client, name, change)| Op::SetQuotas { client, name, change }),
-        1 => (client, any::<u8>()).prop_map(|(client, name)| Op::RemoveTenant { client, name }),
+        1 => (client.clone(), any::<u8>()).prop_map(|(client, name)| Op::RemoveTenant { client, name }),
+        // Acquires with a delay take part of the weight plain ones had, so that the
+        // rest of the rules are reached as often as before.
+        3 => (client.clone(), any::<Index>(), any::<u8>(), prop::bool::weighted(0.7), any::<u8>()).prop_map(
+            |(client, session, name, wait, delay)| Op::AcquireWithDelay { client, session, name, wait, delay }
+        ),
+        3 => (
+            client,
+            any::<Index>(),
+            any::<u8>(),
+            any::<u8>(),
+            prop::bool::weighted(0.7),
+            any::<u8>(),
+        )
+            .prop_map(|(client, session, name, limit, wait, delay)| Op::SemAcquireWithDelay {
+                client,
+                session,
+                name,
+                limit,
+                wait,
+                delay
+            }),
+        2 => (any::<Index>(), prop::option::weighted(0.3, any::<Index>()))
+            .prop_map(|(holder, also)| Op::ExpireDelayed { holder, also }),
+        2 => (
+            prop::collection::vec(any::<Index>(), 0..3),
+            any::<u8>(),
+            prop::option::weighted(0.1, any::<Index>()),
+        )
+            .prop_map(|(ended, odd, by_tenant)| Op::EndDelays { ended, odd, by_tenant }),
     ]
 }
 
@@ -1382,6 +1702,18 @@ fn quota(pick: u8) -> u32 {
     match pick % 8 {
         small @ 0..=2 => u32::from(small) + 1,
         _ => 1_000,
+    }
+}
+
+/// A lock-delay: mostly in range, from 1 ms to `LOCK_DELAY_MS_MAX`; sometimes 0 or over
+/// the range, which is refused.
+fn delay_ms(pick: u8) -> u64 {
+    match pick % 16 {
+        0 => 0,
+        1 => LOCK_DELAY_MS_MAX + 1,
+        2 => 1,
+        3 => LOCK_DELAY_MS_MAX,
+        other => u64::from(other) * 250,
     }
 }
 
@@ -1447,6 +1779,9 @@ struct Run {
     leader_tokens: BTreeMap<(TenantId, String), Token>,
     /// The events of the last applied command, for the coverage test.
     last_events: Vec<Event>,
+    /// Each length of the log after which some grant was held back, so that a snapshot
+    /// is taken in the middle of a delay more often than a cut at random would.
+    held_back_cuts: Vec<usize>,
     /// Whether the last entry holds only commands that may share an entry, so that
     /// the next such command may join it (`JOIN_ENTRY`).
     entry_open: bool,
@@ -1472,6 +1807,7 @@ impl Run {
             grants: BTreeMap::new(),
             leader_tokens: BTreeMap::new(),
             last_events: vec![],
+            held_back_cuts: vec![],
             entry_open: false,
         };
         run.machine.apply_empty(0);
@@ -1532,7 +1868,7 @@ impl Run {
     }
 
     /// The command `op` stands for now; for a creation, also who sends it as a correct
-    /// client would.
+    /// client would; for an end of delays, the tenant that sends it, if one does.
     fn command(&mut self, op: &Op) -> Option<(Command, Option<Caller>)> {
         let requests: Vec<usize> = (0..self.log.len())
             .filter(|position| self.log[*position].command.as_ref().is_some_and(|command| command.request().is_some()))
@@ -1583,10 +1919,13 @@ impl Run {
                     | Command::AddTenant { request: slot, .. }
                     | Command::RotateTenantToken { request: slot, .. }
                     | Command::SetTenantQuotas { request: slot, .. }
-                    | Command::RemoveTenant { request: slot, .. } => *slot = request,
+                    | Command::RemoveTenant { request: slot, .. }
+                    | Command::AcquireWithDelay { request: slot, .. }
+                    | Command::SemAcquireWithDelay { request: slot, .. } => *slot = request,
                     Command::ExpireSessions { .. }
                     | Command::RecordMember { .. }
-                    | Command::CheckpointSessions { .. } => {}
+                    | Command::CheckpointSessions { .. }
+                    | Command::EndLockDelays { .. } => {}
                 }
                 return Some((command, creation));
             }
@@ -1668,15 +2007,107 @@ impl Run {
             Op::SemAcquire { client, session, name, limit, wait } => {
                 let name = Self::contended_name(*name);
                 let session = self.session(session);
-                let current = self.model.semaphore(self.tenant_of(session), &name).map(|s| s.limit);
-                let limit = match (limit % 16, current) {
-                    (0..=12, Some(current)) => current,
-                    (13, _) => 0,
-                    (14, _) => SEMAPHORE_LIMIT_MAX + 1,
-                    (15, _) => 3,
-                    (other, _) => u32::from(other % 2) + 1,
-                };
+                let limit = self.semaphore_limit(session, &name, *limit);
                 Command::SemAcquire { request: self.request(*client), session, name, limit, wait: *wait }
+            }
+            Op::AcquireWithDelay { client, session, name, wait, delay } => Command::AcquireWithDelay {
+                request: self.request(*client),
+                session: self.session(session),
+                name: Self::name(*name),
+                wait: *wait,
+                delay_ms: delay_ms(*delay),
+            },
+            Op::SemAcquireWithDelay { client, session, name, limit, wait, delay } => {
+                let name = Self::contended_name(*name);
+                let session = self.session(session);
+                let limit = self.semaphore_limit(session, &name, *limit);
+                Command::SemAcquireWithDelay {
+                    request: self.request(*client),
+                    session,
+                    name,
+                    limit,
+                    wait: *wait,
+                    delay_ms: delay_ms(*delay),
+                }
+            }
+            Op::ExpireDelayed { holder, also } => {
+                let first = self.delayed_holder(holder);
+                // Mostly another holder of a semaphore the first holds, so that a permit
+                // is freed beside the one held back.
+                let co_holders: Vec<SessionId> = self
+                    .model
+                    .semaphores
+                    .iter()
+                    .filter(|s| s.holders.iter().any(|h| h.0 == first))
+                    .flat_map(|s| s.holders.iter().map(|h| h.0))
+                    .filter(|other| *other != first && self.model.is_live(*other))
+                    .collect();
+                let also = also.as_ref().map(|pick| match pick.index(4) {
+                    0..=2 if !co_holders.is_empty() => co_holders[pick.index(co_holders.len())],
+                    _ => self.session(pick),
+                });
+                Command::ExpireSessions { sessions: [first].into_iter().chain(also).collect() }
+            }
+            Op::EndDelays { ended, odd, by_tenant } => {
+                // A delay with someone waiting behind it is picked three times as often.
+                let mut held: Vec<DelayKey> = Vec::new();
+                for key in self.model.held_back.iter().map(|held| &held.key) {
+                    let waited_for = match key.kind {
+                        ResourceKind::Lock => self.model.lock(key.tenant, &key.name).unwrap().waiters.len(),
+                        _ => self.model.semaphore(key.tenant, &key.name).unwrap().waiters.len(),
+                    };
+                    let copies = if waited_for > 0 { 3 } else { 1 };
+                    held.extend(std::iter::repeat_n(key.clone(), copies));
+                }
+                let mut ended: Vec<DelayKey> = match odd % 16 {
+                    // Every delay, soonest end first, as a leader whose timers all ran out.
+                    3..=6 => {
+                        let mut all = self.model.held_back.clone();
+                        all.sort_by_key(|held| held.until_ms);
+                        all.into_iter().map(|held| held.key).collect()
+                    }
+                    _ if held.is_empty() => vec![],
+                    _ => ended.iter().map(|pick| held[pick.index(held.len())].clone()).collect(),
+                };
+                match odd % 16 {
+                    // Ended twice in one entry, as a leader's two timers may.
+                    0 if !ended.is_empty() => ended.push(ended[0].clone()),
+                    // A lock whose holder is live, or a session that never held one.
+                    1 => {
+                        let live = self.model.locks.iter().find(|lock| self.model.is_live(lock.holder));
+                        ended.push(match live {
+                            Some(lock) => DelayKey {
+                                tenant: lock.tenant,
+                                kind: ResourceKind::Lock,
+                                name: lock.name.clone(),
+                                session: lock.holder,
+                            },
+                            None => DelayKey {
+                                tenant: ADMIN_TENANT,
+                                kind: ResourceKind::Semaphore,
+                                name: NAMES[0].to_owned(),
+                                session: UNKNOWN_SESSION,
+                            },
+                        });
+                    }
+                    // Once in a while, more keys than one entry may end.
+                    2 if odd / 16 == 0 => {
+                        let unknown = DelayKey {
+                            tenant: ADMIN_TENANT,
+                            kind: ResourceKind::Lock,
+                            name: NAMES[0].to_owned(),
+                            session: UNKNOWN_SESSION,
+                        };
+                        ended.resize(LOCK_DELAYS_ENDED_PER_COMMAND_MAX + 1, unknown);
+                    }
+                    _ => {}
+                }
+                let command = Command::EndLockDelays { ended };
+                // Only the cluster proposes it; a tenant that sends it is refused.
+                let tenants: Vec<TenantId> = self.model.tenants.iter().map(|tenant| tenant.id).collect();
+                let sender =
+                    by_tenant.as_ref().map(|pick| as_tenant(tenants[pick.index(tenants.len())], SecretHash::default()));
+                return Some((command, sender));
             }
             Op::SemRelease { client, session, name, token } => {
                 let name = Self::contended_name(*name);
@@ -1809,12 +2240,13 @@ impl Run {
     }
 
     /// Who sends `command` in `pose`; `creation` is who sends a creation as a correct
-    /// client would.
+    /// client would, or the tenant that sends an end of delays in place of the cluster.
     fn caller(&mut self, command: &Command, creation: Option<Caller>, pose: &Pose) -> Caller {
         let owner = match command {
             Command::ExpireSessions { .. } | Command::RecordMember { .. } | Command::CheckpointSessions { .. } => {
                 Caller::Cluster
             }
+            Command::EndLockDelays { .. } => creation.unwrap_or(Caller::Cluster),
             Command::CreateSession { .. } => creation.expect("a creation has its creator"),
             _ => match command.session() {
                 Some(session) => match self.model.sessions.iter().find(|live| live.id == session) {
@@ -1848,6 +2280,51 @@ impl Run {
             }
             Pose::Cluster => Caller::Cluster,
         }
+    }
+
+    /// Mostly the semaphore's current limit, as a correct client asks; sometimes one out
+    /// of range or another.
+    fn semaphore_limit(&self, session: SessionId, name: &str, pick: u8) -> u32 {
+        let current = self.model.semaphore(self.tenant_of(session), name).map(|s| s.limit);
+        match (pick % 16, current) {
+            (0..=12, Some(current)) => current,
+            (13, _) => 0,
+            (14, _) => SEMAPHORE_LIMIT_MAX + 1,
+            (15, _) => 3,
+            (other, _) => u32::from(other % 2) + 1,
+        }
+    }
+
+    /// Mostly a live session whose hold carries a delay, twice as likely when someone is
+    /// queued behind it or its semaphore is full; any session when none does.
+    fn delayed_holder(&self, pick: &Index) -> SessionId {
+        let model = &self.model;
+        let mut candidates = Vec::new();
+        for claim in &model.claim_delays {
+            let behind = match claim.kind {
+                ResourceKind::Lock => model
+                    .locks
+                    .iter()
+                    .find(|lock| lock.holder == claim.session && lock.name == claim.name)
+                    .map(|lock| !lock.waiters.is_empty()),
+                ResourceKind::Semaphore => model
+                    .semaphores
+                    .iter()
+                    .find(|s| s.name == claim.name && s.holders.iter().any(|h| h.0 == claim.session))
+                    .map(|s| !s.waiters.is_empty() || s.holders.len() >= s.limit as usize),
+                ResourceKind::Election => None,
+            };
+            // A wait's delay is no hold's yet.
+            let Some(behind) = behind else { continue };
+            candidates.push(claim.session);
+            if behind {
+                candidates.push(claim.session);
+            }
+        }
+        if candidates.is_empty() {
+            return self.session(pick);
+        }
+        candidates[pick.index(candidates.len())]
     }
 
     /// Mostly the leader with its token, as a correct client sends; sometimes a stale
@@ -1893,6 +2370,8 @@ impl Run {
             | Op::SemRelease { client, .. }
             | Op::SemSetLimit { client, .. }
             | Op::SemCancel { client, .. }
+            | Op::AcquireWithDelay { client, .. }
+            | Op::SemAcquireWithDelay { client, .. }
             | Op::Campaign { client, .. }
             | Op::CampaignCancel { client, .. }
             | Op::Proclaim { client, .. }
@@ -1913,6 +2392,7 @@ impl Run {
                 let entry =
                     Entry { index, stamp_ms: stamp_ms(index), caller: Caller::Cluster, command: None, response: None };
                 self.log.push(entry);
+                self.note_held_back_cut();
                 self.entry_open = false;
             }
         }
@@ -1948,8 +2428,9 @@ impl Run {
         }
         let (model_response, model_events) = self.model.apply(index, stamp_ms, &caller, &command);
         assert_eq!(without_message(&response), model_response, "{command:?} from {caller:?} at {index}");
-        assert_eq!(sorted(&events), sorted(&model_events), "{command:?} from {caller:?} at {index}");
+        assert_eq!(sorted(&events), sorted(&model_events), "the events of {command:?} from {caller:?} at {index}");
 
+        check_delay_order(&command, &events, &model_events);
         self.check_grants(index, &command, &before, &events);
         self.check_semaphores(&command, &before, &events);
         self.check_elections(&before, &events);
@@ -1969,6 +2450,14 @@ impl Run {
         }
         self.check_views();
         self.log.push(Entry { index, stamp_ms, caller, command: Some(command), response: Some(response) });
+        self.note_held_back_cut();
+    }
+
+    /// Notes the log's length as a cut in the middle of a delay, if a grant is held back.
+    fn note_held_back_cut(&mut self) {
+        if !self.model.held_back.is_empty() {
+            self.held_back_cuts.push(self.log.len());
+        }
     }
 
     /// Grants go to the first waiters that survive the entry, first in line first, with
@@ -2003,7 +2492,8 @@ impl Run {
                     .semaphore(tenant, &name)
                     .filter(|semaphore| {
                         // A permit free with an empty queue goes to the acquirer.
-                        !semaphore.waiters.is_empty() || !matches!(command, Command::SemAcquire { .. })
+                        !semaphore.waiters.is_empty()
+                            || !matches!(command, Command::SemAcquire { .. } | Command::SemAcquireWithDelay { .. })
                     })
                     .map(|semaphore| semaphore.waiters.clone()),
                 ResourceKind::Election => {
@@ -2013,8 +2503,17 @@ impl Run {
             match queue {
                 None => {
                     let acquirer = match command {
-                        Command::Acquire { session, name, .. } if kind == ResourceKind::Lock => (session, name),
-                        Command::SemAcquire { session, name, .. } if kind == ResourceKind::Semaphore => (session, name),
+                        Command::Acquire { session, name, .. } | Command::AcquireWithDelay { session, name, .. }
+                            if kind == ResourceKind::Lock =>
+                        {
+                            (session, name)
+                        }
+                        Command::SemAcquire { session, name, .. }
+                        | Command::SemAcquireWithDelay { session, name, .. }
+                            if kind == ResourceKind::Semaphore =>
+                        {
+                            (session, name)
+                        }
                         Command::Campaign { session, name, .. } if kind == ResourceKind::Election => (session, name),
                         _ => panic!("{kind:?} {name:?} of tenant {tenant} granted without a queue by {command:?}"),
                     };
@@ -2134,6 +2633,73 @@ impl Run {
         }
     }
 
+    /// The machine keeps the same delays as the model, holds back the same grants, and
+    /// a token fences only while its grant is live: a held-back grant's fences nothing.
+    fn check_lock_delays(&self) {
+        let delays: Vec<(SessionId, ResourceKind, String, u64)> = self
+            .machine
+            .claim_delays()
+            .iter()
+            .map(|((session, kind, name), delay_ms)| (*session, *kind, name.clone(), u64::from(*delay_ms)))
+            .collect();
+        let mut model_delays: Vec<(SessionId, ResourceKind, String, u64)> = self
+            .model
+            .claim_delays
+            .iter()
+            .map(|claim| (claim.session, claim.kind, claim.name.clone(), claim.delay_ms))
+            .collect();
+        model_delays.sort();
+        assert_eq!(delays, model_delays, "the delays of holds and waits");
+        for (session, kind, name, delay_ms) in &model_delays {
+            assert_eq!(self.machine.grant_delay_ms(*session, *kind, name), *delay_ms);
+        }
+
+        type HeldBackView = (DelayKey, u64, u64, u64, String, Token);
+        let held: Vec<HeldBackView> = self
+            .machine
+            .held_back()
+            .map(|(key, held)| {
+                let delay_ms = u64::from(held.delay_ms);
+                (key.clone(), delay_ms, held.since_index, held.until_ms, held.client_name.clone(), held.token)
+            })
+            .collect();
+        let mut model_held: Vec<HeldBackView> = self
+            .model
+            .held_back
+            .iter()
+            .map(|held| {
+                (held.key.clone(), held.delay_ms, held.since_index, held.until_ms, held.client_name.clone(), held.token)
+            })
+            .collect();
+        model_held.sort();
+        assert_eq!(held, model_held, "the grants held back");
+        assert_eq!(self.machine.held_back_count(), model_held.len());
+        for (key, ..) in &model_held {
+            assert!(self.machine.held_back_grant(key.tenant, key.kind, &key.name, key.session).is_some());
+        }
+
+        for ((tenant, kind, name), tokens) in &self.grants {
+            for token in tokens {
+                let model = &self.model;
+                let current = match kind {
+                    ResourceKind::Lock => {
+                        model.lock(*tenant, name).is_some_and(|lock| lock.token == *token && model.is_live(lock.holder))
+                    }
+                    ResourceKind::Semaphore => model
+                        .semaphore(*tenant, name)
+                        .is_some_and(|s| s.holders.iter().any(|h| h.1 == *token && model.is_live(h.0))),
+                    ResourceKind::Election => model.election(*tenant, name).is_some_and(|e| e.token == *token),
+                };
+                let expected = if current { FenceStatus::Current } else { FenceStatus::Superseded };
+                assert_eq!(
+                    self.machine.check_fence_of(*kind, *tenant, name, *token),
+                    expected,
+                    "the fence of {kind:?} {name:?} of tenant {tenant} with token {token}"
+                );
+            }
+        }
+    }
+
     /// The queries describe the same tenants, locks, semaphores, elections and sessions
     /// as the model.
     fn check_views(&self) {
@@ -2196,12 +2762,17 @@ impl Run {
         for tenant in self.tenant_ids.iter().copied() {
             for name in NAMES {
                 let view = self.machine.describe_semaphore(tenant, name).map(|view| {
-                    let holders: Vec<(SessionId, Token, u64)> =
-                        view.holders.iter().map(|h| (h.session, h.token, h.since_ms)).collect();
                     let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
-                    (view.limit, holders, waiters)
+                    (view.limit, view.holders, waiters)
                 });
-                let model = self.model.semaphore(tenant, name).map(|s| (s.limit, s.holders.clone(), s.waiters.clone()));
+                let model = self.model.semaphore(tenant, name).map(|s| {
+                    let holders: Vec<HolderView> = s
+                        .holders
+                        .iter()
+                        .map(|h| self.model.holder_view(tenant, ResourceKind::Semaphore, name, h.0, h.1, h.2))
+                        .collect();
+                    (s.limit, holders, s.waiters.clone())
+                });
                 assert_eq!(view, model, "semaphore {name:?} of tenant {tenant}");
 
                 let view = self.machine.describe_election(tenant, name).map(|view| {
@@ -2216,16 +2787,24 @@ impl Run {
 
                 let view = self.machine.describe_lock(tenant, name).map(|view| {
                     let waiters: Vec<SessionId> = view.waiters.iter().map(|w| w.session).collect();
-                    (view.holder.session, view.holder.token, view.holder.since_ms, waiters)
+                    (view.holder, waiters)
                 });
-                let model = self
-                    .model
-                    .lock(tenant, name)
-                    .map(|lock| (lock.holder, lock.token, lock.since_ms, lock.waiters.clone()));
+                let model = self.model.lock(tenant, name).map(|lock| {
+                    let holder = self.model.holder_view(
+                        tenant,
+                        ResourceKind::Lock,
+                        name,
+                        lock.holder,
+                        lock.token,
+                        lock.since_ms,
+                    );
+                    (holder, lock.waiters.clone())
+                });
                 assert_eq!(view, model, "lock {name:?} of tenant {tenant}");
             }
         }
         assert_eq!(self.machine.command_level(), self.model.command_level);
+        self.check_lock_delays();
         let ids: Vec<SessionId> = self.machine.sessions().map(Session::id).collect();
         let model_ids: Vec<SessionId> = self.model.sessions.iter().map(|s| s.id).collect();
         assert_eq!(ids, model_ids);
@@ -2334,6 +2913,23 @@ fn sorted(events: &[Event]) -> Vec<Event> {
     events
 }
 
+/// The order of the events that the multiset comparison leaves open, where lock-delay
+/// fixes it: an end of delays works through its list in order, each delay's end before
+/// the grants it makes; a delay starts after its grant's release.
+fn check_delay_order(command: &Command, events: &[Event], model_events: &[Event]) {
+    if let Command::EndLockDelays { .. } = command {
+        assert_eq!(events, model_events, "the events of {command:?}, in order");
+    }
+    for (position, event) in events.iter().enumerate() {
+        let Event::DelayStarted { key, .. } = event else { continue };
+        let released = events[..position].iter().any(|earlier| {
+            matches!(earlier, Event::Released { kind, name, session, .. }
+                if (*kind, name, *session) == (key.kind, &key.name, key.session))
+        });
+        assert!(released, "the delay of {key:?} starts after its release: {events:?}");
+    }
+}
+
 /// Applies the logged commands again, each from its caller, those that shared an entry
 /// as one batch.
 fn replay(machine: &mut StateMachine, log: &[Entry]) {
@@ -2359,7 +2955,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn machine_agrees_with_the_model_and_replays_identically(steps in steps(), cut in any::<Index>()) {
+    fn machine_agrees_with_the_model_and_replays_identically(
+        steps in steps(),
+        cut in any::<Index>(),
+        mid_delay in any::<bool>(),
+    ) {
         let mut run = Run::new();
         for (op, pose, gap) in &steps {
             run.step(op, pose, *gap);
@@ -2371,8 +2971,13 @@ proptest! {
 
         // A snapshot taken mid-way, restored and continued, ends in the same state as
         // the run that never stopped.
-        // A snapshot is taken between entries, never inside one.
-        let mut cut = cut.index(run.log.len() + 1);
+        // A snapshot is taken between entries, never inside one; half the time, in the
+        // middle of a delay if the run held a grant back, so that the restored machine
+        // must carry it and the rest of the log ends it.
+        let mut cut = match (mid_delay, run.held_back_cuts.is_empty()) {
+            (true, false) => run.held_back_cuts[cut.index(run.held_back_cuts.len())],
+            _ => cut.index(run.log.len() + 1),
+        };
         while cut > 0 && cut < run.log.len() && run.log[cut].index == run.log[cut - 1].index {
             cut += 1;
         }
@@ -2432,6 +3037,7 @@ fn the_generated_runs_reach_every_rule() {
         for (op, pose, gap) in &steps {
             let before = run.log.len();
             let tenants_before = run.model.tenants.clone();
+            let model_before = run.model.clone();
             run.step(op, pose, *gap);
             let Some(Entry { command: Some(command), response: Some(response), caller, .. }) = run.log.get(before)
             else {
@@ -2586,6 +3192,92 @@ fn the_generated_runs_reach_every_rule() {
                 }
                 _ => {}
             }
+            // Lock-delay.
+            let granted = |kind: ResourceKind| {
+                run.last_events
+                    .iter()
+                    .any(|event| matches!(event, Event::Granted { kind: granted, .. } if *granted == kind))
+            };
+            let delay_ended = run.last_events.iter().any(|event| matches!(event, Event::DelayEnded { .. }));
+            match (command, response) {
+                (
+                    Command::AcquireWithDelay { delay_ms, .. } | Command::SemAcquireWithDelay { delay_ms, .. },
+                    Response::Rejected(error),
+                ) if error.kind == ErrorKind::InvalidArgument && !delay_is_valid(*delay_ms) => {
+                    note("a lock-delay refused")
+                }
+                (Command::EndLockDelays { .. }, Response::Rejected(error)) => match error.kind {
+                    ErrorKind::PermissionDenied => note("an end of delays by a tenant"),
+                    ErrorKind::LimitExceeded => note("too many delays ended in one entry"),
+                    _ => {}
+                },
+                (Command::EndLockDelays { ended }, Response::LockDelaysEnded { ended: count }) => {
+                    if granted(ResourceKind::Lock) {
+                        note("a delay's end granted the lock to its first waiter");
+                    }
+                    if granted(ResourceKind::Semaphore) {
+                        note("a delay's end granted the permit to a waiter");
+                    }
+                    if delay_ended && !granted(ResourceKind::Lock) && !granted(ResourceKind::Semaphore) {
+                        note("a delay ended with nobody waiting");
+                    }
+                    if (*count as usize) < ended.len() && *count > 0 {
+                        note("an end of delays passed over a key");
+                    }
+                }
+                (
+                    Command::Acquire { wait: false, .. } | Command::AcquireWithDelay { wait: false, .. },
+                    Response::Acquire(AcquireOutcome::Busy { holder, .. }),
+                ) if !run.model.is_live(*holder) => note("a try-lock answered busy during a delay"),
+                (
+                    Command::Acquire { session, name, .. } | Command::AcquireWithDelay { session, name, .. },
+                    Response::Acquire(AcquireOutcome::Queued { .. }),
+                ) if run
+                    .model
+                    .tenant_of(*session)
+                    .and_then(|tenant| run.model.lock(tenant, name))
+                    .is_some_and(|lock| !run.model.is_live(lock.holder)) =>
+                {
+                    note("a wait queued behind a held-back lock")
+                }
+                (Command::RemoveTenant { .. }, Response::TenantRemoved { .. }) if delay_ended => {
+                    note("a removed tenant's delays ended")
+                }
+                (Command::CloseSession { session, .. }, Response::SessionClosed)
+                    if model_before.claim_delays.iter().any(|claim| {
+                        claim.session == *session
+                            && model_before.locks.iter().any(|lock| lock.holder == *session && lock.name == claim.name)
+                    }) =>
+                {
+                    note("a close handed a delayed lock on at once")
+                }
+                _ => {}
+            }
+            // The delay a wait asked for is the delay of the grant it becomes.
+            for event in &run.last_events {
+                if let Event::Granted { kind, name, session, .. } = event {
+                    if model_before.claim_delay_ms(*session, *kind, name) > 0
+                        && run.model.claim_delay_ms(*session, *kind, name) > 0
+                    {
+                        note("a delayed wait granted");
+                    }
+                }
+            }
+            if run.model.locks.iter().any(|lock| !run.model.is_live(lock.holder) && !lock.waiters.is_empty()) {
+                note("a held-back lock with waiters");
+            }
+            for semaphore in &run.model.semaphores {
+                let held_back = semaphore.holders.iter().filter(|holder| !run.model.is_live(holder.0)).count();
+                if held_back >= 2 {
+                    note("two permits of one semaphore held back at once");
+                }
+                if held_back > 0 {
+                    note("a held-back permit");
+                    if !semaphore.waiters.is_empty() {
+                        note("a held-back permit with waiters");
+                    }
+                }
+            }
             for semaphore in &run.model.semaphores {
                 if semaphore.holders.len() > semaphore.limit as usize {
                     note("semaphore over a lowered limit");
@@ -2613,6 +3305,15 @@ fn the_generated_runs_reach_every_rule() {
             if *kind == ResourceKind::Election && tokens.len() >= 3 {
                 *seen.entry("election led three times").or_default() += 1;
             }
+        }
+        // A cut the property test may snapshot at, with a delay the rest of the log ends.
+        let ends_after = |cut: usize| {
+            run.log[cut..]
+                .iter()
+                .any(|entry| matches!(entry.response, Some(Response::LockDelaysEnded { ended }) if ended > 0))
+        };
+        if run.held_back_cuts.iter().any(|cut| ends_after(*cut)) {
+            *seen.entry("a cut in the middle of a delay that the log ends later").or_default() += 1;
         }
     }
     let expected = [
@@ -2666,6 +3367,23 @@ fn the_generated_runs_reach_every_rule() {
         "a removed tenant's waits ended",
         "one lock name held in two namespaces",
         "holds over a lowered quota",
+        "a lock-delay refused",
+        "an end of delays by a tenant",
+        "too many delays ended in one entry",
+        "a delay's end granted the lock to its first waiter",
+        "a delay's end granted the permit to a waiter",
+        "a delay ended with nobody waiting",
+        "an end of delays passed over a key",
+        "a try-lock answered busy during a delay",
+        "a wait queued behind a held-back lock",
+        "a removed tenant's delays ended",
+        "a close handed a delayed lock on at once",
+        "a delayed wait granted",
+        "a held-back lock with waiters",
+        "a held-back permit",
+        "a held-back permit with waiters",
+        "two permits of one semaphore held back at once",
+        "a cut in the middle of a delay that the log ends later",
     ];
     for what in expected {
         assert!(seen.get(what).copied().unwrap_or(0) > 0, "never saw: {what}; saw {seen:?}");
@@ -2684,4 +3402,126 @@ fn the_grant_check_catches_two_grants_of_one_lock_in_one_entry() {
     let command = Command::Acquire { request: run.request(0), session, name: NAMES[0].to_owned(), wait: true };
     let granted = Event::Granted { kind: ResourceKind::Lock, name: NAMES[0].to_owned(), session, token: index };
     run.check_grants(index, &command, &before, &[granted.clone(), granted]);
+}
+
+/// Applies `command` from the cluster in an entry of its own, to the machine and the
+/// model, and returns the machine's answer and events.
+fn apply_next(run: &mut Run, command: Command) -> (Response, Vec<Event>) {
+    run.index += 1;
+    run.apply(run.index, Caller::Cluster, command, false);
+    (run.log.last().unwrap().response.clone().unwrap(), run.last_events.clone())
+}
+
+/// A restored snapshot carries the held-back grants, their waiters and their delays:
+/// the end of the delay then grants the lock to its first waiter and the permit to the
+/// semaphore's, as on the machine that never stopped. The permit of a holder without a
+/// delay, expired in the same entry, goes to the first waiter at once.
+#[test]
+fn a_snapshot_taken_in_the_middle_of_a_delay_restores_it_and_the_end_of_the_delay_grants_the_waiter() {
+    let mut run = Run::new();
+    for client in [0, 1, 2, 0] {
+        run.step(&Op::Create { client, tenant: 0, ttl: 10, long_client_name: false }, &Pose::Owner, 0);
+    }
+    let [holder, other, waiter, late] = run.created[..] else { panic!("four sessions: {:?}", run.created) };
+    let (lock, semaphore) = (NAMES[0].to_owned(), NAMES[1].to_owned());
+    let request = run.request(0);
+    let command =
+        Command::AcquireWithDelay { request, session: holder, name: lock.clone(), wait: true, delay_ms: 5_000 };
+    let (response, _) = apply_next(&mut run, command);
+    let Response::Acquire(AcquireOutcome::Granted { token: lock_token }) = response else {
+        panic!("the free lock is granted: {response:?}")
+    };
+    let request = run.request(2);
+    let (response, _) =
+        apply_next(&mut run, Command::Acquire { request, session: waiter, name: lock.clone(), wait: true });
+    assert_eq!(response, Response::Acquire(AcquireOutcome::Queued { position: 0 }));
+    // The semaphore is full and two wait: the holder's permit carries a delay, the
+    // other's none.
+    let request = run.request(0);
+    let command = Command::SemAcquireWithDelay {
+        request,
+        session: holder,
+        name: semaphore.clone(),
+        limit: 2,
+        wait: true,
+        delay_ms: 2_000,
+    };
+    apply_next(&mut run, command);
+    for (client, session) in [(1, other), (2, waiter), (0, late)] {
+        let request = run.request(client);
+        apply_next(&mut run, Command::SemAcquire { request, session, name: semaphore.clone(), limit: 2, wait: true });
+    }
+
+    let (_, events) = apply_next(&mut run, Command::ExpireSessions { sessions: vec![holder, other] });
+    let expiry = run.index;
+    let granted: Vec<&Event> = events.iter().filter(|event| matches!(event, Event::Granted { .. })).collect();
+    let permit =
+        Event::Granted { kind: ResourceKind::Semaphore, name: semaphore.clone(), session: waiter, token: expiry };
+    assert_eq!(granted, vec![&permit], "only the permit without a delay is handed on: {events:?}");
+    assert_eq!(run.machine.held_back_count(), 2);
+    let request = run.request(0);
+    let (response, _) =
+        apply_next(&mut run, Command::Acquire { request, session: late, name: lock.clone(), wait: false });
+    assert_eq!(response, Response::Acquire(AcquireOutcome::Busy { holder, token: lock_token }));
+    assert_eq!(run.machine.check_fence(ADMIN_TENANT, &lock, lock_token), FenceStatus::Superseded);
+
+    let bytes = run.machine.snapshot_into(Vec::new());
+    let mut restored = StateMachine::from_snapshot(&bytes).unwrap();
+    assert_eq!(restored, run.machine);
+    restored.check_invariants();
+    assert_eq!(restored.held_back_count(), 2);
+    let view = restored.describe_lock(ADMIN_TENANT, &lock).unwrap();
+    assert_eq!((view.holder.session, view.holder.lock_delay_ms), (holder, 5_000));
+    assert_eq!(view.holder.held_back_until_ms, Some(stamp_ms(expiry) + 5_000));
+    assert_eq!(view.waiters.iter().map(|w| w.session).collect::<Vec<_>>(), vec![waiter]);
+    let view = restored.describe_semaphore(ADMIN_TENANT, &semaphore).unwrap();
+    let holders: Vec<(SessionId, Option<u64>)> =
+        view.holders.iter().map(|holder| (holder.session, holder.held_back_until_ms)).collect();
+    assert_eq!(holders, vec![(holder, Some(stamp_ms(expiry) + 2_000)), (waiter, None)]);
+
+    // The leader's timers ran out; one of them twice.
+    let key = |kind, name: &str| DelayKey { tenant: ADMIN_TENANT, kind, name: name.to_owned(), session: holder };
+    let command = Command::EndLockDelays {
+        ended: vec![
+            key(ResourceKind::Lock, &lock),
+            key(ResourceKind::Semaphore, &semaphore),
+            key(ResourceKind::Lock, &lock),
+        ],
+    };
+    let index = run.index + 1;
+    let restored_answer = restored.apply(index, stamp_ms(index), &command);
+    let (response, events) = apply_next(&mut run, command);
+    assert_eq!(restored_answer, (response.clone(), events.clone()));
+    assert_eq!(restored, run.machine);
+    restored.check_invariants();
+    assert_eq!(response, Response::LockDelaysEnded { ended: 2 });
+    let expected = vec![
+        Event::DelayEnded { key: key(ResourceKind::Lock, &lock) },
+        Event::Granted { kind: ResourceKind::Lock, name: lock.clone(), session: waiter, token: index },
+        Event::DelayEnded { key: key(ResourceKind::Semaphore, &semaphore) },
+        Event::Granted { kind: ResourceKind::Semaphore, name: semaphore.clone(), session: late, token: index },
+    ];
+    assert_eq!(events, expected);
+    assert_eq!(restored.held_back_count(), 0);
+    assert_eq!(restored.check_fence(ADMIN_TENANT, &lock, index), FenceStatus::Current);
+}
+
+/// The model comparison must be able to fail: a machine that forgot a grant's delay
+/// hands the lock over at expiry, and the events of the expiry give it away.
+#[test]
+#[should_panic(expected = "the events of ExpireSessions")]
+fn the_model_comparison_catches_a_lock_handed_over_at_expiry_despite_its_delay() {
+    let mut run = Run::new();
+    for client in 0..2 {
+        run.step(&Op::Create { client, tenant: 0, ttl: 10, long_client_name: false }, &Pose::Owner, 0);
+    }
+    let [holder, waiter] = run.created[..] else { panic!("two sessions: {:?}", run.created) };
+    let request = run.request(0);
+    let command =
+        Command::AcquireWithDelay { request, session: holder, name: NAMES[0].to_owned(), wait: true, delay_ms: 1_000 };
+    apply_next(&mut run, command);
+    let request = run.request(1);
+    apply_next(&mut run, Command::Acquire { request, session: waiter, name: NAMES[0].to_owned(), wait: true });
+    run.machine.claim_delays.clear();
+    apply_next(&mut run, Command::ExpireSessions { sessions: vec![holder] });
 }
