@@ -11,6 +11,7 @@
 //!   rejects lower ones, served over TCP to worker processes.
 //! * `wait` — waiting on a condition with a deadline and a reason.
 //! * `grants` — locks the cluster tests take and check survived.
+//! * `lock_holder` — a `leasehold lock` process as a holder the tests kill.
 //! * `worker` — the worker process used by tests (`leasehold-jepsen worker …`).
 //! * `history` — invoke/ok/fail/info records with CLOCK_MONOTONIC timestamps.
 //! * `workload` — the workloads and their worker process
@@ -32,6 +33,7 @@ pub mod grants;
 pub mod harness;
 pub mod history;
 pub mod linearizability;
+pub mod lock_holder;
 pub mod nemesis;
 pub mod wait;
 pub mod worker;

@@ -3,7 +3,7 @@
 //! the leader dies, or every node restarts, while the lease runs out, and a new
 //! leader never calls a session alive whose expiry its predecessor committed.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use futures::channel::mpsc;
@@ -11,7 +11,8 @@ use futures::SinkExt;
 use leasehold::proto::lease::{extension_bound_ms, KEEPALIVES_PER_TTL};
 use leasehold::proto::leasehold_client::LeaseholdClient;
 use leasehold::proto::{self as pb};
-use leasehold_jepsen::cluster::{binary, ClusterOptions, TestCluster};
+use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
+use leasehold_jepsen::lock_holder::{kill_holder, start_lock_holder};
 use tonic::Code;
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(20);
@@ -26,33 +27,8 @@ const HANDOVER_MS: u64 = 500;
 /// `leasehold lock NAME --ttl 8s` running `sleep` as the holder, as a process of its
 /// own; returns it once its command runs (the lock is held).
 async fn start_holder(cluster: &TestCluster, name: &str, marker: &std::path::Path) -> Child {
-    let script = format!("echo $$ > {}; exec sleep 600", marker.display());
-    let holder = Command::new(binary("leasehold"))
-        .envs(cluster.client_env())
-        .env_remove("LEASEHOLD_REQUEST_TIMEOUT")
-        .args(["lock", name, "--ttl", &format!("{}s", TTL.as_secs()), "--", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start leasehold lock");
-    leasehold_jepsen::wait::until(Duration::from_secs(20), "the holder's command to start", || {
-        let text = std::fs::read_to_string(marker).unwrap_or_default();
-        async move { text.trim().parse::<i32>().ok() }
-    })
-    .await;
-    holder
-}
-
-/// Kills the holder (`leasehold lock`, kill -9) and its command; the moment it died.
-fn kill_holder(holder: &mut Child, marker: &std::path::Path) -> Instant {
-    let _ = holder.kill();
-    let died = Instant::now();
-    let _ = holder.wait();
-    if let Ok(pid) = std::fs::read_to_string(marker).unwrap_or_default().trim().parse::<i32>() {
-        // SAFETY: signalling the command this test started (through the holder).
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
-    died
+    let arguments = [name.to_string(), "--ttl".into(), format!("{}s", TTL.as_secs())];
+    start_lock_holder(cluster, &arguments, marker, "exec sleep 600").await
 }
 
 /// What the cluster suffers 5 s after the holder's death.

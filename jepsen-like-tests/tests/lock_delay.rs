@@ -4,12 +4,13 @@
 //! first waiter gets it when the delay ends; a clean exit hands the lock on at once;
 //! and a node's `--lock-delay-default` gives a delay to acquires that ask for none.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use leasehold::proto::lease::{extension_bound_ms, KEEPALIVES_PER_TTL};
 use leasehold::{Acquired, Client};
 use leasehold_jepsen::cluster::{binary, ClusterOptions, TestCluster};
+use leasehold_jepsen::lock_holder::{kill_holder, start_lock_holder};
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(20);
 const TTL: Duration = Duration::from_secs(2);
@@ -19,9 +20,8 @@ const ELECTION_MS: u64 = 600;
 /// The expiry's commit, the leader's scan for ended delays, the grant and its answer.
 const HANDOVER_MS: u64 = 500;
 
-/// `leasehold lock NAME --ttl 2s [--lock-delay 3s]` running `sh` as the holder;
-/// returns it once its command runs (the lock is held). `command` runs after the
-/// marker is written.
+/// `leasehold lock NAME --ttl 2s [--lock-delay 3s]` running `command` as the holder;
+/// returns it once its command runs (the lock is held).
 async fn start_holder(
     cluster: &TestCluster,
     name: &str,
@@ -29,37 +29,11 @@ async fn start_holder(
     marker: &std::path::Path,
     command: &str,
 ) -> Child {
-    let script = format!("echo $$ > {}; {command}", marker.display());
-    let mut arguments = vec!["lock".to_string(), name.to_string(), "--ttl".into(), format!("{}s", TTL.as_secs())];
+    let mut arguments = vec![name.to_string(), "--ttl".into(), format!("{}s", TTL.as_secs())];
     if let Some(delay) = lock_delay {
         arguments.extend(["--lock-delay".into(), format!("{}ms", delay.as_millis())]);
     }
-    arguments.extend(["--".into(), "sh".into(), "-c".into(), script]);
-    let holder = Command::new(binary("leasehold"))
-        .envs(cluster.client_env())
-        .args(&arguments)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start leasehold lock");
-    leasehold_jepsen::wait::until(Duration::from_secs(20), "the holder's command to start", || {
-        let text = std::fs::read_to_string(marker).unwrap_or_default();
-        async move { text.trim().parse::<i32>().ok() }
-    })
-    .await;
-    holder
-}
-
-/// Kills the holder (`leasehold lock`, kill -9) and its command; the moment it died.
-fn kill_holder(holder: &mut Child, marker: &std::path::Path) -> Instant {
-    let _ = holder.kill();
-    let died = Instant::now();
-    let _ = holder.wait();
-    if let Ok(pid) = std::fs::read_to_string(marker).unwrap_or_default().trim().parse::<i32>() {
-        // SAFETY: signalling the command this test started (through the holder).
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
-    died
+    start_lock_holder(cluster, &arguments, marker, command).await
 }
 
 /// A session of its own waiting for `name`; resolves to when it was granted.
