@@ -9,13 +9,22 @@
 #   bench/before-after.sh --before PATH/leasehold-server [--rounds 3] [--duration 10s]
 #                         [--warmup 2s] [--clients 64] [--contended-clients 16]
 #                         [--keepalive-clients 64] [--workloads lock-cycle,contended,keepalive]
-#                         [--keep]
+#                         [--lock-delay 5s] [--keep]
+#
+# --lock-delay adds a third cluster, "delayed": this checkout's server again, whose
+# clients acquire every lock and permit with that lock-delay (`leasehold-bench run
+# --lock-delay`), so the run also shows what a delay costs a lock cycle.
 #
 # A "before" binary from an older commit, without rebuilding RocksDB: copy the warm
 # target directory and build the commit in a worktree against the copy
 #   git worktree add /tmp/before COMMIT
 #   cp -a "$CARGO_TARGET_DIR" /tmp/before-target
-#   (cd /tmp/before && CARGO_TARGET_DIR=/tmp/before-target cargo build --release -p leasehold-server)
+#   (cd /tmp/before && find . -name '*.rs' -o -name '*.proto' | xargs touch &&
+#    CARGO_TARGET_DIR=/tmp/before-target cargo build --release --workspace --all-targets)
+# Build the whole workspace, as `leasehold_build` builds this side: a server built
+# with `-p leasehold-server` alone gets other dependency features and measured
+# 0.73-0.85 of the same code built so. The `touch` makes cargo see the older
+# sources as changed (the copied target directory is newer than them).
 set -euo pipefail
 
 BEFORE=""
@@ -27,6 +36,7 @@ CONTENDED_CLIENTS=16
 KEEPALIVE_CLIENTS=64
 WORKLOADS=lock-cycle,contended,keepalive
 KEEP=0
+LOCK_DELAY=""
 THREADS=$(( $(nproc) / 3 > 1 ? $(nproc) / 3 : 1 ))
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,7 +49,8 @@ while [ $# -gt 0 ]; do
     --keepalive-clients) KEEPALIVE_CLIENTS="$2"; shift 2 ;;
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --lock-delay) LOCK_DELAY="$2"; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "before-after.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -52,9 +63,11 @@ unset LEASEHOLD_ENDPOINTS LEASEHOLD_CA_FILE LEASEHOLD_TOKEN_FILE LEASEHOLD_TOKEN
 leasehold_build
 BENCH="$LEASEHOLD_BIN/leasehold-bench"
 CLI="$LEASEHOLD_BIN/leasehold"
-declare -A SERVER=([before]="$BEFORE" [after]="$LEASEHOLD_BIN/leasehold-server")
-declare -A CLIENT_PORTS=([before]=781 [after]=791)
-declare -A PEER_PORTS=([before]=782 [after]=792)
+declare -A SERVER=([before]="$BEFORE" [after]="$LEASEHOLD_BIN/leasehold-server" [delayed]="$LEASEHOLD_BIN/leasehold-server")
+declare -A CLIENT_PORTS=([before]=781 [after]=791 [delayed]=801)
+declare -A PEER_PORTS=([before]=782 [after]=792 [delayed]=802)
+SIDES=(before after)
+[ -n "$LOCK_DELAY" ] && SIDES+=(delayed)
 
 WORK="$(mktemp -d /tmp/leasehold-before-after.XXXXXX)"
 declare -A PID=()
@@ -73,7 +86,7 @@ for i in 1 2 3; do "$CLI" cert node "$CERTS" --id "$i" --host 127.0.0.1 >/dev/nu
 
 endpoints_of() { local c="${CLIENT_PORTS[$1]}"; echo "127.0.0.1:${c}1,127.0.0.1:${c}2,127.0.0.1:${c}3"; }
 pids_of() { echo "${PID[${1}1]},${PID[${1}2]},${PID[${1}3]}"; }
-for side in before after; do
+for side in "${SIDES[@]}"; do
   for port in 1 2 3; do
     for prefix in "${CLIENT_PORTS[$side]}" "${PEER_PORTS[$side]}"; do
       if timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$prefix$port" 2>/dev/null; then
@@ -95,7 +108,7 @@ for side in before after; do
     PID[$side$i]=$!
   done
 done
-for side in before after; do
+for side in "${SIDES[@]}"; do
   deadline=$((SECONDS + 60))
   until env LEASEHOLD_ENDPOINTS="$(endpoints_of "$side")" LEASEHOLD_CA_FILE="$CERTS/ca.pem" \
     LEASEHOLD_ADMIN_TOKEN_FILE="$CERTS/admin.token" "$CLI" status --json 2>/dev/null | grep -q '"state":"leader"'; do
@@ -110,8 +123,9 @@ done
 echo "before-after.sh: before = $BEFORE, after = ${SERVER[after]}; $ROUNDS rounds of $DURATION; $THREADS thread(s) per node"
 IFS=, read -r -a workloads <<<"$WORKLOADS"
 for round in $(seq 1 "$ROUNDS"); do
-  order=(before after)
-  [ $((round % 2)) -eq 0 ] && order=(after before)
+  # Each round starts with another side, so no side always runs on a cooler machine.
+  order=()
+  for k in "${!SIDES[@]}"; do order+=("${SIDES[$(((k + round - 1) % ${#SIDES[@]}))]}"); done
   for workload in "${workloads[@]}"; do
     case "$workload" in
       contended) clients="$CONTENDED_CLIENTS" ;;
@@ -119,16 +133,18 @@ for round in $(seq 1 "$ROUNDS"); do
       *) clients="$CLIENTS" ;;
     esac
     for side in "${order[@]}"; do
+      extra=()
+      [ "$side" = delayed ] && extra=(--lock-delay "$LOCK_DELAY")
       echo "== round $round: $workload on $side, $clients clients"
       env LEASEHOLD_CA_FILE="$CERTS/ca.pem" LEASEHOLD_TOKEN_FILE="$CERTS/$side.token" \
         "$BENCH" run --target leasehold --endpoints "$(endpoints_of "$side")" --workload "$workload" \
         --clients "$clients" --duration "$DURATION" --warmup "$WARMUP" --pids "$(pids_of "$side")" \
-        --label "round=$round" --json-out "$WORK/$side.jsonl" | grep -v '^{' ||
+        --label "round=$round" --json-out "$WORK/$side.jsonl" "${extra[@]}" | grep -v '^{' ||
         echo "before-after.sh: $workload on $side failed in round $round" >&2
     done
   done
 done
-for side in before after; do
+for side in "${SIDES[@]}"; do
   echo
   echo "Medians over $ROUNDS rounds, $side:"
   "$BENCH" summarize "$WORK/$side.jsonl"

@@ -22,6 +22,8 @@ pub struct LeaseholdWorker {
     session: Session,
     /// The back-to-back keepalive stream of the keepalive workload, opened on first use.
     keepalive: Option<KeepAliveStream>,
+    /// The lock-delay of every acquire (`--lock-delay`); None: the cluster's default.
+    lock_delay: Option<Duration>,
 }
 
 struct KeepAliveStream {
@@ -81,15 +83,19 @@ pub async fn add_tenant(
 }
 
 impl LeaseholdWorker {
-    pub async fn open(endpoints: &[String], ttl: Duration) -> anyhow::Result<LeaseholdWorker> {
+    pub async fn open(
+        endpoints: &[String],
+        ttl: Duration,
+        lock_delay: Option<Duration>,
+    ) -> anyhow::Result<LeaseholdWorker> {
         let client = client(endpoints)?;
         client.status_any().await.context("connect to Leasehold")?;
         let session = client.session(ttl).await.context("create a session")?;
-        Ok(LeaseholdWorker { endpoints: endpoints.to_vec(), session, keepalive: None })
+        Ok(LeaseholdWorker { endpoints: endpoints.to_vec(), session, keepalive: None, lock_delay })
     }
 
     pub async fn lock(&mut self, name: &str, wait: Duration) -> anyhow::Result<Option<LeaseholdHeld>> {
-        Ok(match self.session.acquire(name, wait).await? {
+        Ok(match self.session.acquire_with_delay(name, wait, self.lock_delay).await? {
             Acquired::Granted(guard) => Some(LeaseholdHeld::Lock(guard)),
             Acquired::NotAcquired(_) => None,
         })
@@ -101,7 +107,11 @@ impl LeaseholdWorker {
         limit: u32,
         wait: Duration,
     ) -> anyhow::Result<Option<LeaseholdHeld>> {
-        Ok(self.session.semaphore(name, limit).acquire_within(wait).await?.ok().map(LeaseholdHeld::Permit))
+        let mut semaphore = self.session.semaphore(name, limit);
+        if let Some(lock_delay) = self.lock_delay {
+            semaphore = semaphore.with_lock_delay(lock_delay);
+        }
+        Ok(semaphore.acquire_within(wait).await?.ok().map(LeaseholdHeld::Permit))
     }
 
     pub async fn release(&mut self, held: LeaseholdHeld) -> anyhow::Result<()> {

@@ -129,6 +129,11 @@ struct RunArguments {
     /// The shared semaphore's limit.
     #[arg(long, default_value_t = 4)]
     limit: u32,
+    /// Leasehold only: acquire every lock and permit with this lock-delay, to measure
+    /// its cost (a delay matters only when a session expires, which no workload here
+    /// lets happen).
+    #[arg(long, value_parser = parse_duration)]
+    lock_delay: Option<Duration>,
     /// When, after the warm-up, failover kills the leader (default: a third of --duration).
     #[arg(long, value_parser = parse_duration)]
     kill_after: Option<Duration>,
@@ -172,6 +177,7 @@ fn main() -> anyhow::Result<()> {
                 wait: run.wait,
                 operation_timeout: run.operation_timeout,
                 semaphore_limit: run.limit,
+                lock_delay: run.lock_delay,
                 kill_after: run.kill_after.unwrap_or(run.duration / 3),
                 label: run.label,
                 etcd_ca,

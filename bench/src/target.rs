@@ -68,7 +68,9 @@ impl TargetKind {
     pub async fn open_worker(self, settings: &Settings, index: usize) -> anyhow::Result<Worker> {
         let (endpoints, ttl) = (&settings.endpoints, settings.ttl);
         Ok(match self {
-            TargetKind::Leasehold => Worker::Leasehold(LeaseholdWorker::open(endpoints, ttl).await?),
+            TargetKind::Leasehold => {
+                Worker::Leasehold(LeaseholdWorker::open(endpoints, ttl, settings.lock_delay).await?)
+            }
             TargetKind::Etcd => Worker::Etcd(EtcdWorker::open(&settings.etcd_members(), index, ttl).await?),
             TargetKind::Redis => Worker::Redis(RedisWorker::open(endpoints, index, ttl).await?),
         })

@@ -65,6 +65,10 @@ pub struct Settings {
     /// Longest time one operation may take before it counts as an error.
     pub operation_timeout: Duration,
     pub semaphore_limit: u32,
+    /// Leasehold only: the lock-delay every lock and permit is acquired with (None:
+    /// the cluster's default for the name, none unless configured), to measure what
+    /// lock-delay costs a lock cycle.
+    pub lock_delay: Option<Duration>,
     /// When, after the warm-up, the failover workload kills the leader.
     pub kill_after: Duration,
     pub label: String,
