@@ -1,8 +1,9 @@
 //! Lock-delay on 3-node clusters of real processes: a `leasehold lock --lock-delay`
 //! holder killed with SIGKILL keeps its lock from everyone for the delay after its
-//! session expired, also when the Raft leader dies in the middle of the delay; the
-//! first waiter gets it when the delay ends; a clean exit hands the lock on at once;
-//! and a node's `--lock-delay-default` gives a delay to acquires that ask for none.
+//! session expired, also when the Raft leader dies, or every node restarts, in the
+//! middle of the delay (a restart runs it whole again); the first waiter gets it when
+//! the delay ends; a clean exit hands the lock on at once; and a node's
+//! `--lock-delay-default` gives a delay to acquires that ask for none.
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -152,6 +153,50 @@ async fn a_leader_killed_in_the_middle_of_a_delay_does_not_shorten_it() {
     let latest = latest_grant(1) + DELAY;
     assert!(after <= latest, "granted {after:?} after the death; the bound with a leader change is {latest:?}");
     eprintln!("lock-delay with a leader kill: granted {} ms after the holder's death", after.as_millis());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_restarted_in_the_middle_of_a_delay_runs_it_whole_again() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let name = "mail/statements";
+    let marker = tempfile::NamedTempFile::new().unwrap();
+    let mut holder = start_holder(&cluster, name, Some(DELAY), marker.path(), "exec sleep 600").await;
+    let client = cluster.client();
+    let waiter = start_waiter(&client, name).await;
+    let died = kill_holder(&mut holder, marker.path());
+    leasehold_jepsen::wait::until(Duration::from_secs(10), "the lock to enter its delay", || {
+        let client = client.clone();
+        async move {
+            let lock = client.describe_lock(name, false).await.ok()?;
+            lock.holder.filter(|holder| holder.delay_until_unix_ms > 0)
+        }
+    })
+    .await;
+    let nodes: Vec<u64> = cluster.nodes.keys().copied().collect();
+    for node in &nodes {
+        cluster.kill(*node);
+    }
+    let restarted = Instant::now();
+    for node in &nodes {
+        cluster.restart(*node);
+    }
+    let (granted, _) =
+        tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("the waiter is granted").expect("task");
+    let after = granted - died;
+    assert!(after >= earliest_grant(), "granted {after:?} after the holder's death: the restart shortened the delay");
+    // Every node armed the delay afresh when it applied the expiry again after its
+    // restart: the whole delay from then, and no more than a start and an election
+    // on top.
+    let since_restart = granted - restarted;
+    assert!(since_restart >= DELAY, "granted {since_restart:?} after the restart, before a whole delay");
+    let latest = DELAY + Duration::from_millis(2 * ELECTION_MS + HANDOVER_MS) + LEADER_DEADLINE;
+    assert!(since_restart <= latest, "granted {since_restart:?} after the restart; expected within {latest:?}");
+    eprintln!(
+        "lock-delay across a restart of every node: granted {} ms after the restart, {} ms after the death",
+        since_restart.as_millis(),
+        after.as_millis()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
