@@ -55,6 +55,34 @@ async fn start_waiter(client: &Client, name: &'static str) -> tokio::task::JoinH
     waiter
 }
 
+/// The holder of `name` once its lock is in its lock-delay (describe shows it).
+async fn wait_for_delay(client: &Client, name: &'static str) -> leasehold::proto::LockHolder {
+    leasehold_jepsen::wait::until(Duration::from_secs(10), "the lock to enter its delay", || {
+        let client = client.clone();
+        async move {
+            let lock = client.describe_lock(name, false).await.ok()?;
+            lock.holder.filter(|holder| holder.delay_until_unix_ms > 0)
+        }
+    })
+    .await
+}
+
+/// A `--lock-delay` holder of `name` with a waiter behind it, killed with SIGKILL;
+/// returns once the lock is in its delay, with the moment of the death and the
+/// waiter.
+async fn kill_holder_into_its_delay(
+    cluster: &TestCluster,
+    name: &'static str,
+) -> (Instant, tokio::task::JoinHandle<(Instant, u64)>) {
+    let marker = tempfile::NamedTempFile::new().unwrap();
+    let mut holder = start_holder(cluster, name, Some(DELAY), marker.path(), "exec sleep 600").await;
+    let client = cluster.client();
+    let waiter = start_waiter(&client, name).await;
+    let died = kill_holder(&mut holder, marker.path());
+    wait_for_delay(&client, name).await;
+    (died, waiter)
+}
+
 /// The earliest a correct cluster may grant a killed holder's delayed lock, after
 /// its death: its last keepalive was sent at most a keepalive interval before, its
 /// session lives at least a TTL after that, then the delay runs.
@@ -82,14 +110,7 @@ async fn a_killed_holders_lock_goes_to_nobody_for_its_delay_then_to_the_first_wa
     let waiter = start_waiter(&client, name).await;
 
     let died = kill_holder(&mut holder, marker.path());
-    let in_delay = leasehold_jepsen::wait::until(Duration::from_secs(10), "the lock to enter its delay", || {
-        let client = client.clone();
-        async move {
-            let lock = client.describe_lock(name, false).await.ok()?;
-            lock.holder.filter(|holder| holder.delay_until_unix_ms > 0)
-        }
-    })
-    .await;
+    let in_delay = wait_for_delay(&client, name).await;
     assert_eq!(in_delay.token, holder_token, "the expired grant is shown while its delay runs");
     let text = Command::new(binary("leasehold"))
         .envs(cluster.client_env())
@@ -127,20 +148,7 @@ async fn a_killed_holders_lock_goes_to_nobody_for_its_delay_then_to_the_first_wa
 async fn a_leader_killed_in_the_middle_of_a_delay_does_not_shorten_it() {
     let mut cluster = TestCluster::start(ClusterOptions::default());
     cluster.wait_for_leader(LEADER_DEADLINE).await;
-    let name = "mail/invoices";
-    let marker = tempfile::NamedTempFile::new().unwrap();
-    let mut holder = start_holder(&cluster, name, Some(DELAY), marker.path(), "exec sleep 600").await;
-    let client = cluster.client();
-    let waiter = start_waiter(&client, name).await;
-    let died = kill_holder(&mut holder, marker.path());
-    leasehold_jepsen::wait::until(Duration::from_secs(10), "the lock to enter its delay", || {
-        let client = client.clone();
-        async move {
-            let lock = client.describe_lock(name, false).await.ok()?;
-            lock.holder.filter(|holder| holder.delay_until_unix_ms > 0)
-        }
-    })
-    .await;
+    let (died, waiter) = kill_holder_into_its_delay(&cluster, "mail/invoices").await;
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
     cluster.kill(leader);
     let (granted, _) =
@@ -159,20 +167,7 @@ async fn a_leader_killed_in_the_middle_of_a_delay_does_not_shorten_it() {
 async fn every_node_restarted_in_the_middle_of_a_delay_runs_it_whole_again() {
     let mut cluster = TestCluster::start(ClusterOptions::default());
     cluster.wait_for_leader(LEADER_DEADLINE).await;
-    let name = "mail/statements";
-    let marker = tempfile::NamedTempFile::new().unwrap();
-    let mut holder = start_holder(&cluster, name, Some(DELAY), marker.path(), "exec sleep 600").await;
-    let client = cluster.client();
-    let waiter = start_waiter(&client, name).await;
-    let died = kill_holder(&mut holder, marker.path());
-    leasehold_jepsen::wait::until(Duration::from_secs(10), "the lock to enter its delay", || {
-        let client = client.clone();
-        async move {
-            let lock = client.describe_lock(name, false).await.ok()?;
-            lock.holder.filter(|holder| holder.delay_until_unix_ms > 0)
-        }
-    })
-    .await;
+    let (died, waiter) = kill_holder_into_its_delay(&cluster, "mail/statements").await;
     let nodes: Vec<u64> = cluster.nodes.keys().copied().collect();
     for node in &nodes {
         cluster.kill(*node);

@@ -23,7 +23,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::caller::TenantId;
-use super::error::{end_delays_batch_too_large, validate_lock_delay_ms};
+use super::error::end_delays_batch_too_large;
 use super::{CommandError, Event, ResourceKind, Response, SessionId, StateMachine, Token, COMMAND_LEVEL_LOCK_DELAY};
 use crate::machine::limits::LOCK_DELAYS_ENDED_PER_COMMAND_MAX;
 
@@ -190,11 +190,6 @@ impl StateMachine {
             }
             ResourceKind::Election => unreachable!("elections carry no delay"),
         }
-    }
-
-    /// Validates the delay of an acquire that asks for one.
-    pub(super) fn validate_delay(delay_ms: u64) -> Result<(), CommandError> {
-        validate_lock_delay_ms(delay_ms)
     }
 
     /// Every grant held back, in key order: the leader arms a timer for each when it

@@ -97,7 +97,7 @@ pub use limits::{QuotaChange, Quotas};
 pub use members::{ClusterRecord, Recorded};
 pub use tenant::{Tenant, Usage};
 
-use error::{request_id_reused, token_not_yet_applied};
+use error::{request_id_reused, token_not_yet_applied, validate_lock_delay_ms};
 use session::{push_compact, Answer, ClientName, Remembered, Role};
 use tenant::{Namespace, EMPTY_NAMESPACE};
 
@@ -727,10 +727,11 @@ impl StateMachine {
             Command::Acquire { request: _, session, name, wait } => {
                 self.acquire(index, stamp_ms, *session, name, *wait, 0, events).map(Response::Acquire)
             }
-            Command::AcquireWithDelay { request: _, session, name, wait, delay_ms } => Self::validate_delay(*delay_ms)
-                .and_then(|()| {
+            Command::AcquireWithDelay { request: _, session, name, wait, delay_ms } => {
+                validate_lock_delay_ms(*delay_ms).and_then(|()| {
                     self.acquire(index, stamp_ms, *session, name, *wait, *delay_ms, events).map(Response::Acquire)
-                }),
+                })
+            }
             Command::CancelWait { request: _, session, name } => {
                 self.cancel_wait(*session, name, events).map(Response::WaitCancelled)
             }
@@ -741,7 +742,7 @@ impl StateMachine {
                 self.sem_acquire(index, stamp_ms, *session, name, *limit, *wait, 0, events).map(Response::SemAcquire)
             }
             Command::SemAcquireWithDelay { request: _, session, name, limit, wait, delay_ms } => {
-                Self::validate_delay(*delay_ms).and_then(|()| {
+                validate_lock_delay_ms(*delay_ms).and_then(|()| {
                     self.sem_acquire(index, stamp_ms, *session, name, *limit, *wait, *delay_ms, events)
                         .map(Response::SemAcquire)
                 })
