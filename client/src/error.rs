@@ -94,7 +94,8 @@ impl Error {
             | ErrorReason::ClockKnobOff
             | ErrorReason::WrongCluster
             | ErrorReason::StaleIncarnation
-            | ErrorReason::MembersTooOld => Error::Refused(message),
+            | ErrorReason::MembersTooOld
+            | ErrorReason::BuildTooOld => Error::Refused(message),
             ErrorReason::NotLeader
             | ErrorReason::ShuttingDown
             | ErrorReason::CommitUncertain

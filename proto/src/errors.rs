@@ -49,7 +49,8 @@ impl ErrorReason {
             | ErrorReason::ClockKnobOff
             | ErrorReason::WrongCluster
             | ErrorReason::StaleIncarnation
-            | ErrorReason::MembersTooOld => Code::FailedPrecondition,
+            | ErrorReason::MembersTooOld
+            | ErrorReason::BuildTooOld => Code::FailedPrecondition,
             ErrorReason::NotLeader
             | ErrorReason::ShuttingDown
             | ErrorReason::CommitUncertain

@@ -20,7 +20,10 @@ Exit codes:
   4    the cluster knows this node as another incarnation: its data directory was
        wiped or replaced; replace the node (README, \"Replacing a node\")
   5    Raft stopped on a fatal error (a failed write or fsync: a full or failing disk)
-  134  a panic: a broken invariant stopped the process";
+  6    this build is older than what the cluster's log (or the data directory's) uses:
+       upgrade this node (README, \"Upgrading\")
+  134  a panic: a broken invariant stopped the process (a panic while applying names
+       the log entry)";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -188,13 +191,15 @@ async fn run(config: Config) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use leasehold_server::node::running_node::{EXIT_DATA_DIRECTORY_REFUSED, EXIT_RAFT_FATAL};
-    use leasehold_server::raft::incarnations::EXIT_STALE_INCARNATION;
+    use leasehold_server::raft::incarnations::{EXIT_BUILD_TOO_OLD, EXIT_STALE_INCARNATION};
 
     use super::EXIT_CODES;
 
     #[test]
     fn the_help_lists_every_exit_code_the_node_uses() {
-        for code in [i32::from(EXIT_DATA_DIRECTORY_REFUSED), EXIT_STALE_INCARNATION, EXIT_RAFT_FATAL] {
+        for code in
+            [i32::from(EXIT_DATA_DIRECTORY_REFUSED), EXIT_STALE_INCARNATION, EXIT_RAFT_FATAL, EXIT_BUILD_TOO_OLD]
+        {
             assert!(EXIT_CODES.contains(&format!("\n  {code}    ")), "exit code {code} is missing:\n{EXIT_CODES}");
         }
     }

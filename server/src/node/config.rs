@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::machine::limits::{LOCK_DELAY_MS_MAX, LOCK_NAME_BYTES_MAX};
+use crate::machine::COMMAND_LEVEL;
 use crate::raft::types::{Node, NodeId, MEMBERS_MAX};
 use crate::shell::credentials::read_admin_token;
 use crate::shell::tls::{ClientCertificates, PeerClientTls, ServerTls, TlsFiles};
@@ -160,6 +161,17 @@ pub struct RawConfig {
     #[arg(long, hide = true)]
     #[serde(default)]
     pub test_full_ttl_restart: bool,
+    /// Speaks for a build that knows command levels up to N only (below this build's
+    /// `COMMAND_LEVEL`): what an older build does when the cluster's log is newer. For
+    /// the tests of that refusal; never in production.
+    #[arg(long, hide = true, value_name = "N")]
+    #[serde(default)]
+    pub test_command_level: Option<u32>,
+    /// Panics while applying an acquire of the lock NAME: a deterministic bug in
+    /// apply, for the tests of what a node does then; never in production.
+    #[arg(long, hide = true, value_name = "NAME")]
+    #[serde(default)]
+    pub test_panic_on_lock: Option<String>,
     /// The lock-delay of locks and semaphore permits whose name starts with PREFIX,
     /// for acquires that do not ask for one (`PREFIX=MS`, repeated; the longest
     /// matching prefix wins; 0 is none; at most LOCK_DELAY_MS_MAX = 60000). After a
@@ -200,6 +212,8 @@ impl RawConfig {
             new_incarnation: self.new_incarnation || file.new_incarnation,
             test_accept_any_incarnation: self.test_accept_any_incarnation || file.test_accept_any_incarnation,
             test_full_ttl_restart: self.test_full_ttl_restart || file.test_full_ttl_restart,
+            test_command_level: self.test_command_level.or(file.test_command_level),
+            test_panic_on_lock: self.test_panic_on_lock.or(file.test_panic_on_lock),
             lock_delay_defaults: if self.lock_delay_defaults.is_empty() {
                 file.lock_delay_defaults
             } else {
@@ -244,6 +258,10 @@ pub struct Config {
     pub new_incarnation: bool,
     pub test_accept_any_incarnation: bool,
     pub test_full_ttl_restart: bool,
+    /// The command level this node speaks for: `COMMAND_LEVEL` unless
+    /// --test-command-level says lower.
+    pub command_level: u32,
+    pub test_panic_on_lock: Option<String>,
     /// Lock-delays by name prefix, for acquires that ask for none (see
     /// `api::lock_delay`).
     pub lock_delay_defaults: Vec<(String, u64)>,
@@ -511,6 +529,16 @@ impl Config {
             ));
         }
 
+        let command_level = match raw.test_command_level {
+            None => COMMAND_LEVEL,
+            Some(level) if level <= COMMAND_LEVEL => level,
+            Some(level) => {
+                return fail(format!(
+                    "--test-command-level {level} is above this build's command level {COMMAND_LEVEL}"
+                ))
+            }
+        };
+
         Ok(Config {
             node_id,
             client_addr,
@@ -534,6 +562,8 @@ impl Config {
             new_incarnation: raw.new_incarnation,
             test_accept_any_incarnation: raw.test_accept_any_incarnation,
             test_full_ttl_restart: raw.test_full_ttl_restart,
+            command_level,
+            test_panic_on_lock: raw.test_panic_on_lock,
             lock_delay_defaults: lock_delay_defaults(&raw.lock_delay_defaults)?,
         })
     }

@@ -31,7 +31,9 @@ use crate::machine::Command;
 use crate::node::config::{Config, Transport};
 use crate::node::data_dir::{self, Claim};
 use crate::node::metrics;
-use crate::raft::incarnations::{Incarnations, COMMAND_LEVEL_CHECKPOINT};
+use crate::raft::incarnations::{
+    too_old_message, Incarnations, COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, EXIT_BUILD_TOO_OLD,
+};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{Network, PEER_MESSAGE_BYTES_MAX};
 use crate::raft::peer_service::{PeerService, Takeover};
@@ -56,6 +58,10 @@ pub enum StartError {
     /// not Leasehold's, corrupt, in another format, or not empty with --new-incarnation.
     #[error("{0}")]
     DataDirectory(String),
+    /// The data directory's log used commands this build cannot apply; it is left as
+    /// it was for a newer build.
+    #[error("{0}")]
+    BuildTooOld(String),
 }
 
 /// The exit code of a node whose data directory was refused at start.
@@ -66,6 +72,7 @@ impl StartError {
         match self {
             StartError::Failed(_) => 1,
             StartError::DataDirectory(_) => EXIT_DATA_DIRECTORY_REFUSED,
+            StartError::BuildTooOld(_) => EXIT_BUILD_TOO_OLD as u8,
         }
     }
 }
@@ -133,12 +140,31 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
             )));
         }
     }
+    let log_level = *shared.log_command_level.borrow();
+    if log_level > config.command_level {
+        return Err(StartError::BuildTooOld(format!(
+            "data directory {}: {}",
+            config.data_dir.display(),
+            too_old_message(log_level, config.command_level, "its log")
+        )));
+    }
+    if let Some(name) = &config.test_panic_on_lock {
+        tracing::warn!(name, "--test-panic-on-lock: applying an acquire of this lock panics");
+        let _ = shared.test_panic_on_lock.set(name.clone());
+    }
     let incarnations = Incarnations::new(
         config.node_id,
         identity.incarnation(),
         shared.cluster_record.subscribe(),
         shared.applied_index.subscribe(),
+        shared.log_command_level.subscribe(),
     );
+    let incarnations = if config.command_level < COMMAND_LEVEL {
+        tracing::warn!(level = config.command_level, "--test-command-level: speaking for an older build");
+        incarnations.at_level(config.command_level)
+    } else {
+        incarnations
+    };
     let incarnations = if config.test_accept_any_incarnation {
         tracing::warn!(
             "--test-accept-any-incarnation: a node whose data directory was wiped counts as the member it was"

@@ -52,6 +52,10 @@ pub const RECORD_HEADER: &str = "leasehold-record";
 pub const CLUSTER_ID_HEADER: &str = "leasehold-cluster-id";
 /// The newest set of commands the sender's build can apply (`COMMAND_LEVEL`).
 pub const COMMAND_LEVEL_HEADER: &str = "leasehold-command-level";
+/// The highest command level the sender's applied log used: a node whose build is
+/// below it cannot apply that log, and stops (`EXIT_BUILD_TOO_OLD`) instead of
+/// failing on the first entry it cannot read.
+pub const LOG_COMMAND_LEVEL_HEADER: &str = "leasehold-log-command-level";
 
 pub use crate::machine::{
     COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_LOCK_DELAY, COMMAND_LEVEL_RECORD_MEMBER,
@@ -59,6 +63,8 @@ pub use crate::machine::{
 
 /// The exit code of a node that found the cluster knows it as another incarnation.
 pub const EXIT_STALE_INCARNATION: i32 = 4;
+/// The exit code of a node whose build is older than what the cluster's log used.
+pub const EXIT_BUILD_TOO_OLD: i32 = 6;
 
 /// This node's incarnation and the applied record, shared by the network (answers it
 /// receives), the peer service (messages it receives) and the recorder task.
@@ -67,6 +73,11 @@ pub struct Incarnations {
     incarnation: u64,
     record: watch::Receiver<Arc<ClusterRecord>>,
     applied_index: watch::Receiver<u64>,
+    /// The highest command level this node's applied log used.
+    log_level: watch::Receiver<u32>,
+    /// The command level of this node's build: `COMMAND_LEVEL`, or lower with
+    /// --test-command-level.
+    level: u32,
     /// Set once Raft is running: this node's last log index decides whether a peer's
     /// record may be newer than what this node knows.
     raft: OnceLock<Raft>,
@@ -83,6 +94,8 @@ pub struct Incarnations {
     refusals: LogLimiter,
     /// False only with --test-accept-any-incarnation: nothing is refused or stopped.
     checked: bool,
+    /// Set once this node refused a log it cannot apply: it is stopping.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Incarnations {
@@ -91,18 +104,22 @@ impl Incarnations {
         incarnation: u64,
         record: watch::Receiver<Arc<ClusterRecord>>,
         applied_index: watch::Receiver<u64>,
+        log_level: watch::Receiver<u32>,
     ) -> Arc<Incarnations> {
         Arc::new(Incarnations {
             node_id,
             incarnation,
             record,
             applied_index,
+            log_level,
+            level: COMMAND_LEVEL,
             raft: OnceLock::new(),
             heard: Mutex::new(BTreeMap::new()),
             heard_changed: Notify::new(),
             speaks: Mutex::new(BTreeMap::new()),
             refusals: LogLimiter::new(Duration::from_secs(1)),
             checked: true,
+            stopping: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -112,6 +129,18 @@ impl Incarnations {
         let mut incarnations = Arc::into_inner(self).expect("not shared yet");
         incarnations.checked = false;
         Arc::new(incarnations)
+    }
+
+    /// The same, speaking for a build at command `level` (--test-command-level): what
+    /// an older build does, for the tests of the refusal.
+    pub fn at_level(self: Arc<Incarnations>, level: u32) -> Arc<Incarnations> {
+        let mut incarnations = Arc::into_inner(self).expect("not shared yet");
+        incarnations.level = level;
+        Arc::new(incarnations)
+    }
+
+    pub fn level(&self) -> u32 {
+        self.level
     }
 
     pub fn set_raft(&self, raft: Raft) {
@@ -151,7 +180,8 @@ impl Incarnations {
     pub fn stamp_request(&self, target: NodeId, metadata: &mut MetadataMap) {
         let record = self.record.borrow();
         metadata.insert(MEMBER_HEADER, self.member_header(&record));
-        metadata.insert(COMMAND_LEVEL_HEADER, MetadataValue::from(COMMAND_LEVEL));
+        metadata.insert(COMMAND_LEVEL_HEADER, MetadataValue::from(self.level));
+        metadata.insert(LOG_COMMAND_LEVEL_HEADER, MetadataValue::from(*self.log_level.borrow()));
         if let Some(cluster_id) = record.cluster_id {
             metadata.insert(CLUSTER_ID_HEADER, header(format!("{cluster_id:032x}")));
         }
@@ -168,7 +198,7 @@ impl Incarnations {
     pub fn stamp_answer(&self, metadata: &mut MetadataMap) {
         let record = self.record.borrow();
         metadata.insert(MEMBER_HEADER, self.member_header(&record));
-        metadata.insert(COMMAND_LEVEL_HEADER, MetadataValue::from(COMMAND_LEVEL));
+        metadata.insert(COMMAND_LEVEL_HEADER, MetadataValue::from(self.level));
     }
 
     /// Checks a Raft message from `sender` (the node it says it comes from, which the
@@ -176,6 +206,10 @@ impl Incarnations {
     /// of this node (which may stop this node), and the sender's incarnation.
     pub fn check_request(&self, metadata: &MetadataMap, rpc: &str, sender: NodeId) -> Result<(), Status> {
         self.note_speaker(sender, metadata);
+        let log_level = number_header(metadata, LOG_COMMAND_LEVEL_HEADER).unwrap_or(0);
+        if log_level > self.level {
+            return Err(self.refuse_too_old(sender, log_level, rpc));
+        }
         let record = self.record();
         if !self.checked {
             if let Some((node, incarnation, _)) = text(metadata, MEMBER_HEADER).and_then(parse_member) {
@@ -282,6 +316,9 @@ impl Incarnations {
     /// A peer refused this node's message: if for this node's incarnation, and the
     /// peer's record is at least as new as this node's, this node stops.
     pub fn on_refusal(&self, status: &Status) {
+        if error_reason(status) == Some(ErrorReason::BuildTooOld) && self.refusals.allow() {
+            tracing::warn!(refusal = status.message(), "a member runs a build too old for this log");
+        }
         if !self.checked || error_reason(status) != Some(ErrorReason::StaleIncarnation) {
             return;
         }
@@ -363,18 +400,18 @@ impl Incarnations {
     /// `level` or above: only then may the leader propose a command of that level.
     /// A member other than this node not heard at `level` or above, if any.
     pub fn member_below(&self, level: u32, members: &[NodeId]) -> Option<NodeId> {
-        let speakers = self.speaks.lock().unwrap();
-        members
-            .iter()
-            .copied()
-            .find(|member| *member != self.node_id && !speakers.get(member).is_some_and(|heard| *heard >= level))
+        members.iter().copied().find(|member| !self.member_at(level, *member))
     }
 
     pub fn every_member_at(&self, level: u32, members: &[NodeId]) -> bool {
-        let speakers = self.speaks.lock().unwrap();
-        members
-            .iter()
-            .all(|member| *member == self.node_id || speakers.get(member).is_some_and(|heard| *heard >= level))
+        members.iter().all(|member| self.member_at(level, *member))
+    }
+
+    fn member_at(&self, level: u32, member: NodeId) -> bool {
+        if member == self.node_id {
+            return self.level >= level;
+        }
+        self.speaks.lock().unwrap().get(&member).is_some_and(|heard| *heard >= level)
     }
 }
 
@@ -384,11 +421,44 @@ fn command_level(metadata: &MetadataMap) -> u32 {
     if metadata.get(MEMBER_HEADER).is_none() {
         return 0;
     }
-    metadata
-        .get(COMMAND_LEVEL_HEADER)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(COMMAND_LEVEL_RECORD_MEMBER)
+    number_header(metadata, COMMAND_LEVEL_HEADER).unwrap_or(COMMAND_LEVEL_RECORD_MEMBER)
+}
+
+fn number_header(metadata: &MetadataMap, key: &str) -> Option<u32> {
+    text(metadata, key).and_then(|value| value.parse().ok())
+}
+
+/// What a node whose build is at command `level` says when its log, or a peer's,
+/// used `log_level`: it cannot apply that log, so it stops.
+pub fn too_old_message(log_level: u32, level: u32, whose: &str) -> String {
+    format!(
+        "{whose} already uses command level {log_level}, and this build of leasehold-server ({}) knows command \
+         levels up to {level}: it cannot apply that log. Upgrade this node to a build at least as new as the rest \
+         of the cluster and start it again on the same data directory, which is as it was (README, \"Upgrading\")",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+impl Incarnations {
+    /// A peer's log used commands this build cannot apply: the message is refused
+    /// with `BUILD_TOO_OLD`, and the process stops once the refusal had a moment to
+    /// reach the sender (whose log then says which node is too old).
+    fn refuse_too_old(&self, sender: NodeId, log_level: u32, rpc: &str) -> Status {
+        let message = too_old_message(log_level, self.level, &format!("the log of node {sender} ({rpc})"));
+        if !self.stopping.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            tracing::error!(sender, log_level, level = self.level, "build too old for the cluster's log: stopping");
+            eprintln!("leasehold-server: {message} (exit code {EXIT_BUILD_TOO_OLD})");
+            std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                std::process::exit(EXIT_BUILD_TOO_OLD);
+            });
+        }
+        error_status(
+            ErrorReason::BuildTooOld,
+            format!("{rpc} refused by node {}: {message}", self.node_id),
+            &[("log_command_level", log_level.to_string()), ("command_level", self.level.to_string())],
+        )
+    }
 }
 
 /// Stops the process: the cluster knows this node as another incarnation.
@@ -441,7 +511,7 @@ mod tests {
     fn incarnations(record: ClusterRecord) -> Arc<Incarnations> {
         let (_, record) = watch::channel(Arc::new(record));
         let (_, applied) = watch::channel(40);
-        Incarnations::new(1, 11, record, applied)
+        Incarnations::new(1, 11, record, applied, watch::channel(COMMAND_LEVEL).1)
     }
 
     fn member(node: NodeId, incarnation: u64, index: u64) -> MetadataMap {

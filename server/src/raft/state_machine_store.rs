@@ -7,7 +7,7 @@
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder, StorageIOError};
@@ -15,7 +15,9 @@ use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::machine::{ClusterRecord, DelayKey, Event, Response, SessionId, StateMachine, WaitFailure};
+use crate::machine::{
+    ClusterRecord, Command, DelayKey, Event, Response, SessionId, StateMachine, Submission, WaitFailure,
+};
 use crate::raft::applier::Applier;
 use crate::raft::codec;
 use crate::raft::quiet_deadlines::QuietDeadlines;
@@ -86,6 +88,11 @@ pub struct Shared {
     /// The cluster's id and its members' incarnations as last applied, for the peer
     /// messages' checks (a copy, changed only when the record changes).
     pub cluster_record: watch::Sender<Arc<ClusterRecord>>,
+    /// The highest command level the applied log used, for the peer messages (a
+    /// build below it cannot apply this log).
+    pub log_command_level: watch::Sender<u32>,
+    /// --test-panic-on-lock: the lock whose acquire panics when applied.
+    pub test_panic_on_lock: OnceLock<String>,
     /// This node's record of the deadlines the checkpoints it applied gave.
     pub quiet_deadlines: QuietDeadlines,
     /// When each held-back grant's lock-delay ends on this node's clock.
@@ -103,6 +110,12 @@ impl Shared {
             }
             changed
         });
+        self.publish_command_level();
+    }
+
+    fn publish_command_level(&self) {
+        let level = self.applied.read().unwrap().machine.command_level();
+        self.log_command_level.send_if_modified(|published| std::mem::replace(published, level) != level);
     }
 
     /// Every held-back grant with its whole delay, for arming the timers afresh.
@@ -198,6 +211,7 @@ impl StateMachineStore {
         quiet_deadlines.retain(applied.last_applied.map(|log_id| log_id.index).unwrap_or(0), &checkpoints);
         let ttls = Shared::session_ttls(&applied.machine, &quiet_deadlines);
         let applied_record = applied.machine.cluster_record().clone();
+        let log_command_level = applied.machine.command_level();
         let deadlines = applier.run_blocking(move || {
             deadlines.restart_all(ttls);
             deadlines
@@ -214,6 +228,8 @@ impl StateMachineStore {
             credentials: Credentials::default(),
             state_bytes: AtomicU64::new(0),
             cluster_record: watch::Sender::new(Arc::new(applied_record.clone())),
+            log_command_level: watch::Sender::new(log_command_level),
+            test_panic_on_lock: OnceLock::new(),
             quiet_deadlines,
             lock_delays,
         });
@@ -311,6 +327,7 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
         let mut applied = shared.applied.write().unwrap();
         for entry in entries {
             let index = entry.log_id.index;
+            fail_stop::applying(Some((index, entry.log_id.leader_id.term)));
             applied.last_applied = Some(entry.log_id);
             match &entry.payload {
                 EntryPayload::Blank => {
@@ -325,6 +342,9 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
                     responses.push(Vec::new());
                 }
                 EntryPayload::Normal(proposal) => {
+                    if let Some(name) = shared.test_panic_on_lock.get() {
+                        panic_on_lock(name, &proposal.commands);
+                    }
                     let results = applied.machine.apply_batch(index, proposal.stamp_ms, &proposal.commands);
                     let mut entry_responses = Vec::with_capacity(results.len());
                     for (response, entry_events) in results {
@@ -353,6 +373,7 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
             applied.machine.last_applied(),
             "the applied log id and the machine's last applied index disagree"
         );
+        fail_stop::applying(None);
         last_index = applied.last_applied.map(|log_id| log_id.index).unwrap_or(0);
         shared.state_bytes.store(applied.machine.bytes_total(), Ordering::Relaxed);
     }
@@ -376,8 +397,18 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
     }
     if record_changed {
         shared.publish_cluster_record();
+    } else {
+        shared.publish_command_level();
     }
     AppliedRun { responses, events, last_index }
+}
+
+/// --test-panic-on-lock: a deterministic bug in apply, hit by an acquire of `name`.
+fn panic_on_lock(name: &str, submissions: &[Submission]) {
+    let hit = |submission: &Submission| matches!(&submission.command, Command::Acquire { name: acquired, .. } if acquired == name);
+    if submissions.iter().any(hit) {
+        panic!("--test-panic-on-lock: applying an acquire of {name}");
+    }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachineStore {

@@ -9,6 +9,12 @@
 //!
 //! Code that expects a panic and handles it (checking a snapshot's invariants before
 //! it is used, to refuse it with a reason) runs that code inside `catching`.
+//!
+//! A panic while an entry is applied names the entry (`applying`). Such a panic is
+//! deterministic: every replica applies the same committed entries in the same
+//! order, so each one stops at the same index. Nothing of the entry was written (the
+//! applied state is persisted only by snapshots, which are built between batches),
+//! so the data directory holds the entry, unapplied, for a build with the bug fixed.
 
 use std::any::Any;
 use std::cell::Cell;
@@ -17,6 +23,13 @@ use std::panic::{self, AssertUnwindSafe};
 thread_local! {
     /// Whether this thread is inside `catching`.
     static CATCHING: Cell<bool> = const { Cell::new(false) };
+    /// The (index, term) of the log entry this thread is applying, if any.
+    static APPLYING: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+}
+
+/// Marks the log entry (index, term) this thread applies from now on, or none.
+pub fn applying(entry: Option<(u64, u64)>) {
+    APPLYING.with(|applying| applying.set(entry));
 }
 
 /// Makes any panic outside `catching` stop the process (SIGABRT), after the default
@@ -31,8 +44,18 @@ pub fn install() {
         let thread = std::thread::current();
         let thread = thread.name().unwrap_or("unnamed");
         let location = info.location().map(ToString::to_string).unwrap_or_default();
-        tracing::error!(thread, %location, panic = %payload_text(info.payload()), "a panic: stopping the node");
-        eprintln!("leasehold-server: a panic on thread {thread} at {location}: stopping the node (fail-stop)");
+        let panic = payload_text(info.payload());
+        if let Some((index, term)) = APPLYING.with(Cell::get) {
+            tracing::error!(thread, %location, %panic, index, term, "a panic while applying a log entry: stopping");
+            eprintln!(
+                "leasehold-server: a panic while applying the log entry at index {index} (term {term}) at {location}: \
+                 {panic}; stopping the node (fail-stop). Every replica stops at this entry; the data directory holds \
+                 it unapplied: restart with a build that fixes the bug"
+            );
+        } else {
+            tracing::error!(thread, %location, %panic, "a panic: stopping the node");
+            eprintln!("leasehold-server: a panic on thread {thread} at {location}: stopping the node (fail-stop)");
+        }
         std::process::abort();
     }));
 }
@@ -72,7 +95,11 @@ mod tests {
         install();
         let caught = catching(|| -> u32 { panic!("an expected panic") });
         println!("caught: {}", caught.unwrap_err());
-        let worker = std::thread::Builder::new().name("applier".into()).spawn(|| panic!("a broken invariant"));
+        let worker = std::thread::Builder::new().name("applier".into()).spawn(|| {
+            applying(Some((17, 3)));
+            applying(None);
+            panic!("a broken invariant")
+        });
         let _ = worker.unwrap().join();
         println!("still running after the panic");
     }
@@ -91,6 +118,30 @@ mod tests {
         assert!(!stdout.contains("still running"), "{stdout}");
         assert!(stderr.contains("a panic on thread applier"), "{stderr}");
         assert!(stderr.contains("a broken invariant"), "the default message is kept: {stderr}");
+    }
+
+    /// Run by `a_panic_in_apply_names_the_entry` in a process of its own.
+    #[test]
+    fn fail_stop_apply_child_process() {
+        if std::env::var_os(CHILD).is_none() {
+            return;
+        }
+        install();
+        applying(Some((42, 7)));
+        panic!("a deterministic bug");
+    }
+
+    #[test]
+    fn a_panic_in_apply_names_the_entry() {
+        let output = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "shell::fail_stop::tests::fail_stop_apply_child_process", "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.signal(), Some(libc::SIGABRT), "{}\n{stderr}", output.status);
+        assert!(stderr.contains("applying the log entry at index 42 (term 7)"), "{stderr}");
+        assert!(stderr.contains("a deterministic bug"), "{stderr}");
     }
 
     #[test]
