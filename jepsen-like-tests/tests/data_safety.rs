@@ -3,6 +3,7 @@
 //! corrupt log is refused instead of silently cut short, and the documented
 //! procedure brings such a node back.
 
+use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -408,4 +409,142 @@ async fn a_restored_cluster_keeps_the_saved_locks_and_fences_above_every_old_tok
     // A restore never touches a directory that holds data.
     let again = restore_node(&new, 1, &file);
     assert_eq!(again.status.code(), Some(EXIT_DATA_DIRECTORY_REFUSED), "{}", String::from_utf8_lossy(&again.stderr));
+}
+
+/// The exit code of a node whose build is older than what the cluster's log used.
+const EXIT_BUILD_TOO_OLD: i32 = 6;
+/// A panic (SIGABRT): the code of a node that hit a broken invariant.
+const EXIT_PANIC: i32 = 134;
+/// How long a learner that acknowledges nothing is waited for before `member add`
+/// refuses to promote it (10 s), with room for the refusal's commit.
+const PROMOTION_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A node that speaks for an older build (`--test-command-level 2`, below lock-delay's
+/// level 3) on a cluster whose log used lock-delay: restarted on its own data
+/// directory it refuses that log at start; joining as a new incarnation it refuses
+/// the leader's first message, and `member add` leaves it a learner. Both times it
+/// exits with the documented code and says to upgrade; started again as the current
+/// build, it catches up with every grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_older_than_the_log_refuses_it_and_joins_once_upgraded() {
+    let options = ClusterOptions { snapshot_every_entries: Some(20), ..ClusterOptions::default() };
+    let mut cluster = TestCluster::start(options);
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let leader = wait_recorded(&cluster, 3).await;
+    let client = cluster.client();
+    let session = client.session(SESSION_TTL).await.expect("session");
+    let delayed = session
+        .acquire_with_delay("older/delayed", Duration::ZERO, Some(Duration::from_secs(1)))
+        .await
+        .expect("acquire with a lock-delay")
+        .granted()
+        .expect("the lock is free");
+    let mut grants = vec![("older/delayed".to_string(), delayed.detach())];
+    grants.extend(take_locks(&session, "older/after", 40).await);
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let commit = cluster.status(leader).await.expect("leader").commit_index;
+    cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
+
+    // Restarted as an older build on its own data directory, whose snapshot holds
+    // the level the log used.
+    cluster.stop(follower, EXIT_DEADLINE).await;
+    cluster.restart_with(follower, &["--test-command-level", "2"]);
+    let status = cluster.exit_status(follower, EXIT_DEADLINE).await;
+    let log = cluster.log_text(follower);
+    assert_eq!(exit_code(status), Some(EXIT_BUILD_TOO_OLD), "{status}\n{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(last.contains("its log already uses command level 3"), "names the level: {last}");
+    assert!(last.contains("knows command levels up to 2") && last.contains("Upgrade this node"), "{last}");
+    cluster.restart(follower);
+    let commit = cluster.status(cluster.leader().await.unwrap()).await.unwrap().commit_index;
+    cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
+
+    // Joining as a new incarnation with the older build: the leader's first message
+    // is refused, the node stops, and it is never promoted.
+    let admin = cluster.admin_client();
+    admin.remove_member(follower).await.expect("remove the follower");
+    cluster.wipe(follower);
+    cluster.restart_with(follower, &["--new-incarnation", "--test-command-level", "2"]);
+    let (client_addr, peer_addr) =
+        (cluster.nodes[&follower].client_addr.clone(), cluster.nodes[&follower].peer_addr.clone());
+    let added = tokio::time::timeout(PROMOTION_DEADLINE, admin.add_member(follower, &client_addr, &peer_addr, false))
+        .await
+        .expect("member add answers within its deadline");
+    assert!(added.is_err(), "an older build was promoted: {added:?}");
+    let status = cluster.exit_status(follower, EXIT_DEADLINE).await;
+    let log = cluster.log_text(follower);
+    assert_eq!(exit_code(status), Some(EXIT_BUILD_TOO_OLD), "{status}\n{log}");
+    assert!(log.contains("already uses command level 3") && log.contains("Upgrade this node"), "{log}");
+    let during = take_locks(&session, "older/during", 3).await;
+
+    // Upgraded: the same data directory with the current build, added again.
+    cluster.restart(follower);
+    let members = admin.add_member(follower, &client_addr, &peer_addr, false).await.expect("add the upgraded node");
+    assert!(members.iter().any(|member| member.node_id == follower && member.role == "voter"), "{members:?}");
+    let commit = cluster.status(cluster.leader().await.unwrap()).await.unwrap().commit_index;
+    let status = cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
+    assert!(status.applied_index >= commit);
+    for grants in [&grants, &during] {
+        assert_held(&client, session.id(), grants).await;
+    }
+}
+
+/// A deterministic bug in apply (`--test-panic-on-lock`) hits every replica at the
+/// same committed entry: each node that applies it stops, naming the entry's index,
+/// and none applies anything after it. The data directories hold the entry
+/// unapplied, so nodes started without the bug apply it: the lock is granted with
+/// the entry's index as its token, and nothing acknowledged before it is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_apply_stops_the_nodes_at_the_entry_and_a_fixed_build_applies_it() {
+    let options = ClusterOptions {
+        extra_arguments: vec!["--test-panic-on-lock".into(), "apply/bug".into()],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = TestCluster::start(options);
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    wait_recorded(&cluster, 3).await;
+    let client = cluster.client();
+    let session = client.session(SESSION_TTL).await.expect("session");
+    let before = take_locks(&session, "apply/fine", 5).await;
+    let acquire = tokio::spawn({
+        let session = session.clone();
+        async move { session.try_lock("apply/bug").await.map(|guard| guard.map(|guard| guard.detach())) }
+    });
+
+    // The leader applies the entry first, and the leader elected after it stops too
+    // once it commits the entry in its term; the last node alone cannot commit it.
+    let mut stopped = BTreeMap::new();
+    let give_up = tokio::time::Instant::now() + LEADER_DEADLINE * 2;
+    while stopped.len() < 2 {
+        assert!(tokio::time::Instant::now() < give_up, "only nodes {:?} stopped at the entry", stopped.keys());
+        for id in 1..=3 {
+            if !stopped.contains_key(&id) && !cluster.is_running(id) {
+                stopped.insert(id, cluster.log_text(id));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut indexes = Vec::new();
+    for (id, log) in &stopped {
+        let status = cluster.exit_status(*id, EXIT_DEADLINE).await;
+        assert_eq!(exit_code(status), Some(EXIT_PANIC), "node {id}: {status}\n{log}");
+        let line = log
+            .lines()
+            .find(|line| line.contains("a panic while applying the log entry at index"))
+            .unwrap_or_else(|| panic!("node {id} names no entry:\n{log}"));
+        assert!(line.contains("applying an acquire of apply/bug"), "node {id}: {line}");
+        let index = line.split("at index ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap();
+        indexes.push(index.parse::<u64>().expect("an index"));
+    }
+    assert!(indexes.windows(2).all(|pair| pair[0] == pair[1]), "every node stops at the same entry: {indexes:?}");
+    acquire.abort();
+
+    // The fixed build: the same data directories, without the bug.
+    cluster.options.extra_arguments.clear();
+    for id in 1..=3 {
+        cluster.restart(id);
+    }
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    assert_held(&client, session.id(), &before).await;
+    assert_held(&client, session.id(), &[("apply/bug".to_string(), indexes[0])]).await;
 }
