@@ -1358,6 +1358,50 @@ pub fn refusals(refusals: &[Refusal]) -> CheckResult {
     )
 }
 
+pub const UPGRADE_CHECK_NAME: &str = "rolling upgrade";
+
+/// One node's upgrade from the older release's build to this workspace's.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Upgrade {
+    pub node: u64,
+    /// How the older build's process ended after SIGTERM; None: it still ran at the
+    /// deadline (and was killed).
+    pub exit: Option<i32>,
+    /// Whether the node, on the new build, applied the leader's commit index within
+    /// the recovery deadline.
+    pub caught_up: bool,
+    pub at_ns: u64,
+}
+
+/// Every node started on the older release was upgraded: each stopped cleanly on
+/// SIGTERM (exit 0) and caught up with the leader on the new build. The history's
+/// own checks say that nothing acknowledged was lost across it.
+pub fn upgrades(upgrades: &[Upgrade], nodes: &[u64]) -> CheckResult {
+    let mut anomalies = Vec::new();
+    for upgrade in upgrades {
+        let what = match (upgrade.exit, upgrade.caught_up) {
+            (Some(0), true) => continue,
+            (Some(0), false) => "did not catch up with the leader on the new build".to_string(),
+            (Some(code), _) => format!("exited with code {code} on SIGTERM (expected 0)"),
+            (None, _) => "still ran after SIGTERM (killed)".to_string(),
+        };
+        anomalies.push(Anomaly {
+            what: format!("node {} at {} ms {what}", upgrade.node, upgrade.at_ns / 1_000_000),
+            operations: Vec::new(),
+        });
+    }
+    for node in nodes {
+        if !upgrades.iter().any(|upgrade| upgrade.node == *node) {
+            anomalies.push(Anomaly { what: format!("node {node} was never upgraded"), operations: Vec::new() });
+        }
+    }
+    CheckResult::from_anomalies(
+        UPGRADE_CHECK_NAME,
+        format!("{} of {} node(s) upgraded one at a time", upgrades.len(), nodes.len()),
+        anomalies,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2121,5 +2165,25 @@ mod tests {
         let crashed = refusals(&[refusal(Some(134))]);
         assert_eq!(crashed.verdict, Verdict::Fail, "a crash is not the documented refusal");
         assert!(crashed.anomalies[0].what.contains("exited with code 134"));
+    }
+
+    fn upgrade(node: u64, exit: Option<i32>, caught_up: bool) -> Upgrade {
+        Upgrade { node, exit, caught_up, at_ns: 9_000_000 }
+    }
+
+    #[test]
+    fn an_upgrade_passes_only_if_every_node_stopped_cleanly_and_caught_up() {
+        let clean = [upgrade(1, Some(0), true), upgrade(2, Some(0), true), upgrade(3, Some(0), true)];
+        assert_eq!(upgrades(&clean, &[1, 2, 3]).verdict, Verdict::Pass);
+        let missing = upgrades(&clean[..2], &[1, 2, 3]);
+        assert_eq!(missing.verdict, Verdict::Fail);
+        assert!(missing.anomalies[0].what.contains("node 3 was never upgraded"), "{:?}", missing.anomalies);
+        let crashed =
+            upgrades(&[upgrade(1, Some(134), true), upgrade(2, None, true), upgrade(3, Some(0), false)], &[1, 2, 3]);
+        assert_eq!(crashed.verdict, Verdict::Fail);
+        let found: Vec<&str> = crashed.anomalies.iter().map(|anomaly| anomaly.what.as_str()).collect();
+        assert!(found[0].contains("node 1 at 9 ms exited with code 134"), "{found:?}");
+        assert!(found[1].contains("still ran after SIGTERM"), "{found:?}");
+        assert!(found[2].contains("did not catch up"), "{found:?}");
     }
 }

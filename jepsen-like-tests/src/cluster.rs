@@ -39,6 +39,40 @@ pub fn binary(name: &str) -> PathBuf {
     directory.join(name)
 }
 
+/// The commit of the previous release (`scripts/previous-release`, its one line that
+/// is not a comment).
+pub fn previous_release() -> &'static str {
+    include_str!("../../scripts/previous-release")
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !line.starts_with('#'))
+        .expect("scripts/previous-release names a commit")
+}
+
+/// The previous release's `leasehold-server`, for the rolling-upgrade tests:
+/// `LEASEHOLD_PREVIOUS_SERVER`, or where `scripts/previous-release.sh` builds it
+/// (`previous-release/COMMIT/` in the target directory). An error that says how to
+/// build it when it is missing.
+pub fn previous_server() -> Result<PathBuf, String> {
+    let path = match std::env::var_os("LEASEHOLD_PREVIOUS_SERVER") {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let release = binary("leasehold-server");
+            let target = release.parent().and_then(Path::parent).expect("binaries live in TARGET/PROFILE/");
+            target.join("previous-release").join(previous_release()).join("leasehold-server")
+        }
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "the previous release's leasehold-server ({}) is not built: run scripts/previous-release.sh \
+             (scripts/test.sh does) or set LEASEHOLD_PREVIOUS_SERVER",
+            path.display()
+        ))
+    }
+}
+
 /// Where test servers' ports are picked from when the kernel's ephemeral range cannot
 /// be read: just below Linux's default (32768–60999).
 const TEST_PORTS_FALLBACK: std::ops::Range<u16> = 20_000..32_768;
@@ -131,6 +165,9 @@ pub struct ClusterOptions {
     /// cores, as `cluster.sh` does (see `worker_threads_per_node`).
     pub worker_threads: Option<usize>,
     pub extra_arguments: Vec<String>,
+    /// The `leasehold-server` the nodes start on; this workspace's when None. An
+    /// older release's, for a rolling upgrade (`TestCluster::set_server`).
+    pub server: Option<PathBuf>,
 }
 
 impl ClusterOptions {
@@ -156,6 +193,7 @@ impl Default for ClusterOptions {
             election_timeout_max_ms: None,
             worker_threads: None,
             extra_arguments: Vec::new(),
+            server: None,
         }
     }
 }
@@ -170,6 +208,8 @@ pub struct NodeProcess {
     pub initial: bool,
     /// Where the node serves Prometheus metrics (with ephemeral addressing only).
     pub metrics_addr: Option<String>,
+    /// The `leasehold-server` it starts on.
+    pub server: PathBuf,
     child: Option<Child>,
     /// How its last process ended on its own, once seen.
     exited: Option<ExitStatus>,
@@ -366,6 +406,7 @@ impl TestCluster {
             log: self.root.join(format!("node{id}.log")),
             initial,
             metrics_addr,
+            server: self.options.server.clone().unwrap_or_else(|| binary("leasehold-server")),
             child: None,
             exited: None,
         };
@@ -444,7 +485,8 @@ impl TestCluster {
     fn spawn_wrapped(&mut self, id: u64, wrapper: &[String], extra: &[&str]) {
         let mut arguments = self.arguments(id);
         arguments.extend(extra.iter().map(|argument| argument.to_string()));
-        let server = binary("leasehold-server");
+        let server = self.nodes[&id].server.clone();
+        let server_text = server.display().to_string();
         let (program, arguments) = match wrapper.split_first() {
             None => (server.into_os_string(), arguments),
             Some((program, rest)) => {
@@ -466,7 +508,7 @@ impl TestCluster {
             .stderr(log)
             .process_group(0)
             .spawn()
-            .unwrap_or_else(|error| panic!("cannot start {}: {error}", binary("leasehold-server").display()));
+            .unwrap_or_else(|error| panic!("cannot start {server_text}: {error}"));
         node.child = Some(child);
     }
 
@@ -603,6 +645,14 @@ impl TestCluster {
     /// Stops node `id` the way an operator does (SIGTERM) and returns how it exited;
     /// panics if it is still running after `deadline` (then it is killed).
     pub async fn stop(&mut self, id: u64, deadline: Duration) -> ExitStatus {
+        match self.try_stop(id, deadline).await {
+            Some(status) => status,
+            None => panic!("node {id} still ran {deadline:?} after SIGTERM"),
+        }
+    }
+
+    /// `stop`, returning None (the node killed) if it still runs after `deadline`.
+    pub async fn try_stop(&mut self, id: u64, deadline: Duration) -> Option<ExitStatus> {
         self.signal(id, libc::SIGTERM);
         let node = self.nodes.get_mut(&id).expect("node defined");
         let child = node.child.as_mut().expect("node is running");
@@ -610,16 +660,21 @@ impl TestCluster {
         loop {
             if let Some(status) = child.try_wait().expect("wait for the node") {
                 node.child = None;
-                return status;
+                return Some(status);
             }
             if Instant::now() >= give_up {
                 let _ = child.kill();
                 let _ = child.wait();
                 node.child = None;
-                panic!("node {id} still ran {deadline:?} after SIGTERM");
+                return None;
             }
             tokio::time::sleep(Duration::from_millis(wait::POLL_INTERVAL_MS)).await;
         }
+    }
+
+    /// Makes node `id` start on `server` from its next start on (a rolling upgrade).
+    pub fn set_server(&mut self, id: u64, server: PathBuf) {
+        self.nodes.get_mut(&id).expect("node defined").server = server;
     }
 
     pub fn pause(&self, id: u64) {

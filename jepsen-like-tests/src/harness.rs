@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use rand::rngs::StdRng;
-use rand::seq::IndexedRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 
 use crate::attack::INTRUDER_TENANT;
-use crate::checker::{self, CheckResult, Refusal, ReplicaState, RestartObservation, Verdict};
-use crate::cluster::{Addressing, ClusterOptions, TestCluster};
+use crate::checker::{self, CheckResult, Refusal, ReplicaState, RestartObservation, Upgrade, Verdict};
+use crate::cluster::{binary, Addressing, ClusterOptions, TestCluster};
 use crate::fenced_store::FencedStore;
 use crate::history::{self, monotonic_ns, Kind, Record};
 use crate::nemesis::{self, Fault, FaultRecord, NemesisKind, Outcome};
@@ -55,6 +55,8 @@ pub const REFUSED_EXIT_MS_MAX: u64 = 10_000;
 pub const EXIT_DATA_DIRECTORY_REFUSED: i32 = 3;
 pub const EXIT_STALE_INCARNATION: i32 = 4;
 pub const EXIT_RAFT_FATAL: i32 = 5;
+/// How long a node may take to exit after SIGTERM (a rolling upgrade's stop).
+pub const STOP_MS_MAX: u64 = 15_000;
 /// The disk of the `disk-full` fault, and how long the workload has to fill it.
 pub const SMALL_DISK_BYTES: u64 = 512 << 10;
 pub const DISK_FILL_MS_MAX: u64 = 30_000;
@@ -144,6 +146,12 @@ pub struct RunArguments {
     /// as its session expires (and (j) fails).
     #[arg(long)]
     pub unrequested_lock_delay: bool,
+    /// An older release's `leasehold-server`: the nodes start on it, and the
+    /// `upgrade` nemesis moves them, one at a time spread over the run, to this
+    /// workspace's build (the final heal moves any node still on it). Needs
+    /// `--nemesis` to include `upgrade`, and the other way round.
+    #[arg(long)]
+    pub previous_server: Option<PathBuf>,
 }
 
 fn parse_workloads(text: &str) -> anyhow::Result<Vec<Workload>> {
@@ -198,7 +206,15 @@ pub async fn run(mut arguments: RunArguments) -> anyhow::Result<i32> {
     if arguments.unrequested_lock_delay && arguments.lock_delay_ms == 0 {
         bail!("--unrequested-lock-delay needs a lock-delay to leave out (--lock-delay-ms above 0)");
     }
-    NemesisKind::parse_list(&arguments.nemesis).map_err(anyhow::Error::msg)?;
+    let kinds = NemesisKind::parse_list(&arguments.nemesis).map_err(anyhow::Error::msg)?;
+    match (&arguments.previous_server, kinds.contains(&NemesisKind::Upgrade)) {
+        (Some(server), true) if !server.is_file() => {
+            bail!("--previous-server {} is not a file (scripts/previous-release.sh builds one)", server.display())
+        }
+        (None, true) => bail!("--nemesis upgrade needs --previous-server (scripts/previous-release.sh builds one)"),
+        (Some(_), false) => bail!("--previous-server needs --nemesis to include upgrade"),
+        _ => {}
+    }
     let seed = *arguments.seed.get_or_insert_with(rand::random);
     if std::env::var(NAMESPACE_ENV).as_deref() != Ok("1") {
         println!("leasehold-jepsen: seed {seed}");
@@ -265,6 +281,9 @@ struct Harness {
     refusals: Vec<Refusal>,
     /// Nodes whose clock was skewed (reset at the final heal).
     skewed: BTreeSet<u64>,
+    /// Nodes still on `--previous-server`, and the upgrades done so far.
+    previous: BTreeSet<u64>,
+    upgrades: Vec<Upgrade>,
     started: Instant,
 }
 
@@ -277,8 +296,9 @@ impl Harness {
         let workloads = parse_workloads(&arguments.workload)?;
         let kinds = NemesisKind::parse_list(&arguments.nemesis).map_err(anyhow::Error::msg)?;
         let mut faults_enabled: Vec<Fault> = Vec::new();
+        // The upgrades run on a schedule of their own (see `upgrade_due`), not drawn.
         for fault in kinds.iter().flat_map(|kind| kind.faults().iter().copied()) {
-            if !faults_enabled.contains(&fault) {
+            if fault != Fault::RollingUpgrade && !faults_enabled.contains(&fault) {
                 faults_enabled.push(fault);
             }
         }
@@ -295,8 +315,11 @@ impl Harness {
                 .chain(arguments.full_ttl_restart.then_some("--test-full-ttl-restart"))
                 .map(String::from)
                 .collect(),
+            server: arguments.previous_server.clone(),
             ..Default::default()
         });
+        let previous: BTreeSet<u64> =
+            if arguments.previous_server.is_some() { cluster.nodes.keys().copied().collect() } else { BTreeSet::new() };
         let store = FencedStore::new(!arguments.no_fencing);
         let harness = Harness {
             random: StdRng::seed_from_u64(seed),
@@ -312,6 +335,8 @@ impl Harness {
             restarts: Vec::new(),
             replica_states: Vec::new(),
             skewed: BTreeSet::new(),
+            previous,
+            upgrades: Vec::new(),
             started: Instant::now(),
         };
         if harness.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await.is_none() {
@@ -457,15 +482,19 @@ impl Harness {
             self.workers.len(),
             self.arguments.time
         ));
-        let end = Instant::now() + self.arguments.time;
+        let begin = Instant::now();
+        let end = begin + self.arguments.time;
+        let upgrade_due = upgrade_schedule(begin, self.arguments.time, self.previous.len());
         while Instant::now() < end {
             let gap = self.random.random_range(FAULT_GAP_MS_MIN..=FAULT_GAP_MS_MAX);
             let left = end.saturating_duration_since(Instant::now());
             tokio::time::sleep(Duration::from_millis(gap).min(left)).await;
-            if Instant::now() >= end || self.faults_enabled.is_empty() {
+            let upgrade = upgrade_due.get(self.upgrades.len()).is_some_and(|due| Instant::now() >= *due);
+            if Instant::now() >= end || (self.faults_enabled.is_empty() && !upgrade) {
                 continue;
             }
-            let fault = *self.faults_enabled.choose(&mut self.random).unwrap();
+            let fault =
+                if upgrade { Fault::RollingUpgrade } else { *self.faults_enabled.choose(&mut self.random).unwrap() };
             let start_ns = monotonic_ns();
             let (outcome, targets, detail) = self.inject(fault).await;
             let mut record = FaultRecord { fault: fault.name(), outcome, targets, detail, start_ns, end_ns: 0 };
@@ -629,7 +658,66 @@ impl Harness {
             Fault::WipeRejoin => self.wipe_rejoin(leader).await,
             Fault::CorruptReplace => self.corrupt_replace(leader).await,
             Fault::DiskFull => self.disk_full(leader).await,
+            Fault::RollingUpgrade => self.rolling_upgrade(leader).await,
         }
+    }
+
+    /// Upgrades one node still on the older build: a follower first, the leader
+    /// last. A node that is down (another fault) waits for the next turn.
+    async fn rolling_upgrade(&mut self, leader: Option<u64>) -> (Outcome, Vec<u64>, String) {
+        let mut waiting: Vec<u64> = self.previous.iter().copied().collect();
+        if waiting.is_empty() {
+            return (Outcome::Skipped, vec![], "every node runs this build".into());
+        }
+        waiting.shuffle(&mut self.random);
+        waiting.sort_by_key(|id| Some(*id) == leader);
+        let Some(target) = waiting.into_iter().find(|id| self.cluster.is_running(*id)) else {
+            return (Outcome::Skipped, vec![], "no node on the older build is running".into());
+        };
+        let detail = self.upgrade_node(target).await;
+        (Outcome::Installed, vec![target], detail)
+    }
+
+    /// Stops `target` with SIGTERM, starts it on this workspace's build on the same
+    /// data directory with the same flags, and waits until it applied the leader's
+    /// commit index; records how that went for the upgrade check.
+    async fn upgrade_node(&mut self, target: u64) -> String {
+        let at_ns = monotonic_ns();
+        let status = self.cluster.try_stop(target, Duration::from_millis(STOP_MS_MAX)).await;
+        let exit = status.map(|status| status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
+        self.cluster.set_server(target, binary("leasehold-server"));
+        self.cluster.restart(target);
+        self.previous.remove(&target);
+        let caught_up = self.caught_up(target).await;
+        self.upgrades.push(Upgrade { node: target, exit, caught_up, at_ns });
+        format!(
+            "node {target}: the older build {} on SIGTERM; on this build it {}; {} of {} node(s) upgraded",
+            match exit {
+                Some(code) => format!("exited with code {code}"),
+                None => "still ran (killed)".to_string(),
+            },
+            if caught_up { "caught up with the leader" } else { "did not catch up in time" },
+            self.upgrades.len(),
+            self.cluster.nodes.len()
+        )
+    }
+
+    /// Whether `target` applies the leader's commit index within the recovery deadline.
+    async fn caught_up(&mut self, target: u64) -> bool {
+        let give_up = Instant::now() + Duration::from_millis(RECOVERY_MS_MAX);
+        while Instant::now() < give_up {
+            if let Some(leader) = self.cluster.leader().await {
+                let commit = self.cluster.status(leader).await.map(|status| status.commit_index);
+                let applied = self.cluster.status(target).await.map(|status| status.applied_index);
+                if let (Some(commit), Some(applied)) = (commit, applied) {
+                    if applied >= commit {
+                        return true;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
+        }
+        false
     }
 
     /// Pauses every worker, kills every node, restarts them, reads each lock's
@@ -1043,6 +1131,20 @@ impl Harness {
                 .await;
             }
         }
+        // The rest of a rolling upgrade, one node at a time: the liveness phase runs
+        // on this build alone.
+        while !self.previous.is_empty() {
+            let leader = self.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await;
+            let start_ns = monotonic_ns();
+            let (outcome, targets, detail) = self.rolling_upgrade(leader).await;
+            self.log(&format!("final heal: {} {outcome:?} {targets:?} {detail}", Fault::RollingUpgrade.name()));
+            let end_ns = monotonic_ns();
+            let fault = Fault::RollingUpgrade.name();
+            self.faults.push(FaultRecord { fault, outcome, targets, detail, start_ns, end_ns });
+            if outcome == Outcome::Skipped {
+                break;
+            }
+        }
         let Some(leader) = self.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await else {
             self.log("no leader after the final heal");
             return;
@@ -1136,6 +1238,10 @@ impl Harness {
         checks.push(checker::believed_at_once(&operations, ttl, &checker::clock_fault_windows(&self.faults, ttl)));
         checks.push(checker::dead_holders(&operations, &self.faults, &lease_bound(ttl)));
         checks.push(checker::lock_delays(&operations, &self.faults, ttl));
+        if self.arguments.previous_server.is_some() {
+            let nodes: Vec<u64> = self.cluster.nodes.keys().copied().collect();
+            checks.push(checker::upgrades(&self.upgrades, &nodes));
+        }
         let valid = if checks.iter().any(|check| check.verdict == Verdict::Fail) {
             "false"
         } else if checks.iter().any(|check| check.verdict == Verdict::Unknown) {
@@ -1188,6 +1294,12 @@ impl Harness {
                 if self.arguments.unrequested_lock_delay { " (recorded, not asked for)" } else { "" }
             ),
         );
+        if let Some(server) = &self.arguments.previous_server {
+            line(
+                &mut text,
+                format!("nodes started on the previous release {}, then upgraded to this build", server.display()),
+            );
+        }
         let mut by_outcome: BTreeMap<(String, Kind), usize> = BTreeMap::new();
         for operation in operations {
             // The history's name of the function (kebab-case, as in the JSONL).
@@ -1292,6 +1404,12 @@ impl Harness {
             self.cluster.kill(id);
         }
     }
+}
+
+/// When each of `nodes` upgrades is due: spread evenly over the run, the first
+/// after a fifth of it, so that the cluster runs mixed builds for most of it.
+fn upgrade_schedule(begin: Instant, time: Duration, nodes: usize) -> Vec<Instant> {
+    (0..nodes).map(|index| begin + time.mul_f64((index as f64 + 1.0) / (nodes as f64 + 1.5)).max(time / 5)).collect()
 }
 
 /// Whether a worker's last record says it holds a lock, a permit or a leadership, or

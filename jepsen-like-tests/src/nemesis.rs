@@ -29,6 +29,9 @@ pub enum NemesisKind {
     Member,
     /// Operator faults on a node's disk: wiped, corrupted.
     Disk,
+    /// A rolling upgrade from an older release's build (`--previous-server`); not in
+    /// `all`, which needs no second build.
+    Upgrade,
 }
 
 impl NemesisKind {
@@ -41,7 +44,8 @@ impl NemesisKind {
         NemesisKind::Disk,
     ];
 
-    /// Parses "kill,pause,partition,clock,member,disk" or "all" (or "none"), and
+    /// Parses "kill,pause,partition,clock,member,disk" or "all" (or "none"), "upgrade",
+    /// and
     /// "worker-pause" (only the GC pause of workers: the unfenced control) and
     /// "holder-kill" (only a holder's stop and a leader kill: the lease bound).
     pub fn parse_list(text: &str) -> Result<BTreeSet<NemesisKind>, String> {
@@ -74,10 +78,12 @@ impl NemesisKind {
                 "disk" => {
                     kinds.insert(NemesisKind::Disk);
                 }
+                "upgrade" => {
+                    kinds.insert(NemesisKind::Upgrade);
+                }
                 other => {
-                    return Err(format!(
-                        "unknown nemesis {other:?}: use kill, pause, partition, clock, member, disk, all or none"
-                    ))
+                    let known = "kill, pause, partition, clock, member, disk, upgrade, all or none";
+                    return Err(format!("unknown nemesis {other:?}: use {known}"));
                 }
             }
         }
@@ -99,6 +105,7 @@ impl NemesisKind {
             NemesisKind::Clock => &[Fault::ClockFast, Fault::ClockSlow, Fault::ClockJump],
             NemesisKind::Member => &[Fault::MemberReplace],
             NemesisKind::Disk => &[Fault::WipeRejoin, Fault::CorruptReplace, Fault::DiskFull],
+            NemesisKind::Upgrade => &[Fault::RollingUpgrade],
         }
     }
 }
@@ -145,6 +152,11 @@ pub enum Fault {
     /// its own): when the disk fills it must stop with exit code 5; then it is
     /// replaced again on its usual disk.
     DiskFull,
+    /// A node still on the older release's build is stopped with SIGTERM (it must exit
+    /// 0) and started again on its data directory with this workspace's build, as an
+    /// operator upgrades; it must catch up with the leader. Followers go first, the
+    /// leader last.
+    RollingUpgrade,
 }
 
 impl Fault {
@@ -168,6 +180,7 @@ impl Fault {
             Fault::WipeRejoin => "wipe-rejoin",
             Fault::CorruptReplace => "corrupt-replace",
             Fault::DiskFull => "disk-full",
+            Fault::RollingUpgrade => "rolling-upgrade",
         }
     }
 }
@@ -286,6 +299,9 @@ mod tests {
             BTreeSet::from([NemesisKind::Kill, NemesisKind::Pause])
         );
         assert!(NemesisKind::parse_list("flood").is_err());
+        let upgrade = NemesisKind::parse_list("upgrade,kill").unwrap();
+        assert_eq!(upgrade, BTreeSet::from([NemesisKind::Kill, NemesisKind::Upgrade]));
+        assert!(!NemesisKind::parse_list("all").unwrap().contains(&NemesisKind::Upgrade), "all needs no second build");
     }
 
     #[test]
