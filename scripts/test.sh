@@ -2,14 +2,19 @@
 # Runs every Leasehold test: the state machine's table, property and scenario tests
 # and the other unit tests; real-process cluster tests (replication, sessions, locks,
 # semaphores, elections, trust, metrics, bad configurations, the CLI and its exit
-# codes); the fault suite's short runs; the benchmark tool's smoke test; the payments
-# stories against a real PostgreSQL; and the documentation examples. Installs what it
-# needs.
+# codes); the fault suite's short runs, a rolling upgrade from the previous release
+# among them; the benchmark tool's smoke test; the payments stories against a real
+# PostgreSQL; and the documentation examples. Installs what it needs.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$LEASEHOLD_ROOT/scripts/setup.sh"
 cd "$LEASEHOLD_ROOT"
 echo "test.sh: target directory $CARGO_TARGET_DIR"
+# The rolling-upgrade test starts a cluster on the previous release's build: built
+# once per machine (the workspace's crates only), before this checkout's build, which
+# it would otherwise replace in the target directory.
+LEASEHOLD_PREVIOUS_SERVER="$("$LEASEHOLD_ROOT/scripts/previous-release.sh")"
+export LEASEHOLD_PREVIOUS_SERVER
 # Build first, with the same selection the test run uses, so the run below only runs.
 leasehold_build
 # The payments example's tests write to a real PostgreSQL: a private instance on

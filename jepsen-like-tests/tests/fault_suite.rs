@@ -9,7 +9,9 @@
 //! (check (i)), and the control without checkpoints must miss it; a stopped
 //! holder's lock that asked for a lock-delay must go to nobody for that delay
 //! (check (j)), and the control that records the delay without asking for it must
-//! see the lock handed on inside it.
+//! see the lock handed on inside it. A cluster started on the previous release's
+//! build and upgraded one node at a time to this one, under every workload and
+//! kills and pauses, must end `valid: true` with every node upgraded cleanly.
 //!
 //! The harness runs in its own network and pid namespaces (it re-executes itself
 //! under `unshare`): nothing it starts outlives it.
@@ -17,8 +19,10 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use leasehold_jepsen::checker::{ATTACKS_CHECK_NAME, DEAD_HOLDER_CHECK_NAME, LOCK_DELAY_CHECK_NAME};
-use leasehold_jepsen::cluster::binary;
+use leasehold_jepsen::checker::{
+    ATTACKS_CHECK_NAME, DEAD_HOLDER_CHECK_NAME, LOCK_DELAY_CHECK_NAME, UPGRADE_CHECK_NAME,
+};
+use leasehold_jepsen::cluster::{binary, previous_release, previous_server};
 
 /// The fixed seed of the suite; the second run's seed is random.
 const FIXED_SEED: u64 = 20_261_130;
@@ -228,6 +232,46 @@ fn a_lock_delay_not_asked_for_is_not_kept() {
         text.lines().any(|line| line.contains(&format!("[{LOCK_DELAY_CHECK_NAME}]")) && line.contains("lock-delay")),
         "the control must name the grant inside the delay:\n{text}"
     );
+    println!("{text}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A rolling upgrade from the previous release (`scripts/previous-release`, built by
+/// `scripts/previous-release.sh`): the nodes start on its build and are moved to this
+/// one a node at a time (SIGTERM, the same data directory and flags), spread over the
+/// run, while every workload runs and nodes are killed and paused.
+#[test]
+fn a_rolling_upgrade_from_the_previous_release_leaves_the_history_valid() {
+    let previous = previous_server().unwrap_or_else(|error| panic!("{error}"));
+    let seed: u64 = rand::random();
+    let seed_text = seed.to_string();
+    println!("rolling upgrade from {} ({}), seed {seed}", previous_release(), previous.display());
+    let previous_text = previous.display().to_string();
+    let (output, text, out) = run_harness(
+        "fault-suite-upgrade",
+        &[
+            "--nodes",
+            "3",
+            "--time",
+            RUN_TIME,
+            "--seed",
+            &seed_text,
+            "--workload",
+            "all",
+            "--nemesis",
+            "upgrade,kill,pause",
+            "--previous-server",
+            &previous_text,
+        ],
+    );
+    assert!(
+        output.status.success() && text.contains("\nvalid: true"),
+        "the rolling upgrade with seed {seed} is not valid (exit {:?}); kept under {}:\n{text}",
+        output.status.code(),
+        out.display()
+    );
+    let line = text.lines().find(|line| line.contains(UPGRADE_CHECK_NAME)).expect("the upgrade check's line");
+    assert!(line.contains(" pass ") && line.contains("3 of 3 node(s) upgraded"), "{line}");
     println!("{text}");
     let _ = std::fs::remove_dir_all(&out);
 }
