@@ -22,6 +22,7 @@ Exit codes:
   5    Raft stopped on a fatal error (a failed write or fsync: a full or failing disk)
   6    this build is older than what the cluster's log (or the data directory's) uses:
        upgrade this node (README, \"Upgrading\")
+  7    a task the node needs (a server, the expiry loop, a watch) ended while it ran
   134  a panic: a broken invariant stopped the process (a panic while applying names
        the log entry)";
 
@@ -192,14 +193,19 @@ async fn run(config: Config) -> ExitCode {
 mod tests {
     use leasehold_server::node::running_node::{EXIT_DATA_DIRECTORY_REFUSED, EXIT_RAFT_FATAL};
     use leasehold_server::raft::incarnations::{EXIT_BUILD_TOO_OLD, EXIT_STALE_INCARNATION};
+    use leasehold_server::shell::fail_stop::EXIT_TASK_ENDED;
 
     use super::EXIT_CODES;
 
     #[test]
     fn the_help_lists_every_exit_code_the_node_uses() {
-        for code in
-            [i32::from(EXIT_DATA_DIRECTORY_REFUSED), EXIT_STALE_INCARNATION, EXIT_RAFT_FATAL, EXIT_BUILD_TOO_OLD]
-        {
+        for code in [
+            i32::from(EXIT_DATA_DIRECTORY_REFUSED),
+            EXIT_STALE_INCARNATION,
+            EXIT_RAFT_FATAL,
+            EXIT_BUILD_TOO_OLD,
+            EXIT_TASK_ENDED,
+        ] {
             assert!(EXIT_CODES.contains(&format!("\n  {code}    ")), "exit code {code} is missing:\n{EXIT_CODES}");
         }
     }

@@ -44,6 +44,7 @@ use crate::raft::types::{Node, NodeId, Raft};
 use crate::shell::clock::Clock;
 use crate::shell::clock::LogLimiter;
 use crate::shell::disk::{DiskSpace, DISK_CHECK_INTERVAL_MS};
+use crate::shell::fail_stop::essential;
 use crate::shell::lock_delays::LockDelays;
 use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
 use crate::shell::tls::{tls_incoming, ClientCertificates, NodeTls, PeerClientTls, ServerTls};
@@ -238,7 +239,8 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     // Registered before anything could send it: SIGHUP's default action ends the process.
     let hangups =
         signal(SignalKind::hangup()).map_err(|error| StartError::Failed(format!("SIGHUP handler: {error}")))?;
-    tasks.push(tokio::spawn(reload_on_hangup(hangups, node_tls.clone(), auth.clone(), stopped.clone())));
+    let hangup_reload = reload_on_hangup(hangups, node_tls.clone(), auth.clone(), stopped.clone());
+    tasks.push(essential("SIGHUP reload", stopped.clone(), hangup_reload));
 
     let client_server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -277,7 +279,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         );
     let mut stop_client = stopped.clone();
     let client_tls = node_tls.as_ref().map(|tls| tls.client_port.clone());
-    tasks.push(tokio::spawn(async move {
+    tasks.push(essential("client server", stopped.clone(), async move {
         let shutdown = async move {
             let _ = stop_client.wait_for(|stop| *stop).await;
         };
@@ -309,7 +311,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         );
     let mut stop_peer = stopped.clone();
     let peer_tls = node_tls.as_ref().map(|tls| tls.peer_port.clone());
-    tasks.push(tokio::spawn(async move {
+    tasks.push(essential("peer server", stopped.clone(), async move {
         let shutdown = async move {
             let _ = stop_peer.wait_for(|stop| *stop).await;
         };
@@ -325,7 +327,8 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     let metrics_addr = match metrics_listener {
         Some(listener) => {
             let address = listener.local_addr().ok();
-            tasks.push(tokio::spawn(metrics::serve(listener, replica.clone(), stopped.clone())));
+            let serve = metrics::serve(listener, replica.clone(), stopped.clone());
+            tasks.push(essential("metrics server", stopped.clone(), serve));
             address
         }
         None => None,
@@ -338,16 +341,20 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         tracing::warn!("--test-full-ttl-restart: no session is checkpointed; a new leader restarts every lease");
     }
     let checkpoints = !config.test_full_ttl_restart;
-    tasks.push(tokio::spawn(run_expiry(replica.clone(), incarnations.clone(), checkpoints, stopped.clone())));
-    tasks.push(tokio::spawn(stop_on_fatal(raft.clone(), stopped.clone())));
-    tasks.push(tokio::spawn(watch_disk(disk, config.data_dir.clone(), stopped.clone())));
-    tasks.push(tokio::spawn(record_members(
+    let expiry = run_expiry(replica.clone(), incarnations.clone(), checkpoints, stopped.clone());
+    tasks.push(essential("expiry", stopped.clone(), expiry));
+    tasks.push(essential("Raft watch", stopped.clone(), stop_on_fatal(raft.clone(), stopped.clone())));
+    tasks.push(essential("disk watch", stopped.clone(), watch_disk(disk, config.data_dir.clone(), stopped.clone())));
+    let recorder = record_members(
         replica.clone(),
         incarnations.clone(),
         config.data_dir.clone(),
         identity.clone(),
         stopped.clone(),
-    )));
+    );
+    tasks.push(essential("member recorder", stopped.clone(), recorder));
+    // Not essential: it ends when this node is removed from the cluster, which stops
+    // the node through `retired`.
     tasks.push(tokio::spawn(watch_membership(raft.clone(), config.node_id, retired_sender, stopped)));
 
     tracing::info!(

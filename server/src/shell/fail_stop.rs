@@ -7,6 +7,11 @@
 //! it was and abort the process, before anything else runs on the broken state; the
 //! node's next start replays its log from what RocksDB holds.
 //!
+//! A task that runs as long as the node does (a server's accept loop, the expiry
+//! loop, the disk watch) is spawned with `essential`: if it ends while the node is
+//! not stopping, the process stops too (`EXIT_TASK_ENDED`), rather than keep a port
+//! open with nothing behind it.
+//!
 //! Code that expects a panic and handles it (checking a snapshot's invariants before
 //! it is used, to refuse it with a reason) runs that code inside `catching`.
 //!
@@ -18,7 +23,14 @@
 
 use std::any::Any;
 use std::cell::Cell;
+use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The exit code of a node one of whose essential tasks ended while it ran.
+pub const EXIT_TASK_ENDED: i32 = 7;
 
 thread_local! {
     /// Whether this thread is inside `catching`.
@@ -58,6 +70,28 @@ pub fn install() {
         }
         std::process::abort();
     }));
+}
+
+/// Spawns `work`, a task meant to run until the node stops: if it ends while
+/// `stopped` says nothing asked it to (not set, and its sender still there), the
+/// process stops with `EXIT_TASK_ENDED` and a last line naming the task.
+pub fn essential(
+    name: &'static str,
+    stopped: watch::Receiver<bool>,
+    work: impl Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        work.await;
+        if *stopped.borrow() || stopped.has_changed().is_err() {
+            return;
+        }
+        tracing::error!(task = name, "an essential task ended while the node runs: stopping the node");
+        eprintln!(
+            "leasehold-server: the {name} task ended while the node runs; stopping the node (exit code \
+             {EXIT_TASK_ENDED}) rather than serve without it"
+        );
+        std::process::exit(EXIT_TASK_ENDED);
+    })
 }
 
 /// Runs `work`, returning its panic's message instead of stopping the process.
@@ -142,6 +176,39 @@ mod tests {
         assert_eq!(output.status.signal(), Some(libc::SIGABRT), "{}\n{stderr}", output.status);
         assert!(stderr.contains("applying the log entry at index 42 (term 7)"), "{stderr}");
         assert!(stderr.contains("a deterministic bug"), "{stderr}");
+    }
+
+    /// Run by `an_essential_task_that_ends_stops_the_process` in a process of its own.
+    #[test]
+    fn fail_stop_task_child_process() {
+        if std::env::var_os(CHILD).is_none() {
+            return;
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let (stop, stopped) = watch::channel(false);
+            stop.send_replace(true);
+            essential("stopping", stopped, async {}).await.unwrap();
+            println!("a task that ends when asked to goes unnoticed");
+            let (_stop, stopped) = watch::channel(false);
+            essential("client server", stopped, async {}).await.unwrap();
+            println!("still running after the task ended");
+        });
+    }
+
+    #[test]
+    fn an_essential_task_that_ends_stops_the_process() {
+        let output = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "shell::fail_stop::tests::fail_stop_task_child_process", "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(EXIT_TASK_ENDED), "{}\n{stdout}\n{stderr}", output.status);
+        assert!(stdout.contains("goes unnoticed"), "{stdout}");
+        assert!(!stdout.contains("still running"), "{stdout}");
+        assert!(stderr.contains("the client server task ended while the node runs"), "{stderr}");
     }
 
     #[test]
