@@ -131,6 +131,21 @@ fn a_lock_delay_default_out_of_range_or_malformed_is_refused() {
 }
 
 #[test]
+fn a_malformed_watch_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let data_dir = root.path().join("data");
+    for (entry, expected) in [("", "--watch: an empty name"), ("cron*/x", "'*' may only end a prefix, as in cron/*")] {
+        let mut arguments = base(&data_dir, 1);
+        arguments.extend(["--watch".into(), entry.into()]);
+        assert_refused(arguments, &data_dir, expected);
+    }
+    let mut twice = base(&data_dir, 1);
+    twice.extend(["--watch".into(), "cron/*".into(), "--watch".into(), "cron/*".into()]);
+    assert_refused(twice, &data_dir, "--watch \"cron/*\" is given twice");
+    assert!(!data_dir.exists(), "nothing may be created");
+}
+
+#[test]
 fn a_port_in_use_is_refused_before_the_data_directory_is_touched() {
     let root = tempfile::tempdir().unwrap();
     let data_dir = root.path().join("data");

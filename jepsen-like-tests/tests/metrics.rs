@@ -127,3 +127,44 @@ async fn below_its_disk_reserve_the_leader_refuses_new_state_and_says_so() {
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(printed.contains("below its reserve") && printed.contains("DISK_LOW"), "{printed}");
 }
+
+/// `--watch`: the grants of a watched name and of the names a watched prefix matches
+/// are counted under the watch as written, with the time of the latest, on every
+/// node; an unwatched name adds no series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watched_names_report_their_grants_and_the_time_of_the_latest() {
+    let options = ClusterOptions {
+        extra_arguments: ["--watch", "weekly-report", "--watch", "cron/*"].map(String::from).to_vec(),
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start(options);
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let client = cluster.client();
+    let session = client.session(Duration::from_secs(30)).await.unwrap();
+    let before_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    for name in ["weekly-report", "weekly-report", "cron/cleanup", "cron/backup", "unwatched"] {
+        let guard = session.try_lock(name).await.unwrap().expect("a free lock");
+        guard.release().await.unwrap();
+    }
+    let after_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+
+    let grants = "leasehold_watched_grants_total";
+    let last = "leasehold_watched_last_grant_timestamp_seconds";
+    for (id, node) in &cluster.nodes {
+        let address = node.metrics_addr.clone().expect("a metrics address");
+        let page = wait::until(Duration::from_secs(10), "the node to apply the grants", || {
+            let address = address.clone();
+            async move {
+                let page = scrape(&address)?;
+                (page.get(&format!("{grants}{{watch=\"cron/*\"}}")) == Some(&2.0)).then_some(page)
+            }
+        })
+        .await;
+        assert_eq!(page.get(&format!("{grants}{{watch=\"weekly-report\"}}")), Some(&2.0), "node {id}");
+        for watch in ["weekly-report", "cron/*"] {
+            let at = page[&format!("{last}{{watch=\"{watch}\"}}")];
+            assert!(before_s - 1.0 <= at && at <= after_s + 1.0, "node {id}: {watch} last granted at {at}");
+        }
+        assert!(!page.keys().any(|key| key.contains("unwatched")), "node {id}: an unwatched name has a series");
+    }
+}

@@ -180,6 +180,12 @@ pub struct RawConfig {
     #[arg(long = "lock-delay-default", value_name = "PREFIX=MS")]
     #[serde(default)]
     pub lock_delay_defaults: Vec<String>,
+    /// A lock, semaphore or election name (or `PREFIX*`) whose grants the metrics
+    /// count, with the time of the latest (`leasehold_watched_*`), for an alert when
+    /// a job that must run did not. Repeated, at most 100; `watch = [...]` in TOML.
+    #[arg(long = "watch", value_name = "NAME|PREFIX*")]
+    #[serde(default, rename = "watch")]
+    pub watches: Vec<String>,
 }
 
 impl RawConfig {
@@ -219,6 +225,7 @@ impl RawConfig {
             } else {
                 self.lock_delay_defaults
             },
+            watches: if self.watches.is_empty() { file.watches } else { self.watches },
         }
     }
 
@@ -265,6 +272,8 @@ pub struct Config {
     /// Lock-delays by name prefix, for acquires that ask for none (see
     /// `api::lock_delay`).
     pub lock_delay_defaults: Vec<(String, u64)>,
+    /// Names and prefixes whose grants the metrics count (see `shell::watched`).
+    pub watches: Vec<String>,
 }
 
 /// How the node's ports are served.
@@ -565,6 +574,7 @@ impl Config {
             command_level,
             test_panic_on_lock: raw.test_panic_on_lock,
             lock_delay_defaults: lock_delay_defaults(&raw.lock_delay_defaults)?,
+            watches: crate::shell::watched::parse(&raw.watches, LOCK_NAME_BYTES_MAX).map_err(ConfigError)?,
         })
     }
 

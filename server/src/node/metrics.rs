@@ -145,7 +145,28 @@ pub fn render(replica: &Replica) -> String {
         }
     }
     replica.shared.semaphore_waits.render(&mut text);
+    if let Some(watched) = replica.shared.watched.get().filter(|watched| !watched.is_empty()) {
+        render_watched(&mut text, &watched.snapshot());
+    }
     text
+}
+
+/// One series per `--watch`: its grants on this node since it started, and the
+/// proposal time of the latest (0 while none).
+fn render_watched(text: &mut String, watches: &[(String, crate::shell::watched::Seen)]) {
+    let metric = "leasehold_watched_grants_total";
+    let help = "Grants of the names a --watch matches that this node applied since it started.";
+    let _ = writeln!(text, "# HELP {metric} {help}\n# TYPE {metric} counter");
+    for (watch, seen) in watches {
+        let _ = writeln!(text, "{metric}{{watch=\"{}\"}} {}", escape_label(watch), seen.grants);
+    }
+    let metric = "leasehold_watched_last_grant_timestamp_seconds";
+    let help = "When the latest grant a --watch matches was proposed (Unix time; 0: none since this node started).";
+    let _ = writeln!(text, "# HELP {metric} {help}\n# TYPE {metric} gauge");
+    for (watch, seen) in watches {
+        let seconds = seen.last_grant_unix_ms as f64 / 1000.0;
+        let _ = writeln!(text, "{metric}{{watch=\"{}\"}} {seconds:.3}", escape_label(watch));
+    }
 }
 
 pub async fn serve(listener: TcpListener, replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {

@@ -48,6 +48,7 @@ use crate::shell::fail_stop::essential;
 use crate::shell::lock_delays::LockDelays;
 use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
 use crate::shell::tls::{tls_incoming, ClientCertificates, NodeTls, PeerClientTls, ServerTls};
+use crate::shell::watched::WatchedGrants;
 
 /// Why a node did not start; each kind has its exit code (see `exit_code`).
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +150,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
             too_old_message(log_level, config.command_level, "its log")
         )));
     }
+    let _ = shared.watched.set(WatchedGrants::new(&config.watches));
     if let Some(name) = &config.test_panic_on_lock {
         tracing::warn!(name, "--test-panic-on-lock: applying an acquire of this lock panics");
         let _ = shared.test_panic_on_lock.set(name.clone());

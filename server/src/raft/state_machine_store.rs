@@ -31,6 +31,7 @@ use crate::shell::observers::{Change, Observers};
 use crate::shell::session_deadlines::SessionDeadlines;
 use crate::shell::wait_histograms::WaitHistograms;
 use crate::shell::wait_registry::{WaitOutcome, WaitRegistry};
+use crate::shell::watched::WatchedGrants;
 
 /// The replicated state as applied on this node.
 #[derive(Clone, Default)]
@@ -93,6 +94,8 @@ pub struct Shared {
     pub log_command_level: watch::Sender<u32>,
     /// --test-panic-on-lock: the lock whose acquire panics when applied.
     pub test_panic_on_lock: OnceLock<String>,
+    /// The names the operator watches, and their grants (set once at start).
+    pub watched: OnceLock<WatchedGrants>,
     /// This node's record of the deadlines the checkpoints it applied gave.
     pub quiet_deadlines: QuietDeadlines,
     /// When each held-back grant's lock-delay ends on this node's clock.
@@ -230,6 +233,7 @@ impl StateMachineStore {
             cluster_record: watch::Sender::new(Arc::new(applied_record.clone())),
             log_command_level: watch::Sender::new(log_command_level),
             test_panic_on_lock: OnceLock::new(),
+            watched: OnceLock::new(),
             quiet_deadlines,
             lock_delays,
         });
@@ -358,6 +362,13 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
                             | Response::TenantRemoved { .. } => tenants_changed = true,
                             Response::MemberRecorded { .. } => record_changed = true,
                             _ => {}
+                        }
+                        if let Some(watched) = shared.watched.get().filter(|watched| !watched.is_empty()) {
+                            for event in &entry_events {
+                                if let Event::Granted { name, .. } = event {
+                                    watched.granted(name, proposal.stamp_ms);
+                                }
+                            }
                         }
                         events.extend(entry_events.into_iter().map(|event| (index, event)));
                         entry_responses.push(response);

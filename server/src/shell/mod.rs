@@ -20,6 +20,7 @@
 //! * `wait_histograms` — how long semaphore acquires waited, per semaphore.
 //! * `memory` — how the node uses the C allocator, and the heap trimmer.
 //! * `disk` — the data directory's free space against the reserve.
+//! * `watched` — grants of the names the operator watches, for "it did not run".
 //! * `tls` — TLS on both ports: certificates re-read on SIGHUP, peers' and clients'
 //!   identities read from their certificates.
 
@@ -34,3 +35,4 @@ pub mod session_deadlines;
 pub mod tls;
 pub mod wait_histograms;
 pub mod wait_registry;
+pub mod watched;
