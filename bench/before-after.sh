@@ -11,6 +11,10 @@
 #                         [--keepalive-clients 64] [--workloads lock-cycle,contended,keepalive]
 #                         [--lock-delay 5s] [--keep]
 #
+# --after-arg ARG (repeated) is given to the after side's servers only: with --before
+# this checkout's own server, it measures what a setting costs, e.g.
+#   bench/before-after.sh --before "$CARGO_TARGET_DIR/release/leasehold-server" --after-arg --watch --after-arg '*'
+#
 # --lock-delay adds a third cluster, "delayed": this checkout's server again, whose
 # clients acquire every lock and permit with that lock-delay (`leasehold-bench run
 # --lock-delay`), so the run also shows what a delay costs a lock cycle.
@@ -37,6 +41,7 @@ KEEPALIVE_CLIENTS=64
 WORKLOADS=lock-cycle,contended,keepalive
 KEEP=0
 LOCK_DELAY=""
+AFTER_ARGS=()
 THREADS=$(( $(nproc) / 3 > 1 ? $(nproc) / 3 : 1 ))
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -50,7 +55,8 @@ while [ $# -gt 0 ]; do
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --lock-delay) LOCK_DELAY="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --after-arg) AFTER_ARGS+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "before-after.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -99,12 +105,15 @@ for side in "${SIDES[@]}"; do
   for j in 1 2 3; do
     members+=(--initial-member "$j=127.0.0.1:${CLIENT_PORTS[$side]}$j,127.0.0.1:${PEER_PORTS[$side]}$j")
   done
+  side_args=()
+  [ "$side" = after ] && side_args=("${AFTER_ARGS[@]}")
   for i in 1 2 3; do
     RUST_LOG=warn "${SERVER[$side]}" --node-id "$i" --cluster-name bench --data-dir "$WORK/$side$i" \
       --client-addr "127.0.0.1:${CLIENT_PORTS[$side]}$i" --peer-addr "127.0.0.1:${PEER_PORTS[$side]}$i" \
       "${members[@]}" --tls-cert "$CERTS/node-$i.pem" --tls-key "$CERTS/node-$i.key" \
       --peer-cert "$CERTS/node-$i.pem" --peer-key "$CERTS/node-$i.key" --peer-ca "$CERTS/ca.pem" \
-      --admin-token-file "$CERTS/admin.token" --worker-threads "$THREADS" >>"$WORK/$side$i.log" 2>&1 &
+      --admin-token-file "$CERTS/admin.token" --worker-threads "$THREADS" "${side_args[@]}" \
+      >>"$WORK/$side$i.log" 2>&1 &
     PID[$side$i]=$!
   done
 done
@@ -120,7 +129,7 @@ for side in "${SIDES[@]}"; do
     --max-sessions 1000000 --max-holds 10000000 --max-waiters 10000000 >/dev/null
 done
 
-echo "before-after.sh: before = $BEFORE, after = ${SERVER[after]}; $ROUNDS rounds of $DURATION; $THREADS thread(s) per node"
+echo "before-after.sh: before = $BEFORE, after = ${SERVER[after]} ${AFTER_ARGS[*]}; $ROUNDS rounds of $DURATION; $THREADS thread(s) per node"
 IFS=, read -r -a workloads <<<"$WORKLOADS"
 for round in $(seq 1 "$ROUNDS"); do
   # Each round starts with another side, so no side always runs on a cooler machine.
