@@ -119,6 +119,15 @@ mod tests {
 
     const CHILD: &str = "LEASEHOLD_FAIL_STOP_CHILD";
 
+    /// Runs the test `name` of this module in a process of its own, as a child.
+    fn run_child(name: &str) -> std::process::Output {
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", &format!("shell::fail_stop::tests::{name}"), "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap()
+    }
+
     /// Run by `a_panic_stops_the_process_unless_caught` in a process of its own, with
     /// the hook installed; run directly, it does nothing.
     #[test]
@@ -140,11 +149,7 @@ mod tests {
 
     #[test]
     fn a_panic_stops_the_process_unless_caught() {
-        let output = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "shell::fail_stop::tests::fail_stop_child_process", "--nocapture", "--test-threads=1"])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
+        let output = run_child("fail_stop_child_process");
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.signal(), Some(libc::SIGABRT), "{}\n{stdout}\n{stderr}", output.status);
@@ -167,11 +172,7 @@ mod tests {
 
     #[test]
     fn a_panic_in_apply_names_the_entry() {
-        let output = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "shell::fail_stop::tests::fail_stop_apply_child_process", "--nocapture"])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
+        let output = run_child("fail_stop_apply_child_process");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.signal(), Some(libc::SIGABRT), "{}\n{stderr}", output.status);
         assert!(stderr.contains("applying the log entry at index 42 (term 7)"), "{stderr}");
@@ -198,11 +199,7 @@ mod tests {
 
     #[test]
     fn an_essential_task_that_ends_stops_the_process() {
-        let output = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "shell::fail_stop::tests::fail_stop_task_child_process", "--nocapture"])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
+        let output = run_child("fail_stop_task_child_process");
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(EXIT_TASK_ENDED), "{}\n{stdout}\n{stderr}", output.status);
