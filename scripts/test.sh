@@ -4,7 +4,8 @@
 # semaphores, elections, trust, metrics, bad configurations, the CLI and its exit
 # codes); the fault suite's short runs, a rolling upgrade from the previous release
 # among them; the benchmark tool's smoke test; the payments stories against a real
-# PostgreSQL; and the documentation examples. Installs what it needs.
+# PostgreSQL; the documentation examples; and the Python client's tests against real
+# clusters. Installs what it needs.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$LEASEHOLD_ROOT/scripts/setup.sh"
@@ -31,4 +32,15 @@ if [ "$#" -eq 0 ]; then
   cargo test --release --workspace --locked --doc || status=$?
 fi
 cargo nextest run --release --workspace --locked --no-fail-fast "$@" || status=$?
+# The Python client (clients/python), installed as a user installs it, in a virtual
+# environment beside the target directory, and its pytest suite against real clusters
+# of the binaries built above.
+if [ "$#" -eq 0 ]; then
+  venv="$CARGO_TARGET_DIR/python-venv"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet "$LEASEHOLD_ROOT/clients/python[test]"
+  (cd "$LEASEHOLD_ROOT/clients/python" && LEASEHOLD_BIN_DIR="$LEASEHOLD_BIN" "$venv/bin/python" -m pytest -q \
+    -p no:cacheprovider tests) || status=$?
+fi
 exit "$status"
