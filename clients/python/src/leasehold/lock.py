@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Type
+from typing import TYPE_CHECKING, Optional, Type, TypeVar
 
 from leasehold._proto import leasehold_pb2 as pb
 from leasehold.errors import LeaseholdError
@@ -62,17 +62,12 @@ def release_request(session: "Session", name: str, token: int) -> pb.ReleaseRequ
     )
 
 
-class LockGuard:
-    """A held lock. Its `token` is the fencing token: pass it to the storage you write
-    to, which must refuse writes with a token lower than one it has seen
-    (`UPDATE … WHERE fence_token < %s`). Holding the guard does NOT prove the lock is
-    still yours: a paused process can outlive its lease. `is_valid()` turns False when
-    the session goes into jeopardy, before the server could hand the lock on.
+class Grant:
+    """What a lock guard and a permit guard share: a fencing token granted to a
+    session under a name, given back by `release()` and when a `with` block ends."""
 
-    A context manager: leaving the block releases the lock (compare-and-release on
-    the token). A guard that is neither released nor used in a `with` block keeps the
-    lock until its session ends.
-    """
+    #: What the grant is, for the log line of a failed release.
+    _kind = "grant"
 
     def __init__(self, session: "Session", name: str, token: int) -> None:
         self._session = session
@@ -82,7 +77,7 @@ class LockGuard:
 
     @property
     def token(self) -> int:
-        """The fencing token: the Raft log index of the entry that granted this lock."""
+        """The fencing token: the Raft log index of the entry that granted it."""
         return self._token
 
     @property
@@ -98,17 +93,52 @@ class LockGuard:
     def session(self) -> "Session":
         return self._session
 
+    def is_valid(self) -> bool:
+        """True while the grant is not released and its session is alive. Check it
+        before an action the fence cannot guard; it is False from the moment the
+        session goes into jeopardy (half a TTL before the conservative deadline)."""
+        return not self._released and self._session.is_valid()
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: "_Self") -> "_Self":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional["TracebackType"],
+    ) -> None:
+        release_on_exit(self.release, exc, f"{self._kind} {self._name!r}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self._name!r}, token={self._token}, session={self._session.id})"
+
+
+_Self = TypeVar("_Self", bound=Grant)
+
+
+class LockGuard(Grant):
+    """A held lock. Its `token` is the fencing token: pass it to the storage you write
+    to, which must refuse writes with a token lower than one it has seen
+    (`UPDATE … WHERE fence_token < %s`). Holding the guard does NOT prove the lock is
+    still yours: a paused process can outlive its lease. `is_valid()` turns False when
+    the session goes into jeopardy, before the server could hand the lock on.
+
+    A context manager: leaving the block releases the lock (compare-and-release on
+    the token). A guard that is neither released nor used in a `with` block keeps the
+    lock until its session ends.
+    """
+
+    _kind = "lock"
+
     @property
     def deadline(self) -> float:
         """The session's conservative deadline (`time.monotonic()` seconds); past it,
         assume the lock is someone else's."""
         return self._session.deadline
-
-    def is_valid(self) -> bool:
-        """True while the guard is not released and its session is alive. Check it
-        before an action the fence cannot guard; it is False from the moment the
-        session goes into jeopardy (half a TTL before the conservative deadline)."""
-        return not self._released and self._session.is_valid()
 
     def release(self) -> None:
         """Releases the lock. An error says it was no longer this grant's (the session
@@ -130,20 +160,6 @@ class LockGuard:
         session ends); returns the token."""
         self._released = True
         return self._token
-
-    def __enter__(self) -> "LockGuard":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        traceback: Optional["TracebackType"],
-    ) -> None:
-        release_on_exit(self.release, exc, f"lock {self._name!r}")
-
-    def __repr__(self) -> str:
-        return f"LockGuard(name={self._name!r}, token={self._token}, session={self._session.id})"
 
 
 def release_on_exit(release: "object", exc: Optional[BaseException], what: str) -> None:

@@ -5,19 +5,16 @@ worker's permit comes back when its session expires."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Type, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from leasehold._proto import leasehold_pb2 as pb
 from leasehold.client import Node
 from leasehold.errors import OtherError, SemaphoreNotAcquired, SessionLost
-from leasehold.fence import FencingToken
 from leasehold.lease import SessionState
-from leasehold.lock import release_on_exit
+from leasehold.lock import Grant
 from leasehold.session import WAIT_ROUND_MS, _Answer, _milliseconds
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from leasehold.session import Session
 
 
@@ -128,37 +125,11 @@ class Semaphore:
         return response.previous_limit
 
 
-class PermitGuard:
+class PermitGuard(Grant):
     """A held permit; its token fences writes like a lock's. A context manager that
     releases the permit; otherwise it is held until `release()` or the session ends."""
 
-    def __init__(self, session: "Session", name: str, token: int) -> None:
-        self._session = session
-        self._name = name
-        self._token = token
-        self._released = False
-
-    @property
-    def token(self) -> int:
-        """The permit's fencing token: the log index of the entry that granted it."""
-        return self._token
-
-    @property
-    def fencing_token(self) -> FencingToken:
-        return FencingToken(self._token)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def session(self) -> "Session":
-        return self._session
-
-    def is_valid(self) -> bool:
-        """True while the permit is not released and its session is alive (False from
-        the moment the session goes into jeopardy)."""
-        return not self._released and self._session.is_valid()
+    _kind = "semaphore"
 
     def release(self) -> None:
         """Gives the permit back (by its token)."""
@@ -180,16 +151,3 @@ class PermitGuard:
             lambda node, timeout: node.semaphores.Release(request, timeout=timeout, metadata=client.metadata),
         )
 
-    def __enter__(self) -> "PermitGuard":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        traceback: Optional["TracebackType"],
-    ) -> None:
-        release_on_exit(self.release, exc, f"semaphore {self._name!r}")
-
-    def __repr__(self) -> str:
-        return f"PermitGuard(name={self._name!r}, token={self._token}, session={self._session.id})"
