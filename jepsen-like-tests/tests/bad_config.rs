@@ -158,6 +158,21 @@ fn a_port_in_use_is_refused_before_the_data_directory_is_touched() {
 }
 
 #[test]
+fn a_status_page_address_that_is_malformed_or_taken_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let data_dir = root.path().join("data");
+    let mut malformed = base(&data_dir, 1);
+    malformed.extend(["--status-addr".into(), "localhost".into()]);
+    assert_refused(malformed, &data_dir, "--status-addr \"localhost\" is not a host:port address");
+    let occupant = std::net::TcpListener::bind("127.0.0.1:0").expect("occupy a port");
+    let taken = occupant.local_addr().unwrap();
+    let mut in_use = base(&data_dir, 1);
+    in_use.extend(["--status-addr".into(), taken.to_string()]);
+    assert_refused(in_use, &data_dir, &format!("cannot listen on the status page address {taken}"));
+    assert!(!data_dir.exists(), "nothing may be created");
+}
+
+#[test]
 fn a_foreign_data_directory_is_refused_and_left_alone() {
     let root = tempfile::tempdir().unwrap();
     let data_dir = root.path().join("photos");

@@ -33,7 +33,7 @@ pub struct AdminService {
     pub incarnation: u64,
 }
 
-fn state_name(state: ServerState) -> &'static str {
+pub fn state_name(state: ServerState) -> &'static str {
     match state {
         ServerState::Leader => "leader",
         ServerState::Follower => "follower",

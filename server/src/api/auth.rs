@@ -103,6 +103,12 @@ impl Auth {
 
     /// Who sent `request` (for `rpc`): its bearer token's owner, else the tenant its
     /// client certificate names. UNAUTHENTICATED for no credential or an unknown one.
+    /// Whether `token` is the admin credential (for the status page, which has no
+    /// gRPC request to read it from).
+    pub fn is_admin_token(&self, token: &str) -> bool {
+        !token.is_empty() && secret_hash(token.as_bytes()) == *self.admin_token_hash.read().unwrap()
+    }
+
     pub fn who<T>(&self, rpc: &str, request: &Request<T>) -> Result<Who, Status> {
         if let Some(value) = request.metadata().get(AUTHORIZATION_METADATA_KEY) {
             let token = value.to_str().ok().and_then(|value| value.strip_prefix("Bearer ")).map(str::trim);

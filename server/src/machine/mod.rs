@@ -42,6 +42,7 @@
 //! - `tenant.rs`: `Tenant`, the namespaces, `authorize` (who may run a command),
 //!   usage against quotas, and the tenant commands.
 //! - `view.rs`: the read-only answers of the queries.
+//! - `listing.rs`: bounded, searchable pages of every table, for the status page.
 //! - `invariants.rs`: `check_invariants`, the named checks every replica's state passes.
 //! - `limits.rs`: every bound on the replicated state, and `Quotas`, one tenant's.
 //! - `tests.rs`: table tests of every rule; `model_tests.rs`: random command sequences
@@ -57,6 +58,7 @@ mod error;
 mod event;
 mod invariants;
 pub mod limits;
+mod listing;
 mod lock;
 mod members;
 mod response;
@@ -85,6 +87,7 @@ pub use command::{
 pub use delay::{DelayKey, HeldBack};
 pub use error::{CommandError, ErrorKind};
 pub use event::{Event, WaitFailure};
+pub use listing::{InTenant, Listing, Search, SessionRow};
 pub use response::{AcquireOutcome, CancelOutcome, Response};
 pub use session::Session;
 pub use view::{

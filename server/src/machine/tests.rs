@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use super::listing::LISTED_PER_QUEUE_MAX;
 use super::lock::{Holder, Lock};
 use super::semaphore::Semaphore;
 use super::session::{Claim, ClientName, Role};
@@ -2496,4 +2497,46 @@ fn a_snapshot_in_the_middle_of_a_delay_restores_it_and_the_delay_ends_after_the_
     let end = harness.next_index();
     harness.end_delays(&[delay_key(ResourceKind::Lock, "mail", a)]);
     assert_eq!(holder(&harness, "mail"), Some((b, end)));
+}
+
+#[test]
+fn the_status_listings_page_through_the_tables_and_search_them() {
+    let mut harness = Harness::new();
+    let worker = harness.create("payments-worker");
+    let other = harness.create("report-cron");
+    let tokens: Vec<Token> = (0..5).map(|n| harness.grant(worker, &format!("orders/{n}"))).collect();
+    harness.queue(other, "orders/3");
+    let everything = Search::new("");
+    let first = harness.machine.list_locks(&everything, 0, 2);
+    assert_eq!((first.total, first.matched), (5, 5));
+    assert_eq!(first.rows.iter().map(|row| row.view.name.as_str()).collect::<Vec<_>>(), ["orders/0", "orders/1"]);
+    assert_eq!(first.rows[0].view.holder.token, tokens[0]);
+    assert_eq!(first.rows[0].tenant, ADMIN_TENANT_NAME);
+    let last = harness.machine.list_locks(&everything, 4, 2);
+    assert_eq!(last.rows.iter().map(|row| row.view.name.as_str()).collect::<Vec<_>>(), ["orders/4"]);
+    let searched = harness.machine.list_locks(&Search::new("ORDERS/3"), 0, 10);
+    assert_eq!((searched.total, searched.matched, searched.rows.len()), (5, 1, 1));
+    assert_eq!((searched.rows[0].waiters, searched.rows[0].view.waiters[0].session), (1, other));
+
+    let sessions = harness.machine.list_sessions(&Search::new("cron"), 0, 10);
+    assert_eq!((sessions.total, sessions.matched), (2, 1));
+    assert_eq!((sessions.rows[0].id, sessions.rows[0].holds, sessions.rows[0].waits), (other, 0, 1));
+    let by_id = harness.machine.list_sessions(&Search::new(&worker.to_string()), 0, 10);
+    assert_eq!(by_id.rows.iter().map(|row| (row.id, row.holds)).collect::<Vec<_>>(), [(worker, 5)]);
+}
+
+#[test]
+fn a_listed_queue_is_cut_to_its_first_waiters_and_counts_the_rest() {
+    let mut harness = Harness::new();
+    let holder = harness.create("holder");
+    harness.grant(holder, "busy");
+    let waiters: Vec<SessionId> = (0..LISTED_PER_QUEUE_MAX + 3).map(|n| harness.create(&format!("w{n}"))).collect();
+    for waiter in &waiters {
+        harness.queue(*waiter, "busy");
+    }
+    let listed = harness.machine.list_locks(&Search::new(""), 0, 1);
+    let row = &listed.rows[0];
+    assert_eq!(row.waiters, LISTED_PER_QUEUE_MAX + 3);
+    let shown: Vec<SessionId> = row.view.waiters.iter().map(|waiter| waiter.session).collect();
+    assert_eq!(shown, waiters[..LISTED_PER_QUEUE_MAX], "the first in line, in order");
 }

@@ -83,6 +83,11 @@ pub struct RawConfig {
     /// Address of the Prometheus text endpoint (`/metrics`), host:port. Off if unset.
     #[arg(long)]
     pub metrics_addr: Option<String>,
+    /// Address of the live status page, host:port: HTTPS with the client port's
+    /// certificate (HTTP with --insecure-plaintext), read-only, behind the admin
+    /// credential. Off if unset.
+    #[arg(long)]
+    pub status_addr: Option<String>,
     /// Threads that serve clients and peers (the async runtime's workers); one per
     /// CPU core by default. When several nodes share a machine, give each a share of
     /// its cores (`cluster.sh` does): more threads than the cores can run add
@@ -203,6 +208,7 @@ impl RawConfig {
             election_timeout_max_ms: self.election_timeout_max_ms.or(file.election_timeout_max_ms),
             snapshot_every_entries: self.snapshot_every_entries.or(file.snapshot_every_entries),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
+            status_addr: self.status_addr.or(file.status_addr),
             worker_threads: self.worker_threads.or(file.worker_threads),
             test_clock_knob: self.test_clock_knob || file.test_clock_knob,
             tls_cert: self.tls_cert.or(file.tls_cert),
@@ -253,6 +259,7 @@ pub struct Config {
     pub election_timeout_max_ms: u64,
     pub snapshot_every_entries: u64,
     pub metrics_bind: Option<SocketAddr>,
+    pub status_bind: Option<SocketAddr>,
     pub worker_threads: usize,
     pub test_clock_knob: bool,
     /// TLS on both ports, or plaintext when the operator asked for it.
@@ -523,6 +530,10 @@ impl Config {
             Some(address) => Some(resolve("--metrics-addr", address)?),
             None => None,
         };
+        let status_bind = match &raw.status_addr {
+            Some(address) => Some(resolve("--status-addr", address)?),
+            None => None,
+        };
         let worker_threads = match raw.worker_threads {
             None => std::thread::available_parallelism().map(|cores| cores.get()).unwrap_or(1),
             Some(threads) if (1..=WORKER_THREADS_MAX).contains(&threads) => threads,
@@ -562,6 +573,7 @@ impl Config {
             election_timeout_max_ms,
             snapshot_every_entries,
             metrics_bind,
+            status_bind,
             worker_threads,
             test_clock_knob: raw.test_clock_knob,
             transport,

@@ -7,6 +7,8 @@
 //! * `data_dir` — the data directory's identity; foreign directories are refused.
 //! * `metrics` — the Prometheus text endpoint.
 //! * `restore` — `leasehold-server restore`: a new node's data directory from a backup.
+//! * `status` — the live status page: HTML, CSS and JavaScript in the binary and
+//!   the JSON it polls, behind the admin credential.
 //! * `running_node` — `start` and `RunningNode`: listeners, storage, openraft, the
 //!   services, the expiry and membership tasks.
 
@@ -15,5 +17,6 @@ pub mod data_dir;
 pub mod metrics;
 pub mod restore;
 pub mod running_node;
+pub mod status;
 
 pub use running_node::{start, RunningNode, StartError};

@@ -31,6 +31,7 @@ use crate::machine::Command;
 use crate::node::config::{Config, Transport};
 use crate::node::data_dir::{self, Claim};
 use crate::node::metrics;
+use crate::node::status::StatusPage;
 use crate::raft::incarnations::{
     too_old_message, Incarnations, COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, EXIT_BUILD_TOO_OLD,
 };
@@ -46,6 +47,7 @@ use crate::shell::clock::LogLimiter;
 use crate::shell::disk::{DiskSpace, DISK_CHECK_INTERVAL_MS};
 use crate::shell::fail_stop::essential;
 use crate::shell::lock_delays::LockDelays;
+use crate::shell::peer_contacts::PeerContacts;
 use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
 use crate::shell::tls::{tls_incoming, ClientCertificates, NodeTls, PeerClientTls, ServerTls};
 use crate::shell::watched::WatchedGrants;
@@ -85,6 +87,7 @@ pub struct RunningNode {
     pub client_addr: SocketAddr,
     pub peer_addr: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
+    pub status_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     retired: watch::Receiver<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -102,6 +105,10 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     let peer_listener = bind("peer", config.peer_bind)?;
     let metrics_listener = match config.metrics_bind {
         Some(address) => Some(bind("metrics", address)?),
+        None => None,
+    };
+    let status_listener = match config.status_bind {
+        Some(address) => Some(bind("status page", address)?),
         None => None,
     };
     let client_addr = client_listener.local_addr().map_err(|error| StartError::Failed(error.to_string()))?;
@@ -183,8 +190,14 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         Transport::Plaintext => None,
         Transport::Tls { peer_port, .. } => Some(PeerClientTls::load(peer_port.clone()).map_err(StartError::Failed)?),
     };
-    let network =
-        Network::new(Some(config.peer_bind.ip()), &config.cluster_name, peer_client.clone(), incarnations.clone());
+    let contacts = Arc::new(PeerContacts::default());
+    let network = Network::new(
+        Some(config.peer_bind.ip()),
+        &config.cluster_name,
+        peer_client.clone(),
+        incarnations.clone(),
+        contacts.clone(),
+    );
     let raft = Raft::new(config.node_id, Arc::new(raft_config), network.clone(), log_store, state_machine)
         .await
         .map_err(|error| StartError::Failed(format!("cannot start raft: {error}")))?;
@@ -236,6 +249,11 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
             peer_port: ServerTls::load("peer", peer_port.clone(), ClientCertificates::Required)
                 .map_err(StartError::Failed)?,
             peer_client: peer_client.clone().expect("loaded with the transport"),
+            status_port: if status_listener.is_some() {
+                Some(ServerTls::load_https(client_port).map_err(StartError::Failed)?)
+            } else {
+                None
+            },
         })),
     };
     // Registered before anything could send it: SIGHUP's default action ends the process.
@@ -302,6 +320,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         identities_checked: node_tls.is_some(),
         refusals: LogLimiter::new(Duration::from_secs(1)),
         incarnations: incarnations.clone(),
+        contacts: contacts.clone(),
     };
     let peer_server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -335,6 +354,21 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         }
         None => None,
     };
+    let status_addr = match status_listener {
+        Some(listener) => {
+            let address = listener.local_addr().ok();
+            let page = Arc::new(StatusPage {
+                replica: replica.clone(),
+                auth: auth.clone(),
+                contacts,
+                tls: node_tls.as_ref().and_then(|tls| tls.status_port.clone()),
+                refusals: LogLimiter::new(Duration::from_secs(1)),
+            });
+            tasks.push(essential("status page", stopped.clone(), page.serve(listener, stopped.clone())));
+            address
+        }
+        None => None,
+    };
     if bootstraps && !initialized && !bootstraps_now {
         let grace = Duration::from_millis(BOOTSTRAP_GRACE_ELECTION_TIMEOUTS * config.election_timeout_max_ms);
         tasks.push(tokio::spawn(bootstrap_unless_reached(raft.clone(), config.initial_members.clone(), grace)));
@@ -363,6 +397,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         node_id = config.node_id,
         %client_addr,
         %peer_addr,
+        status_addr = ?status_addr,
         tls = !config.transport.is_plaintext(),
         data_dir = %config.data_dir.display(),
         incarnation = incarnations.incarnation(),
@@ -370,7 +405,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         worker_threads = config.worker_threads,
         "node started"
     );
-    Ok(RunningNode { replica, client_addr, peer_addr, metrics_addr, stop, retired, tasks })
+    Ok(RunningNode { replica, client_addr, peer_addr, metrics_addr, status_addr, stop, retired, tasks })
 }
 
 impl RunningNode {

@@ -33,6 +33,7 @@ use tonic::transport::{Channel, Endpoint};
 use crate::raft::codec;
 use crate::raft::incarnations::Incarnations;
 use crate::raft::types::{Node, NodeId, TypeConfig};
+use crate::shell::peer_contacts::PeerContacts;
 use crate::shell::tls::PeerClientTls;
 
 /// How long a connection attempt to a peer may take before the RPC fails.
@@ -66,6 +67,8 @@ struct NetworkInner {
     tls: Option<Arc<PeerClientTls>>,
     /// This node's incarnation for the messages' headers, and the checks of answers.
     incarnations: Arc<Incarnations>,
+    /// When each peer last answered, for the status page.
+    contacts: Arc<PeerContacts>,
 }
 
 impl Network {
@@ -76,6 +79,7 @@ impl Network {
         cluster_name: &str,
         tls: Option<Arc<PeerClientTls>>,
         incarnations: Arc<Incarnations>,
+        contacts: Arc<PeerContacts>,
     ) -> Self {
         let cluster = MetadataValue::try_from(cluster_name).expect("a validated cluster name is a header value");
         Self {
@@ -85,6 +89,7 @@ impl Network {
                 channels: Mutex::new(BTreeMap::new()),
                 tls,
                 incarnations,
+                contacts,
             }),
         }
     }
@@ -185,6 +190,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             address: node.peer_addr.clone(),
             cluster: self.inner.cluster.clone(),
             incarnations: self.inner.incarnations.clone(),
+            contacts: self.inner.contacts.clone(),
             client,
         }
     }
@@ -195,6 +201,7 @@ pub struct PeerConnection {
     address: String,
     cluster: MetadataValue<Ascii>,
     incarnations: Arc<Incarnations>,
+    contacts: Arc<PeerContacts>,
     /// None when the address could not even be parsed; every RPC then fails.
     client: Option<PeerClient<Channel>>,
 }
@@ -252,6 +259,7 @@ impl PeerConnection {
                     // Not counted: to openraft, the member did not answer.
                     return Err(RPCError::Unreachable(Unreachable::new(&error(problem))));
                 }
+                self.contacts.heard(self.target);
                 reply.into_inner()
             }
             Err(status) if status.code() == tonic::Code::Unavailable => {

@@ -18,6 +18,7 @@ use crate::raft::incarnations::Incarnations;
 use crate::raft::network::CLUSTER_HEADER;
 use crate::raft::types::{NodeId, Raft, TypeConfig};
 use crate::shell::clock::{LogLimiter, Stopwatch};
+use crate::shell::peer_contacts::PeerContacts;
 use crate::shell::tls::node_id_presented;
 
 pub struct PeerService {
@@ -34,6 +35,8 @@ pub struct PeerService {
     pub refusals: LogLimiter,
     /// The incarnation checks of every Raft message, and this node's on every answer.
     pub incarnations: Arc<Incarnations>,
+    /// When each peer was last heard from, for the status page.
+    pub contacts: Arc<PeerContacts>,
 }
 
 /// The most campaigns started at once to outbid one candidate's term; a candidate
@@ -265,6 +268,7 @@ impl Peer for PeerService {
         self.check_claim(&request, "AppendEntries", presented, claimed)?;
         self.incarnations.check_request(request.metadata(), "AppendEntries", claimed)?;
         self.takeover.heard_leader();
+        self.contacts.heard(claimed);
         self.reply(&self.raft.append_entries(append).await)
     }
 

@@ -20,6 +20,7 @@
 //! * `wait_histograms` — how long semaphore acquires waited, per semaphore.
 //! * `memory` — how the node uses the C allocator, and the heap trimmer.
 //! * `disk` — the data directory's free space against the reserve.
+//! * `peer_contacts` — when each member was last heard from, for the status page.
 //! * `watched` — grants of the names the operator watches, for "it did not run".
 //! * `tls` — TLS on both ports: certificates re-read on SIGHUP, peers' and clients'
 //!   identities read from their certificates.
@@ -31,6 +32,7 @@ pub mod fail_stop;
 pub mod lock_delays;
 pub mod memory;
 pub mod observers;
+pub mod peer_contacts;
 pub mod session_deadlines;
 pub mod tls;
 pub mod wait_histograms;

@@ -86,10 +86,12 @@ pub enum ClientCertificates {
 
 /// One port's TLS server configuration, swapped whole on reload.
 pub struct ServerTls {
-    /// "client" or "peer", for messages.
+    /// "client", "peer" or "status", for messages.
     port: &'static str,
     files: TlsFiles,
     client_certificates: ClientCertificates,
+    /// The application protocol offered: gRPC's HTTP/2, or HTTP/1.1 for the status page.
+    alpn: &'static [u8],
     config: RwLock<Arc<ServerConfig>>,
     refusals: LogLimiter,
 }
@@ -101,11 +103,29 @@ impl ServerTls {
         files: TlsFiles,
         client_certificates: ClientCertificates,
     ) -> Result<Arc<ServerTls>, String> {
-        let config = build_server_config(&files, client_certificates)?;
+        ServerTls::load_with(port, files, client_certificates, b"h2")
+    }
+
+    /// The status page's HTTPS: the client port's certificate, HTTP/1.1, and no client
+    /// certificate asked for (a browser proves nothing with one; the page asks for the
+    /// admin credential).
+    pub fn load_https(client_port: &TlsFiles) -> Result<Arc<ServerTls>, String> {
+        let files = TlsFiles { ca: None, ..client_port.clone() };
+        ServerTls::load_with("status", files, ClientCertificates::Optional, b"http/1.1")
+    }
+
+    fn load_with(
+        port: &'static str,
+        files: TlsFiles,
+        client_certificates: ClientCertificates,
+        alpn: &'static [u8],
+    ) -> Result<Arc<ServerTls>, String> {
+        let config = build_server_config(&files, client_certificates, alpn)?;
         Ok(Arc::new(ServerTls {
             port,
             files,
             client_certificates,
+            alpn,
             config: RwLock::new(config),
             refusals: LogLimiter::new(Duration::from_millis(REFUSAL_LOG_INTERVAL_MS)),
         }))
@@ -113,7 +133,7 @@ impl ServerTls {
 
     /// Reads the files again into a new configuration, without installing it.
     fn rebuild(&self) -> Result<Arc<ServerConfig>, String> {
-        build_server_config(&self.files, self.client_certificates)
+        build_server_config(&self.files, self.client_certificates, self.alpn)
             .map_err(|error| format!("{} port: {error}", self.port))
     }
 
@@ -138,7 +158,11 @@ impl ServerTls {
     }
 }
 
-fn build_server_config(files: &TlsFiles, client_certificates: ClientCertificates) -> Result<Arc<ServerConfig>, String> {
+fn build_server_config(
+    files: &TlsFiles,
+    client_certificates: ClientCertificates,
+    alpn: &[u8],
+) -> Result<Arc<ServerConfig>, String> {
     let provider = provider();
     let chain = read_certificates(&files.cert)?;
     let key = read_key(&files.key)?;
@@ -160,8 +184,9 @@ fn build_server_config(files: &TlsFiles, client_certificates: ClientCertificates
     let mut config = builder.with_single_cert(chain, key).map_err(|error| {
         format!("{} and {}: the key does not fit the certificate: {error}", files.cert.display(), files.key.display())
     })?;
-    // gRPC is HTTP/2: a client that negotiates nothing else is refused by tonic.
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    // One protocol per port: gRPC's HTTP/2 (a client that negotiates nothing else is
+    // refused by tonic), or the status page's HTTP/1.1.
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -210,6 +235,8 @@ pub struct NodeTls {
     pub client_port: Arc<ServerTls>,
     pub peer_port: Arc<ServerTls>,
     pub peer_client: Arc<PeerClientTls>,
+    /// The status page's HTTPS, when --status-addr is set.
+    pub status_port: Option<Arc<ServerTls>>,
 }
 
 impl NodeTls {
@@ -220,8 +247,13 @@ impl NodeTls {
         let client_port = self.client_port.rebuild()?;
         let peer_port = self.peer_port.rebuild()?;
         let peer_client = build_client_config(&self.peer_client.files).map_err(|error| format!("peers: {error}"))?;
+        let status_port = self.status_port.as_ref().map(|status| status.rebuild().map(|config| (status, config)));
+        let status_port = status_port.transpose()?;
         self.client_port.install(client_port);
         self.peer_port.install(peer_port);
+        if let Some((status, config)) = status_port {
+            status.install(config);
+        }
         *self.peer_client.config.write().unwrap() = peer_client;
         Ok(())
     }

@@ -47,6 +47,14 @@ impl WaitHistograms {
         histogram.sum_seconds += seconds;
     }
 
+    /// How many of `tenant`'s semaphore `name`'s acquires waited up to each bound of
+    /// `WAIT_BUCKETS_SECONDS` (cumulative, as Prometheus counts), and in all.
+    pub fn buckets(&self, tenant: &str, name: &str) -> Option<([u64; WAIT_BUCKETS_SECONDS.len()], u64)> {
+        let by_name = self.by_name.lock().unwrap();
+        let histogram = by_name.get(&(tenant.to_string(), name.to_string()))?;
+        Some((histogram.buckets, histogram.count))
+    }
+
     /// Appends the histograms in Prometheus' text format.
     pub fn render(&self, text: &mut String) {
         let name = "leasehold_semaphore_wait_seconds";

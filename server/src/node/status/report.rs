@@ -1,0 +1,284 @@
+//! What the status page shows, read from this node in one go and sent as JSON: the
+//! members as this node sees them, one page of each table (locks, semaphores,
+//! elections, sessions) filtered by the search, and the watched names.
+//!
+//! The tables are the applied state, the same on every member up to its applied
+//! index. Replication progress (matched index, lag) is known to the leader only, and
+//! time since a session's last keepalive too: keepalives reach the leader alone.
+
+use serde::Serialize;
+
+use crate::api::admin_service::state_name;
+use crate::machine::{ElectionView, HolderView, LeaderView, Listing, Search, WaiterView};
+use crate::raft::replica::Replica;
+use crate::shell::peer_contacts::PeerContacts;
+use crate::shell::wait_histograms::WAIT_BUCKETS_SECONDS;
+
+/// Rows of each table in one answer; the page asks for the next ones by offset.
+pub const PAGE_ROWS: usize = 50;
+/// The longest search text taken.
+pub const SEARCH_BYTES_MAX: usize = 256;
+
+/// What the page asked for: a search, and where each table's page starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Query {
+    pub search: String,
+    pub locks: usize,
+    pub semaphores: usize,
+    pub elections: usize,
+    pub sessions: usize,
+}
+
+#[derive(Serialize)]
+pub struct Report {
+    node: NodeReport,
+    members: Vec<MemberReport>,
+    locks: Table<LockRow>,
+    semaphores: Table<SemaphoreRow>,
+    elections: Table<ElectionRow>,
+    sessions: Table<SessionReport>,
+    /// Grants held back for their lock-delay after their holder's session expired.
+    lock_delays: usize,
+    watched: Vec<WatchedRow>,
+    /// The upper bounds of the semaphores' wait histograms.
+    wait_buckets_seconds: &'static [f64],
+    /// This node's wall clock, for the page's "since" columns (the stamps are the
+    /// leader's wall clock when it proposed the entry).
+    now_unix_ms: u64,
+}
+
+#[derive(Serialize)]
+struct NodeReport {
+    id: u64,
+    cluster_name: String,
+    state: &'static str,
+    term: u64,
+    /// 0 when no leader is known.
+    leader_id: u64,
+    last_log_index: u64,
+    commit_index: u64,
+    applied_index: u64,
+    snapshot_index: u64,
+    /// On the leader: since a quorum last acknowledged it.
+    millis_since_quorum_ack: Option<u64>,
+    tls: bool,
+}
+
+#[derive(Serialize)]
+struct MemberReport {
+    id: u64,
+    /// "voter" or "learner".
+    role: &'static str,
+    client_addr: String,
+    peer_addr: String,
+    is_leader: bool,
+    is_this_node: bool,
+    /// On the leader: the last index the member acknowledged, and how far behind the
+    /// leader's last index that is.
+    matched_index: Option<u64>,
+    lag: Option<u64>,
+    /// Since this node last heard from the member (an answer to a Raft message, or
+    /// the leader's AppendEntries); none for this node and for members never heard.
+    last_contact_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Table<T> {
+    total: usize,
+    matched: usize,
+    offset: usize,
+    page_rows: usize,
+    rows: Vec<T>,
+}
+
+impl<T> Table<T> {
+    fn of<V>(listing: Listing<V>, offset: usize, row: impl Fn(V) -> T) -> Table<T> {
+        Table {
+            total: listing.total,
+            matched: listing.matched,
+            offset,
+            page_rows: PAGE_ROWS,
+            rows: listing.rows.into_iter().map(row).collect(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct LockRow {
+    tenant: String,
+    name: String,
+    holder: HolderView,
+    /// The first waiters, first in line first, and how many wait in all.
+    waiters: Vec<WaiterView>,
+    waiter_count: usize,
+}
+
+#[derive(Serialize)]
+struct SemaphoreRow {
+    tenant: String,
+    name: String,
+    limit: u32,
+    holders: Vec<HolderView>,
+    holder_count: usize,
+    waiters: Vec<WaiterView>,
+    waiter_count: usize,
+    /// Acquires of this semaphore that waited up to each bound, cumulative, and in
+    /// all, as this node applied them; none before the first wait.
+    waited: Option<Waited>,
+}
+
+#[derive(Serialize)]
+struct Waited {
+    cumulative: Vec<u64>,
+    count: u64,
+}
+
+#[derive(Serialize)]
+struct ElectionRow {
+    tenant: String,
+    name: String,
+    leader: LeaderView,
+    waiters: Vec<WaiterView>,
+    waiter_count: usize,
+}
+
+#[derive(Serialize)]
+struct SessionReport {
+    id: u64,
+    tenant: String,
+    client_name: String,
+    ttl_ms: u64,
+    holds: usize,
+    waits: usize,
+    /// On the leader: the lease left before the session expires unless kept alive,
+    /// and about how long ago its last keepalive arrived (TTL less the lease left).
+    lease_left_ms: Option<u64>,
+    since_keepalive_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct WatchedRow {
+    watch: String,
+    grants: u64,
+    /// 0: none since this node started.
+    last_grant_unix_ms: u64,
+}
+
+/// Reads everything the page shows from `replica`, holding the applied state's lock
+/// only while one page of each table is copied.
+pub async fn report(replica: &Replica, contacts: &PeerContacts, query: &Query, tls: bool) -> Report {
+    let commit_index = replica
+        .raft
+        .with_raft_state(|state| state.committed.map(|log_id| log_id.index).unwrap_or(0))
+        .await
+        .unwrap_or(0);
+    let metrics = replica.raft.metrics().borrow().clone();
+    let is_leader = metrics.state == openraft::ServerState::Leader;
+    let last_log_index = metrics.last_log_index.unwrap_or(0);
+    let index = |log_id: Option<crate::raft::types::LogId>| log_id.map(|log_id| log_id.index).unwrap_or(0);
+    let node = NodeReport {
+        id: metrics.id,
+        cluster_name: replica.cluster_name.clone(),
+        state: state_name(metrics.state),
+        term: metrics.current_term,
+        leader_id: metrics.current_leader.unwrap_or(0),
+        last_log_index,
+        commit_index,
+        applied_index: index(metrics.last_applied),
+        snapshot_index: index(metrics.snapshot),
+        millis_since_quorum_ack: if is_leader { metrics.millis_since_quorum_ack } else { None },
+        tls,
+    };
+    let membership = metrics.membership_config.membership();
+    let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+    let members = membership
+        .nodes()
+        .map(|(id, member)| {
+            let matched_index = metrics
+                .replication
+                .as_ref()
+                .and_then(|replication| replication.get(id).copied())
+                .map(index);
+            MemberReport {
+                id: *id,
+                role: if voters.contains(id) { "voter" } else { "learner" },
+                client_addr: member.client_addr.clone(),
+                peer_addr: member.peer_addr.clone(),
+                is_leader: metrics.current_leader == Some(*id),
+                is_this_node: *id == metrics.id,
+                matched_index,
+                lag: matched_index.map(|matched| last_log_index.saturating_sub(matched)),
+                last_contact_ms: if *id == metrics.id { None } else { contacts.since_ms(*id) },
+            }
+        })
+        .collect();
+
+    let search = Search::new(&query.search);
+    let (locks, semaphores, elections, sessions) = {
+        let applied = replica.shared.applied.read().unwrap();
+        let machine = &applied.machine;
+        (
+            machine.list_locks(&search, query.locks, PAGE_ROWS),
+            machine.list_semaphores(&search, query.semaphores, PAGE_ROWS),
+            machine.list_elections(&search, query.elections, PAGE_ROWS),
+            machine.list_sessions(&search, query.sessions, PAGE_ROWS),
+        )
+    };
+    let deadlines = &replica.shared.deadlines;
+    let waits = &replica.shared.semaphore_waits;
+    Report {
+        node,
+        members,
+        locks: Table::of(locks, query.locks, |row| LockRow {
+            tenant: row.tenant,
+            name: row.view.name,
+            holder: row.view.holder,
+            waiters: row.view.waiters,
+            waiter_count: row.waiters,
+        }),
+        semaphores: Table::of(semaphores, query.semaphores, |row| SemaphoreRow {
+            waited: waits
+                .buckets(&row.tenant, &row.view.name)
+                .map(|(cumulative, count)| Waited { cumulative: cumulative.to_vec(), count }),
+            tenant: row.tenant,
+            name: row.view.name,
+            limit: row.view.limit,
+            holders: row.view.holders,
+            holder_count: row.holders,
+            waiters: row.view.waiters,
+            waiter_count: row.waiters,
+        }),
+        elections: Table::of(elections, query.elections, |row| {
+            let ElectionView { name, leader, waiters } = row.view;
+            ElectionRow { tenant: row.tenant, name, leader, waiters, waiter_count: row.waiters }
+        }),
+        sessions: Table::of(sessions, query.sessions, |row| {
+            let lease_left_ms = if is_leader { deadlines.remaining_ms(row.id) } else { None };
+            SessionReport {
+                id: row.id,
+                tenant: row.tenant,
+                client_name: row.client_name,
+                ttl_ms: row.ttl_ms,
+                holds: row.holds,
+                waits: row.waits,
+                lease_left_ms,
+                since_keepalive_ms: lease_left_ms.map(|left_ms| row.ttl_ms.saturating_sub(left_ms)),
+            }
+        }),
+        lock_delays: replica.shared.lock_delays.len(),
+        watched: match replica.shared.watched.get() {
+            Some(watched) => watched
+                .snapshot()
+                .into_iter()
+                .map(|(watch, seen)| WatchedRow {
+                    watch,
+                    grants: seen.grants,
+                    last_grant_unix_ms: seen.last_grant_unix_ms,
+                })
+                .collect(),
+            None => Vec::new(),
+        },
+        wait_buckets_seconds: &WAIT_BUCKETS_SECONDS,
+        now_unix_ms: replica.clock.unix_ms(),
+    }
+}
