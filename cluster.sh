@@ -14,7 +14,10 @@
 #   ./cluster.sh logs I        the last lines of node I's log
 #   ./cluster.sh clean         stop and delete the cluster's data and credentials
 #
-# Ports of node I: client 127.0.0.1:710I, peer 127.0.0.1:720I, metrics 127.0.0.1:730I.
+# Ports of node I: client 127.0.0.1:710I, peer 127.0.0.1:720I, metrics 127.0.0.1:730I,
+# status page https://127.0.0.1:740I/ (its certificate is from the cluster's own CA:
+# a browser warns unless .cluster/certs/ca.pem is imported; it asks for the admin
+# token in .cluster/admin.token).
 # LEASEHOLD_SERVER_FLAGS adds flags to every node (e.g. "--election-timeout-min-ms 300").
 # The nodes share this machine's cores: each gets --worker-threads cores/N (at least
 # 1) unless LEASEHOLD_SERVER_FLAGS sets it.
@@ -44,6 +47,7 @@ size() { cat "$CLUSTER_DIR/size" 2>/dev/null || echo 3; }
 client_addr() { echo "127.0.0.1:710$1"; }
 peer_addr() { echo "127.0.0.1:720$1"; }
 metrics_addr() { echo "127.0.0.1:730$1"; }
+status_addr() { echo "127.0.0.1:740$1"; }
 endpoints() {
   local n list=""
   n=$(size)
@@ -137,7 +141,7 @@ start_node() {
   local i=$1 n members=() pid address
   n=$(size)
   if pid=$(live_pid "$i"); then echo "node $i is already running (pid $pid)"; return 0; fi
-  for address in "$(client_addr "$i")" "$(peer_addr "$i")" "$(metrics_addr "$i")"; do
+  for address in "$(client_addr "$i")" "$(peer_addr "$i")" "$(metrics_addr "$i")" "$(status_addr "$i")"; do
     if listening "$address"; then
       die "node $i cannot start: $address is already in use (another cluster started from another checkout? stop it there with ./cluster.sh stop)"
     fi
@@ -158,10 +162,10 @@ start_node() {
     --admin-token-file "$ADMIN_TOKEN_FILE"
   )
   setsid "$SERVER" --node-id "$i" --cluster-name "$CLUSTER_NAME" --data-dir "$CLUSTER_DIR/node$i" \
-    --metrics-addr "$(metrics_addr "$i")" "${members[@]}" "${tls[@]}" "${threads[@]}" ${LEASEHOLD_SERVER_FLAGS:-} \
+    --metrics-addr "$(metrics_addr "$i")" --status-addr "$(status_addr "$i")" "${members[@]}" "${tls[@]}" "${threads[@]}" ${LEASEHOLD_SERVER_FLAGS:-} \
     >>"$CLUSTER_DIR/node$i.log" 2>&1 </dev/null &
   echo $! >"$CLUSTER_DIR/node$i.pid"
-  echo "node $i started (pid $!): client $(client_addr "$i"), peer $(peer_addr "$i"), metrics http://$(metrics_addr "$i")/metrics"
+  echo "node $i started (pid $!): client $(client_addr "$i"), peer $(peer_addr "$i"), metrics http://$(metrics_addr "$i")/metrics, status page https://$(status_addr "$i")/"
 }
 
 # Waits until node $1 listens on its client address; fails with its last log lines
@@ -261,6 +265,9 @@ case "$command" in
     ensure_demo_tenant
     echo "endpoints: $(endpoints)"
     echo "CLI: $CLI"
+    echo "status page: https://$(status_addr "$leader")/ (the leader's; every node serves one)"
+    echo "  sign in with the admin token, the first line of $ADMIN_TOKEN_FILE"
+    echo "  the certificate is the cluster's own: trust $CA_FILE or accept the browser's warning"
     demo
     echo
     echo "To use the cluster from this shell (as tenant $DEMO_TENANT; admin commands as the admin):"

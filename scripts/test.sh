@@ -5,7 +5,7 @@
 # codes); the fault suite's short runs, a rolling upgrade from the previous release
 # among them; the benchmark tool's smoke test; the payments stories against a real
 # PostgreSQL; the documentation examples; and the Python client's tests against real
-# clusters. Installs what it needs.
+# clusters, the status page's in headless Chromium among them. Installs what it needs.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$LEASEHOLD_ROOT/scripts/setup.sh"
@@ -34,7 +34,8 @@ fi
 cargo nextest run --release --workspace --locked --no-fail-fast "$@" || status=$?
 # The Python client (clients/python), installed as a user installs it, in a virtual
 # environment beside the target directory, and its pytest suite against real clusters
-# of the binaries built above.
+# of the binaries built above (with the status page's browser test, which drives
+# Debian's chromium through chromium-driver with selenium).
 if [ "$#" -eq 0 ]; then
   venv="$CARGO_TARGET_DIR/python-venv"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"

@@ -111,10 +111,12 @@ def _listening(address: str) -> bool:
 class Node:
     """One `leasehold-server` process and where it listens."""
 
-    def __init__(self, node_id: int, client_addr: str, peer_addr: str, root: Path) -> None:
+    def __init__(self, node_id: int, client_addr: str, peer_addr: str, status_addr: str, root: Path) -> None:
         self.id = node_id
         self.client_addr = client_addr
         self.peer_addr = peer_addr
+        #: The status page (HTTPS with the node's certificate).
+        self.status_addr = status_addr
         self.data_dir = root / f"node{node_id}"
         self.log = root / f"node{node_id}.log"
         self.process: Optional[subprocess.Popen] = None
@@ -150,10 +152,11 @@ class LocalCluster:
         # Unique, so that a node reaching another test's cluster is refused.
         self.cluster_name = f"python-{random.getrandbits(32):08x}"
         self.nodes: Dict[int, Node] = {}
-        ports = free_ports(2 * size)
+        ports = free_ports(3 * size)
         for node_id in range(1, size + 1):
-            client_port, peer_port = ports[2 * node_id - 2], ports[2 * node_id - 1]
-            self.nodes[node_id] = Node(node_id, f"127.0.0.1:{client_port}", f"127.0.0.1:{peer_port}", root)
+            client_port, peer_port, status_port = ports[3 * node_id - 3 : 3 * node_id]
+            addresses = [f"127.0.0.1:{port}" for port in (client_port, peer_port, status_port)]
+            self.nodes[node_id] = Node(node_id, *addresses, root)
 
     # ------------------------------------------------------------------ starting
 
@@ -192,9 +195,12 @@ class LocalCluster:
             "--data-dir", str(node.data_dir),
             "--client-addr", node.client_addr,
             "--peer-addr", node.peer_addr,
+            "--status-addr", node.status_addr,
             "--tls-cert", str(cert), "--tls-key", str(key), "--client-ca", str(self.ca_file),
             "--peer-cert", str(cert), "--peer-key", str(key), "--peer-ca", str(self.ca_file),
             "--admin-token-file", str(self.admin_token_file),
+            # Grants of cron/… are counted and shown on the status page (its test).
+            "--watch", "cron/*",
         ]  # fmt: skip
         for member in self.nodes.values():
             arguments += ["--initial-member", f"{member.id}={member.client_addr},{member.peer_addr}"]
@@ -219,9 +225,10 @@ class LocalCluster:
         def listens() -> bool:
             if not node.running:
                 raise AssertionError(f"node {node.id} exited while starting:\n{self.log_tail(node.id)}")
-            return _listening(node.client_addr) and _listening(node.peer_addr)
+            return all(_listening(address) for address in (node.client_addr, node.peer_addr, node.status_addr))
 
-        until(START_WAIT_S, f"node {node.id} to listen on {node.client_addr} and {node.peer_addr}", listens)
+        addresses = f"{node.client_addr}, {node.peer_addr} and {node.status_addr}"
+        until(START_WAIT_S, f"node {node.id} to listen on {addresses}", listens)
 
     def start(self) -> None:
         """Makes the credentials, starts every node, waits for a leader, adds the tests'

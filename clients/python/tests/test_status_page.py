@@ -1,0 +1,249 @@
+"""The status page (`--status-addr`) in a real browser: Debian's Chromium, headless,
+driven through its ChromeDriver. The state it must show is made with this package's
+client against the tests' cluster: a lock with two waiters, a semaphore at its limit
+with a waiter, an election. The assertions are on the rendered page, as an operator
+reads it; the lock's release must reach the page without a reload.
+
+A screenshot is saved in the cluster's directory (and to LEASEHOLD_SCREENSHOT when
+set, as the README's picture is made)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable, Iterator, List
+
+import pytest
+
+import leasehold
+from cluster import LocalCluster
+from waiting import until
+
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+pytestmark = pytest.mark.cluster
+
+CHROMIUM = os.environ.get("LEASEHOLD_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("LEASEHOLD_CHROMEDRIVER", "/usr/bin/chromedriver")
+#: How long the page may take to show a change: it polls once a second.
+PAGE_WAIT_S = 15.0
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    for program in (CHROMIUM, CHROMEDRIVER):
+        assert shutil.which(program), f"{program} is missing: scripts/setup.sh installs chromium and chromium-driver"
+    options = Options()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1500,1300"):
+        options.add_argument(argument)
+    # The nodes' certificate is from the test cluster's own CA, which this browser
+    # profile does not know; the page is still served over TLS.
+    options.accept_insecure_certs = True
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def page_url(cluster: LocalCluster, node_id: int) -> str:
+    return f"https://{cluster.nodes[node_id].status_addr}/"
+
+
+def sign_in(browser: WebDriver, url: str, token: str) -> None:
+    browser.get(url)
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(url)
+    WebDriverWait(browser, PAGE_WAIT_S).until(lambda _: browser.find_element(By.ID, "login").is_displayed())
+    browser.find_element(By.ID, "token").send_keys(token)
+    browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
+
+
+def row(browser: WebDriver, table: str, name: str) -> WebElement:
+    """The row of `name` in `table`, once the page shows it."""
+
+    def shown(_: WebDriver) -> object:
+        for found in browser.find_elements(By.CSS_SELECTOR, f"table#{table} tbody tr"):
+            if found.get_attribute("data-name") == name:
+                return found
+        return False
+
+    return WebDriverWait(browser, PAGE_WAIT_S).until(shown, f"the page to show {name} in the {table} table")
+
+
+def waiters(found: WebElement) -> List[str]:
+    return [item.text for item in found.find_elements(By.CSS_SELECTOR, "td.waiters li.waiter")]
+
+
+def in_background(work: Callable[[], object]) -> threading.Thread:
+    """Runs a waiting acquire on a thread; the wait ends with its session when the
+    test closes its clients."""
+
+    def run() -> None:
+        try:
+            work()
+        except leasehold.SessionLost:
+            pass
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_page_shows_holders_waiters_limits_and_leaders_and_follows_a_release(
+    cluster: LocalCluster, browser: WebDriver
+) -> None:
+    # Names no other test uses (the cluster is shared), short for the screenshot. The
+    # test cluster watches cron/* (cluster.py): the page lists what it saw.
+    lock_name, semaphore_name, election_name = "page/orders/42", "page/reports-tenant-a", "cron/weekly-report"
+    admin_token = cluster.admin_token_file.read_text().splitlines()[0].strip()
+    leader = cluster.wait_for_leader()
+    with cluster.client(client_name="payments-worker-a") as worker_a, cluster.client(
+        client_name="payments-worker-b"
+    ) as worker_b, cluster.client(client_name="payments-worker-c") as worker_c:
+        holder, second, third = worker_a.session(ttl=30), worker_b.session(ttl=30), worker_c.session(ttl=30)
+        held = holder.lock(lock_name, wait=10)
+        granted: dict = {}
+        # B queues first, C after it: the page must show them in that order.
+        waiting_b = in_background(lambda: granted.__setitem__("b", second.lock(lock_name, wait=60)))
+        until(10, "B to wait on the lock", lambda: len(worker_a.describe_lock(lock_name).waiters) == 1)
+        waiting_c = in_background(lambda: granted.__setitem__("c", third.lock(lock_name, wait=60)))
+        until(10, "C to wait behind B", lambda: len(worker_a.describe_lock(lock_name).waiters) == 2)
+
+        permits = [session.semaphore(semaphore_name, 2).acquire(wait=10) for session in (holder, second)]
+        in_background(lambda: third.semaphore(semaphore_name, 2).acquire_within(60))
+        until(10, "C to wait for a permit", lambda: len(worker_a.describe_semaphore(semaphore_name).waiters) == 1)
+        leadership = holder.campaign(election_name, "pod-a", wait=10)
+
+        sign_in(browser, page_url(cluster, leader), admin_token)
+        lock_row = row(browser, "locks", lock_name)
+        assert lock_row.find_element(By.CSS_SELECTOR, "td.holder").text == f"payments-worker-a (session {holder.id})"
+        assert lock_row.find_element(By.CSS_SELECTOR, "td.token").text == str(held.token)
+        assert waiters(lock_row) == [
+            f"payments-worker-b (session {second.id})",
+            f"payments-worker-c (session {third.id})",
+        ], "the waiters, first in line first"
+
+        semaphore_row = row(browser, "semaphores", semaphore_name)
+        held_cell = semaphore_row.find_element(By.CSS_SELECTOR, "td.held .badge")
+        assert held_cell.text == "2 of 2"
+        assert "full" in held_cell.get_attribute("class").split()
+        assert waiters(semaphore_row) == [f"payments-worker-c (session {third.id})"]
+
+        election_row = row(browser, "elections", election_name)
+        leader_cell = election_row.find_element(By.CSS_SELECTOR, "td.leader")
+        assert leader_cell.text == f"payments-worker-a (session {holder.id})"
+        assert election_row.find_element(By.CSS_SELECTOR, "td.value").text == "pod-a"
+        assert election_row.find_element(By.CSS_SELECTOR, "td.token").text == str(leadership.token)
+
+        watched = browser.find_element(By.CSS_SELECTOR, "table#watched tbody tr[data-watch='cron/*']")
+        grants, last_grant = [cell.text for cell in watched.find_elements(By.TAG_NAME, "td")][1:]
+        assert int(grants) >= 1 and last_grant.endswith(" ago"), "the election's grant counts under cron/*"
+
+        members = browser.find_elements(By.CSS_SELECTOR, "table#members tbody tr")
+        assert sorted(int(member.get_attribute("data-node")) for member in members) == sorted(cluster.nodes)
+        leader_row = next(member for member in members if member.get_attribute("data-node") == str(leader))
+        assert "leader" in leader_row.text
+        screenshot = Path(cluster.root) / "status-page.png"
+        assert browser.save_screenshot(str(screenshot)), "the screenshot could not be saved"
+        if os.environ.get("LEASEHOLD_SCREENSHOT"):
+            shutil.copyfile(screenshot, os.environ["LEASEHOLD_SCREENSHOT"])
+
+        # The release reaches the open page by itself: the same document, redrawn.
+        browser.execute_script("window.leaseholdTestMarker = 'not reloaded'")
+        held.release()
+        waiting_b.join(timeout=30)
+        assert "b" in granted, "B was not granted the lock after A released it"
+
+        def shows_b(_: WebDriver) -> object:
+            found = row(browser, "locks", lock_name)
+            holder_text = found.find_element(By.CSS_SELECTOR, "td.holder").text
+            return found if holder_text == f"payments-worker-b (session {second.id})" else False
+
+        lock_row = WebDriverWait(browser, PAGE_WAIT_S).until(shows_b, "the page to show B holding the lock")
+        assert lock_row.find_element(By.CSS_SELECTOR, "td.token").text == str(granted["b"].token)
+        assert granted["b"].token > held.token
+        assert waiters(lock_row) == [f"payments-worker-c (session {third.id})"]
+        assert browser.execute_script("return window.leaseholdTestMarker") == "not reloaded"
+
+        # The search box filters every table: by client name, sessions show only C's.
+        browser.find_element(By.ID, "search").send_keys("payments-worker-c")
+
+        def sessions_shown(_: WebDriver) -> object:
+            shown = browser.find_elements(By.CSS_SELECTOR, "table#sessions tbody tr")
+            ids = [found.get_attribute("data-session") for found in shown]
+            return ids if ids == [str(third.id)] else False
+
+        WebDriverWait(browser, PAGE_WAIT_S).until(sessions_shown, "the search to leave only C's session")
+        assert browser.find_elements(By.CSS_SELECTOR, "table#locks tbody tr") == [], "no lock name matches"
+        assert browser.find_element(By.ID, "sessions-count").text.startswith("(1 of ")
+
+        granted["b"].release()
+        waiting_c.join(timeout=30)
+        for permit in permits:
+            permit.release()
+        leadership.resign()
+        granted["c"].release()
+
+
+def test_a_followers_page_shows_the_replicated_state_and_names_the_leader(
+    cluster: LocalCluster, browser: WebDriver
+) -> None:
+    leader = cluster.wait_for_agreed_leader()
+    follower = next(node_id for node_id in cluster.nodes if node_id != leader)
+    name = "page/on-a-follower"
+    with cluster.client(client_name="follower-page-check") as client, client.session(ttl=30) as session:
+        with session.lock(name, wait=10) as guard:
+            cluster.wait_applied(follower, cluster.status(leader).commit_index)
+            sign_in(browser, page_url(cluster, follower), cluster.admin_token_file.read_text().splitlines()[0].strip())
+            found = row(browser, "locks", name)
+            assert found.find_element(By.CSS_SELECTOR, "td.token").text == str(guard.token)
+            summary = browser.find_element(By.ID, "node-summary").text
+            assert f"node {follower} · follower" in summary and f"leader: node {leader}" in summary
+            assert f"node {leader}" in browser.find_element(By.ID, "members-note").text
+
+
+def test_the_page_refuses_a_wrong_token_and_its_data_needs_the_admin_credential(
+    cluster: LocalCluster, browser: WebDriver
+) -> None:
+    leader = cluster.wait_for_leader()
+    url = page_url(cluster, leader)
+    sign_in(browser, url, "not-the-admin-token")
+    error = browser.find_element(By.ID, "login-error")
+    WebDriverWait(browser, PAGE_WAIT_S).until(lambda _: error.text, "the page to say the token was refused")
+    assert "refused" in error.text
+    assert not browser.find_element(By.ID, "status").is_displayed()
+
+    context = ssl.create_default_context(cafile=str(cluster.ca_file))
+    tenant_token = cluster.token_file.read_text().splitlines()[0].strip()
+    for headers in ({}, {"Authorization": f"Bearer {tenant_token}"}):
+        request = urllib.request.Request(f"{url}api/status", headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, context=context, timeout=10)
+        assert refused.value.code == 401, "a tenant's token or none must not read the whole cluster"
+
+    admin_token = cluster.admin_token_file.read_text().splitlines()[0].strip()
+    request = urllib.request.Request(f"{url}api/status?q=zz", headers={"Authorization": f"Bearer {admin_token}"})
+    with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+        report = json.load(answer)
+    assert report["node"]["id"] == leader and report["node"]["state"] == "leader"
+    text = json.dumps(report)
+    assert admin_token not in text and tenant_token not in text, "the page's data must carry no credential"
+
+    with pytest.raises(urllib.error.HTTPError) as bad:
+        request = urllib.request.Request(f"{url}api/status?lock=1", headers={"Authorization": f"Bearer {admin_token}"})
+        urllib.request.urlopen(request, context=context, timeout=10)
+    assert bad.value.code == 400 and "unknown parameter" in bad.value.read().decode()
