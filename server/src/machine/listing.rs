@@ -4,23 +4,39 @@
 //!
 //! A listing never copies more than one page: without a search it walks the tables
 //! in their order from `offset` on and stops after `limit` rows; with one it walks the
-//! whole table once to count the matches (10,000 locks or 100,000 sessions take a few
-//! milliseconds) and copies only the page.
+//! whole table once to count the matches and copies only the page. A walk goes in
+//! steps of a bounded number of rows (`Walk`), so that its caller can let go of the
+//! state's lock between them: the walk of 100,000 sessions takes milliseconds, and
+//! the applier must not wait that long.
 
+use std::cell::RefCell;
+
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use super::caller::TenantId;
 use super::session::Role;
+use super::tenant::Namespace;
 use super::view::{ElectionView, LockView, SemaphoreView};
 use super::{ResourceKind, SessionId, StateMachine};
 
 /// What a search matches: a row whose name, tenant or client name contains `text`
-/// (ASCII case ignored). Empty matches every row.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// (ASCII case ignored), or a session whose id it is. Empty matches every row.
+#[derive(Debug, Default)]
 pub struct Search {
     lowercase: String,
+    /// The text as a session id, when it is a number.
+    id: Option<u64>,
+    /// A field lowercased, reused from row to row: a search of 100,000 sessions
+    /// allocates nothing per row.
+    field: RefCell<String>,
 }
 
 impl Search {
     pub fn new(text: &str) -> Search {
-        Search { lowercase: text.trim().to_ascii_lowercase() }
+        let lowercase = text.trim().to_ascii_lowercase();
+        Search { id: lowercase.parse().ok(), lowercase, field: RefCell::default() }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -29,21 +45,22 @@ impl Search {
 
     /// Whether any of `fields` contains the text.
     pub fn matches(&self, fields: &[&str]) -> bool {
-        self.is_empty() || fields.iter().any(|field| contains_ignoring_case(field, &self.lowercase))
+        if self.is_empty() {
+            return true;
+        }
+        let mut lowered = self.field.borrow_mut();
+        fields.iter().filter(|field| field.len() >= self.lowercase.len()).any(|field| {
+            lowered.clear();
+            lowered.push_str(field);
+            lowered.make_ascii_lowercase();
+            lowered.contains(self.lowercase.as_str())
+        })
     }
 
     /// Whether the text is `id` in decimal (a session is searched for by its id).
     pub fn is_id(&self, id: u64) -> bool {
-        self.lowercase.parse::<u64>() == Ok(id)
+        self.id == Some(id)
     }
-}
-
-fn contains_ignoring_case(haystack: &str, lowercase_needle: &str) -> bool {
-    let needle = lowercase_needle.as_bytes();
-    if needle.len() > haystack.len() {
-        return false;
-    }
-    haystack.as_bytes().windows(needle.len()).any(|window| window.eq_ignore_ascii_case(needle))
 }
 
 /// One page of a table: its rows, and how many rows the table and the search have.
@@ -86,46 +103,133 @@ pub struct SessionRow {
     pub waits: usize,
 }
 
-/// Walks `rows`, counting the ones `search` matches (by `matches`) and making the
-/// ones on the page. Without a search, stops once the page is full.
-fn page<Row, T>(
-    rows: impl Iterator<Item = Row>,
-    total: usize,
-    search: &Search,
-    (offset, limit): (usize, usize),
-    matches: impl Fn(&Row) -> bool,
-    make: impl Fn(Row) -> T,
-) -> Listing<T> {
-    let mut listing = Listing { total, matched: 0, rows: Vec::with_capacity(limit.min(total)) };
-    for row in rows {
-        if !search.is_empty() && !matches(&row) {
-            continue;
-        }
-        if listing.matched >= offset && listing.rows.len() < limit {
-            listing.rows.push(make(row));
-        }
-        listing.matched += 1;
-        if search.is_empty() && listing.rows.len() == limit {
-            break;
-        }
-    }
-    if search.is_empty() {
-        listing.matched = total;
-    }
-    listing
+/// A listing in progress: a walk of one table that may stop after some rows and go
+/// on later, so that the caller can let go of the state's lock in between (a search
+/// walks every row).
+#[derive(Debug)]
+pub struct Walk<T> {
+    listing: Listing<T>,
+    offset: usize,
+    limit: usize,
+    resume: Resume,
 }
 
+/// Where a walk goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Resume {
+    Start,
+    /// At this session (ids are the session table's order).
+    Session(SessionId),
+    /// At this tenant's row of this name (tenant, then name: the namespace tables'
+    /// order).
+    Name(TenantId, String),
+    Done,
+}
+
+impl<T> Walk<T> {
+    /// A walk for the matching rows from `offset` on, at most `limit`.
+    pub fn new(offset: usize, limit: usize) -> Walk<T> {
+        Walk { listing: Listing { total: 0, matched: 0, rows: Vec::new() }, offset, limit, resume: Resume::Start }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.resume == Resume::Done
+    }
+
+    pub fn into_listing(self) -> Listing<T> {
+        self.listing
+    }
+
+    /// Walks on over `rows` (from where the walk stopped), counting the ones `search`
+    /// matches (by `matches`) and making the ones on the page, for at most `scan_max`
+    /// rows. Without a search, the walk ends once the page is full.
+    #[allow(clippy::too_many_arguments)]
+    fn step<Row>(
+        &mut self,
+        rows: impl Iterator<Item = Row>,
+        total: usize,
+        search: &Search,
+        scan_max: usize,
+        resume_at: impl Fn(&Row) -> Resume,
+        matches: impl Fn(&Row) -> bool,
+        make: impl Fn(Row) -> T,
+    ) {
+        let listing = &mut self.listing;
+        listing.total = total;
+        let scan_max = scan_max.max(1);
+        let mut scanned = 0;
+        for row in rows {
+            if scanned == scan_max {
+                self.resume = resume_at(&row);
+                return;
+            }
+            scanned += 1;
+            if !search.is_empty() && !matches(&row) {
+                continue;
+            }
+            if listing.matched >= self.offset && listing.rows.len() < self.limit {
+                listing.rows.push(make(row));
+            }
+            listing.matched += 1;
+            if search.is_empty() && listing.rows.len() == self.limit {
+                break;
+            }
+        }
+        if search.is_empty() {
+            listing.matched = total;
+        }
+        self.resume = Resume::Done;
+    }
+}
+
+/// A walk of a whole table in one step, for tests.
+#[cfg(test)]
+pub fn list_all<T>(offset: usize, limit: usize, step: impl Fn(&mut Walk<T>)) -> Listing<T> {
+    let mut walk = Walk::new(offset, limit);
+    while !walk.is_done() {
+        step(&mut walk);
+    }
+    walk.into_listing()
+}
+
+type NamedRow<'a> = (TenantId, &'a str, &'a str);
+
 impl StateMachine {
-    /// Held (or held-back) locks ordered by tenant and name.
-    pub fn list_locks(&self, search: &Search, offset: usize, limit: usize) -> Listing<InTenant<LockView>> {
-        let rows = self.namespaces.iter().flat_map(|(tenant, namespace)| {
-            namespace.locks.keys().map(move |name| (*tenant, self.tenant_name(*tenant), &**name))
-        });
-        page(
-            rows,
+    /// The rows of one of the namespace tables (`table` picks it) from `resume` on:
+    /// tenant id, tenant name, name.
+    fn named_rows<'a, K, V: 'a>(
+        &'a self,
+        resume: &'a Resume,
+        table: impl Fn(&'a Namespace) -> &'a BTreeMap<K, V> + 'a,
+    ) -> impl Iterator<Item = NamedRow<'a>> + 'a
+    where
+        K: Borrow<str> + Ord + 'a,
+    {
+        let (first_tenant, first_name) = match resume {
+            Resume::Name(tenant, name) => (Bound::Included(*tenant), Some((*tenant, name.as_str()))),
+            _ => (Bound::Unbounded, None),
+        };
+        self.namespaces.range((first_tenant, Bound::Unbounded)).flat_map(move |(tenant, namespace)| {
+            let from = match first_name {
+                Some((first, name)) if first == *tenant => Bound::Included(name),
+                _ => Bound::Unbounded,
+            };
+            let tenant_name = self.tenant_name(*tenant);
+            table(namespace)
+                .range::<str, _>((from, Bound::Unbounded))
+                .map(move |(name, _)| (*tenant, tenant_name, name.borrow()))
+        })
+    }
+
+    /// Held (or held-back) locks ordered by tenant and name: one step of `walk`.
+    pub fn list_locks(&self, search: &Search, walk: &mut Walk<InTenant<LockView>>, scan_max: usize) {
+        let resume = walk.resume.clone();
+        walk.step(
+            self.named_rows(&resume, |namespace| &namespace.locks),
             self.lock_count(),
             search,
-            (offset, limit),
+            scan_max,
+            |(tenant, _, name)| Resume::Name(*tenant, name.to_string()),
             |(_, tenant, name)| search.matches(&[tenant, name]),
             |(tenant, tenant_name, name)| {
                 let lock = &self.namespace(tenant).locks[name];
@@ -139,16 +243,16 @@ impl StateMachine {
         )
     }
 
-    /// Semaphores with holders or waiters, ordered by tenant and name.
-    pub fn list_semaphores(&self, search: &Search, offset: usize, limit: usize) -> Listing<InTenant<SemaphoreView>> {
-        let rows = self.namespaces.iter().flat_map(|(tenant, namespace)| {
-            namespace.semaphores.keys().map(move |name| (*tenant, self.tenant_name(*tenant), name.as_str()))
-        });
-        page(
-            rows,
+    /// Semaphores with holders or waiters, ordered by tenant and name: one step of
+    /// `walk`.
+    pub fn list_semaphores(&self, search: &Search, walk: &mut Walk<InTenant<SemaphoreView>>, scan_max: usize) {
+        let resume = walk.resume.clone();
+        walk.step(
+            self.named_rows(&resume, |namespace| &namespace.semaphores),
             self.semaphore_count(),
             search,
-            (offset, limit),
+            scan_max,
+            |(tenant, _, name)| Resume::Name(*tenant, name.to_string()),
             |(_, tenant, name)| search.matches(&[tenant, name]),
             |(tenant, tenant_name, name)| {
                 let semaphore = &self.namespace(tenant).semaphores[name];
@@ -166,16 +270,15 @@ impl StateMachine {
         )
     }
 
-    /// Elections with a leader, ordered by tenant and name.
-    pub fn list_elections(&self, search: &Search, offset: usize, limit: usize) -> Listing<InTenant<ElectionView>> {
-        let rows = self.namespaces.iter().flat_map(|(tenant, namespace)| {
-            namespace.elections.keys().map(move |name| (*tenant, self.tenant_name(*tenant), name.as_str()))
-        });
-        page(
-            rows,
+    /// Elections with a leader, ordered by tenant and name: one step of `walk`.
+    pub fn list_elections(&self, search: &Search, walk: &mut Walk<InTenant<ElectionView>>, scan_max: usize) {
+        let resume = walk.resume.clone();
+        walk.step(
+            self.named_rows(&resume, |namespace| &namespace.elections),
             self.election_count(),
             search,
-            (offset, limit),
+            scan_max,
+            |(tenant, _, name)| Resume::Name(*tenant, name.to_string()),
             |(_, tenant, name)| search.matches(&[tenant, name]),
             |(tenant, tenant_name, name)| {
                 let election = &self.namespace(tenant).elections[name];
@@ -190,15 +293,20 @@ impl StateMachine {
         )
     }
 
-    /// Live sessions ordered by id (oldest first). A search matches the client name,
-    /// the tenant or the id.
-    pub fn list_sessions(&self, search: &Search, offset: usize, limit: usize) -> Listing<SessionRow> {
-        let rows = self.sessions.values().map(|session| (session, self.tenant_name(session.tenant)));
-        page(
+    /// Live sessions ordered by id (oldest first): one step of `walk`. A search
+    /// matches the client name, the tenant or the id.
+    pub fn list_sessions(&self, search: &Search, walk: &mut Walk<SessionRow>, scan_max: usize) {
+        let first = match walk.resume {
+            Resume::Session(first) => first,
+            _ => SessionId::MIN,
+        };
+        let rows = self.sessions.range(first..).map(|(_, session)| (session, self.tenant_name(session.tenant)));
+        walk.step(
             rows,
             self.session_count(),
             search,
-            (offset, limit),
+            scan_max,
+            |(session, _)| Resume::Session(session.id),
             |(session, tenant)| search.is_id(session.id) || search.matches(&[&session.client_name, tenant]),
             |(session, tenant)| SessionRow {
                 id: session.id,
@@ -226,14 +334,33 @@ mod tests {
     }
 
     #[test]
-    fn a_page_counts_every_match_and_copies_only_its_rows() {
+    fn a_page_counts_every_match_and_copies_only_its_rows_in_any_steps() {
         let rows = ["a1", "b1", "a2", "b2", "a3", "a4"];
-        let list = |text: &str, offset, limit| {
+        let walk_in_steps = |text: &str, offset, limit, scan_max: usize| {
             let search = Search::new(text);
-            page(rows.into_iter(), 6, &search, (offset, limit), |row| search.matches(&[row]), str::to_owned)
+            list_all(offset, limit, |walk: &mut Walk<String>| {
+                let from = match walk.resume {
+                    Resume::Start => 0,
+                    Resume::Session(at) => at as usize,
+                    _ => unreachable!("a test walk resumes at a row number"),
+                };
+                let numbered = rows.iter().enumerate().skip(from);
+                walk.step(
+                    numbered,
+                    6,
+                    &search,
+                    scan_max,
+                    |(at, _)| Resume::Session(*at as u64),
+                    |(_, row)| search.matches(&[row]),
+                    |(_, row)| row.to_string(),
+                )
+            })
         };
-        assert_eq!(list("a", 1, 2), Listing { total: 6, matched: 4, rows: vec!["a2".to_owned(), "a3".to_owned()] });
-        assert_eq!(list("", 4, 10), Listing { total: 6, matched: 6, rows: vec!["a3".to_owned(), "a4".to_owned()] });
-        assert_eq!(list("b", 5, 10), Listing { total: 6, matched: 2, rows: vec![] });
+        for scan_max in 1..=7 {
+            let list = |text: &str, offset, limit| walk_in_steps(text, offset, limit, scan_max);
+            assert_eq!(list("a", 1, 2), Listing { total: 6, matched: 4, rows: vec!["a2".to_owned(), "a3".to_owned()] });
+            assert_eq!(list("", 4, 10), Listing { total: 6, matched: 6, rows: vec!["a3".to_owned(), "a4".to_owned()] });
+            assert_eq!(list("b", 5, 10), Listing { total: 6, matched: 2, rows: vec![] });
+        }
     }
 }

@@ -87,7 +87,7 @@ pub use command::{
 pub use delay::{DelayKey, HeldBack};
 pub use error::{CommandError, ErrorKind};
 pub use event::{Event, WaitFailure};
-pub use listing::{InTenant, Listing, Search, SessionRow};
+pub use listing::{InTenant, Listing, Search, SessionRow, Walk};
 pub use response::{AcquireOutcome, CancelOutcome, Response};
 pub use session::Session;
 pub use view::{

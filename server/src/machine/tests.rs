@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use super::listing::LISTED_PER_QUEUE_MAX;
+use super::listing::{list_all, LISTED_PER_QUEUE_MAX};
 use super::lock::{Holder, Lock};
 use super::semaphore::Semaphore;
 use super::session::{Claim, ClientName, Role};
@@ -2507,21 +2507,21 @@ fn the_status_listings_page_through_the_tables_and_search_them() {
     let tokens: Vec<Token> = (0..5).map(|n| harness.grant(worker, &format!("orders/{n}"))).collect();
     harness.queue(other, "orders/3");
     let everything = Search::new("");
-    let first = harness.machine.list_locks(&everything, 0, 2);
+    let first = list_all(0, 2, |walk| harness.machine.list_locks(&everything, walk, 2));
     assert_eq!((first.total, first.matched), (5, 5));
     assert_eq!(first.rows.iter().map(|row| row.view.name.as_str()).collect::<Vec<_>>(), ["orders/0", "orders/1"]);
     assert_eq!(first.rows[0].view.holder.token, tokens[0]);
     assert_eq!(first.rows[0].tenant, ADMIN_TENANT_NAME);
-    let last = harness.machine.list_locks(&everything, 4, 2);
+    let last = list_all(4, 2, |walk| harness.machine.list_locks(&everything, walk, 2));
     assert_eq!(last.rows.iter().map(|row| row.view.name.as_str()).collect::<Vec<_>>(), ["orders/4"]);
-    let searched = harness.machine.list_locks(&Search::new("ORDERS/3"), 0, 10);
+    let searched = list_all(0, 10, |walk| harness.machine.list_locks(&Search::new("ORDERS/3"), walk, 2));
     assert_eq!((searched.total, searched.matched, searched.rows.len()), (5, 1, 1));
     assert_eq!((searched.rows[0].waiters, searched.rows[0].view.waiters[0].session), (1, other));
 
-    let sessions = harness.machine.list_sessions(&Search::new("cron"), 0, 10);
+    let sessions = list_all(0, 10, |walk| harness.machine.list_sessions(&Search::new("cron"), walk, 2));
     assert_eq!((sessions.total, sessions.matched), (2, 1));
     assert_eq!((sessions.rows[0].id, sessions.rows[0].holds, sessions.rows[0].waits), (other, 0, 1));
-    let by_id = harness.machine.list_sessions(&Search::new(&worker.to_string()), 0, 10);
+    let by_id = list_all(0, 10, |walk| harness.machine.list_sessions(&Search::new(&worker.to_string()), walk, 2));
     assert_eq!(by_id.rows.iter().map(|row| (row.id, row.holds)).collect::<Vec<_>>(), [(worker, 5)]);
 }
 
@@ -2534,9 +2534,36 @@ fn a_listed_queue_is_cut_to_its_first_waiters_and_counts_the_rest() {
     for waiter in &waiters {
         harness.queue(*waiter, "busy");
     }
-    let listed = harness.machine.list_locks(&Search::new(""), 0, 1);
+    let listed = list_all(0, 1, |walk| harness.machine.list_locks(&Search::new(""), walk, 2));
     let row = &listed.rows[0];
     assert_eq!(row.waiters, LISTED_PER_QUEUE_MAX + 3);
     let shown: Vec<SessionId> = row.view.waiters.iter().map(|waiter| waiter.session).collect();
     assert_eq!(shown, waiters[..LISTED_PER_QUEUE_MAX], "the first in line, in order");
+}
+
+#[test]
+fn a_walk_in_steps_lists_every_tenants_locks_in_order_across_their_namespaces() {
+    let mut tenants = Tenants::new();
+    let alpha = tenants.add_tenant("alpha", Quotas::default());
+    let beta = tenants.add_tenant("beta", Quotas::default());
+    let (session_a, session_b) = (tenants.session(alpha, 1), tenants.session(beta, 2));
+    for name in ["x/1", "x/2", "x/3"] {
+        tenants.acquire(alpha, 1, session_a, name, false);
+        tenants.acquire(beta, 2, session_b, name, false);
+    }
+    let machine = &tenants.harness.machine;
+    let rows = |listing: Listing<InTenant<LockView>>| -> Vec<String> {
+        listing.rows.into_iter().map(|row| format!("{}:{}", row.tenant, row.view.name)).collect()
+    };
+    let whole = ["alpha:x/1", "alpha:x/2", "alpha:x/3", "beta:x/1", "beta:x/2", "beta:x/3"];
+    for rows_per_step in 1..=7 {
+        let everything = Search::new("");
+        assert_eq!(rows(list_all(0, 10, |walk| machine.list_locks(&everything, walk, rows_per_step))), whole);
+        let searched = Search::new("x/2");
+        let listing = list_all(0, 10, |walk| machine.list_locks(&searched, walk, rows_per_step));
+        assert_eq!((listing.total, listing.matched), (6, 2));
+        assert_eq!(rows(listing), ["alpha:x/2", "beta:x/2"], "{rows_per_step} rows per step");
+        let second_page = list_all(2, 3, |walk| machine.list_locks(&everything, walk, rows_per_step));
+        assert_eq!(rows(second_page), whole[2..5]);
+    }
 }

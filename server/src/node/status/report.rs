@@ -9,13 +9,16 @@
 use serde::Serialize;
 
 use crate::api::admin_service::state_name;
-use crate::machine::{ElectionView, HolderView, LeaderView, Listing, Search, WaiterView};
+use crate::machine::{ElectionView, HolderView, LeaderView, Listing, Search, StateMachine, WaiterView, Walk};
 use crate::raft::replica::Replica;
 use crate::shell::peer_contacts::PeerContacts;
 use crate::shell::wait_histograms::WAIT_BUCKETS_SECONDS;
 
 /// Rows of each table in one answer; the page asks for the next ones by offset.
 pub const PAGE_ROWS: usize = 50;
+/// Rows walked under one hold of the applied state's lock: a search walks every
+/// row, about 65 ns each here (100,000 sessions and as many locks in 13 ms).
+pub const ROWS_PER_STEP: usize = 10_000;
 /// The longest search text taken.
 pub const SEARCH_BYTES_MAX: usize = 256;
 
@@ -164,8 +167,18 @@ struct WatchedRow {
     last_grant_unix_ms: u64,
 }
 
-/// Reads everything the page shows from `replica`, holding the applied state's lock
-/// only while one page of each table is copied.
+/// One page of a table from `offset` on, walked in steps of at most `ROWS_PER_STEP`
+/// rows, each under the applied state's lock: the applier waits for one step at most.
+/// A listing walked in several steps may see entries applied between them.
+fn walk<T>(replica: &Replica, offset: usize, step: impl Fn(&StateMachine, &mut Walk<T>)) -> Listing<T> {
+    let mut walk = Walk::new(offset, PAGE_ROWS);
+    while !walk.is_done() {
+        step(&replica.shared.applied.read().unwrap().machine, &mut walk);
+    }
+    walk.into_listing()
+}
+
+/// Reads everything the page shows from `replica`.
 pub async fn report(replica: &Replica, contacts: &PeerContacts, query: &Query, tls: bool) -> Report {
     let commit_index = replica
         .raft
@@ -194,11 +207,8 @@ pub async fn report(replica: &Replica, contacts: &PeerContacts, query: &Query, t
     let members = membership
         .nodes()
         .map(|(id, member)| {
-            let matched_index = metrics
-                .replication
-                .as_ref()
-                .and_then(|replication| replication.get(id).copied())
-                .map(index);
+            let matched_index =
+                metrics.replication.as_ref().and_then(|replication| replication.get(id).copied()).map(index);
             MemberReport {
                 id: *id,
                 role: if voters.contains(id) { "voter" } else { "learner" },
@@ -214,16 +224,12 @@ pub async fn report(replica: &Replica, contacts: &PeerContacts, query: &Query, t
         .collect();
 
     let search = Search::new(&query.search);
-    let (locks, semaphores, elections, sessions) = {
-        let applied = replica.shared.applied.read().unwrap();
-        let machine = &applied.machine;
-        (
-            machine.list_locks(&search, query.locks, PAGE_ROWS),
-            machine.list_semaphores(&search, query.semaphores, PAGE_ROWS),
-            machine.list_elections(&search, query.elections, PAGE_ROWS),
-            machine.list_sessions(&search, query.sessions, PAGE_ROWS),
-        )
-    };
+    let locks = walk(replica, query.locks, |machine, walk| machine.list_locks(&search, walk, ROWS_PER_STEP));
+    let semaphores =
+        walk(replica, query.semaphores, |machine, walk| machine.list_semaphores(&search, walk, ROWS_PER_STEP));
+    let elections =
+        walk(replica, query.elections, |machine, walk| machine.list_elections(&search, walk, ROWS_PER_STEP));
+    let sessions = walk(replica, query.sessions, |machine, walk| machine.list_sessions(&search, walk, ROWS_PER_STEP));
     let deadlines = &replica.shared.deadlines;
     let waits = &replica.shared.semaphore_waits;
     Report {
