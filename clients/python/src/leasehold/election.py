@@ -7,19 +7,16 @@ import collections
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Deque, Iterator, Optional, Type
+from typing import TYPE_CHECKING, Deque, Iterator, Optional
 
 import grpc
 
 from leasehold._proto import leasehold_pb2 as pb
 from leasehold.client import RETRY_PAUSE_MS
-from leasehold.fence import FencingToken
 from leasehold.lease import SessionState
-from leasehold.lock import release_on_exit
+from leasehold.lock import Grant
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from leasehold.client import Client
     from leasehold.session import Session
 
@@ -159,17 +156,17 @@ class Observation(Iterator[Optional[Leader]]):
         self.close()
 
 
-class Leadership:
-    """Leadership won by `Session.campaign`. `lost` is set when it ends: the session
-    went into jeopardy or was lost, or an observer saw another leader or a vacancy —
-    the time to stop acting as leader. A context manager that resigns on leaving."""
+class Leadership(Grant):
+    """Leadership won by `Session.campaign`, with the token, name, session and `with`
+    block of every grant (`Grant`). `lost` is set when it ends: the session went into
+    jeopardy or was lost, or an observer saw another leader or a vacancy — the time
+    to stop acting as leader. Leaving the block resigns."""
+
+    _kind = "leadership"
 
     def __init__(self, session: "Session", name: str, value: str, token: int) -> None:
-        self._session = session
-        self._name = name
+        super().__init__(session, name, token)
         self._value = value
-        self._token = token
-        self._resigned = False
         #: Set when the leadership ended or is in doubt (see the class).
         self.lost = threading.Event()
         self._observation = session.client.observe(name)
@@ -194,30 +191,13 @@ class Leadership:
             self._session.remove_jeopardy_listener(self._on_jeopardy)
 
     @property
-    def token(self) -> int:
-        """The leadership's fencing token."""
-        return self._token
-
-    @property
-    def fencing_token(self) -> FencingToken:
-        return FencingToken(self._token)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
     def value(self) -> str:
         """The value this leader last announced."""
         return self._value
 
-    @property
-    def session(self) -> "Session":
-        return self._session
-
     def is_valid(self) -> bool:
         """True while the leadership has not ended and the session is alive."""
-        return not self._resigned and not self.lost.is_set() and self._session.is_valid()
+        return not self.lost.is_set() and super().is_valid()
 
     def wait_lost(self, timeout: Optional[float] = None) -> bool:
         """Blocks until the leadership ended (see `lost`); False if `timeout` passed."""
@@ -244,9 +224,9 @@ class Leadership:
 
     def resign(self) -> None:
         """Gives up the leadership; the next campaigner (FIFO) leads."""
-        if self._resigned:
+        if self._released:
             return
-        self._resigned = True
+        self._released = True
         self._observation.close()
         session = self._session
         client = session.client
@@ -263,16 +243,6 @@ class Leadership:
             lambda node, timeout: node.elections.Resign(request, timeout=timeout, metadata=client.metadata),
         )
 
-    def __enter__(self) -> "Leadership":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        traceback: Optional["TracebackType"],
-    ) -> None:
-        release_on_exit(self.resign, exc, f"the leadership of {self._name!r}")
-
-    def __repr__(self) -> str:
-        return f"Leadership(name={self._name!r}, token={self._token}, session={self._session.id})"
+    def release(self) -> None:
+        """The same as `resign()`, for code that handles every grant alike."""
+        self.resign()
