@@ -9,11 +9,17 @@
 #   bench/before-after.sh --before PATH/leasehold-server [--rounds 3] [--duration 10s]
 #                         [--warmup 2s] [--clients 64] [--contended-clients 16]
 #                         [--keepalive-clients 64] [--workloads lock-cycle,contended,keepalive]
-#                         [--lock-delay 5s] [--keep]
+#                         [--lock-delay 5s] [--status-page] [--keep]
 #
 # --after-arg ARG (repeated) is given to the after side's servers only: with --before
 # this checkout's own server, it measures what a setting costs, e.g.
 #   bench/before-after.sh --before "$CARGO_TARGET_DIR/release/leasehold-server" --after-arg --watch --after-arg '*'
+#
+# --status-page gives the after side's nodes a status page (--status-addr) and keeps
+# it open for the whole run: every second one request to each node's /api/status
+# with the admin token, as a browser tab with the page open does (a new TLS
+# connection each time, where a tab keeps one: the heavier case). With --before this
+# checkout's own server, it measures what an open page costs.
 #
 # --lock-delay adds a third cluster, "delayed": this checkout's server again, whose
 # clients acquire every lock and permit with that lock-delay (`leasehold-bench run
@@ -42,6 +48,7 @@ WORKLOADS=lock-cycle,contended,keepalive
 KEEP=0
 LOCK_DELAY=""
 AFTER_ARGS=()
+STATUS_PAGE=0
 THREADS=$(( $(nproc) / 3 > 1 ? $(nproc) / 3 : 1 ))
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -56,7 +63,8 @@ while [ $# -gt 0 ]; do
     --keep) KEEP=1; shift ;;
     --lock-delay) LOCK_DELAY="$2"; shift 2 ;;
     --after-arg) AFTER_ARGS+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    --status-page) STATUS_PAGE=1; shift ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "before-after.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -72,6 +80,7 @@ CLI="$LEASEHOLD_BIN/leasehold"
 declare -A SERVER=([before]="$BEFORE" [after]="$LEASEHOLD_BIN/leasehold-server" [delayed]="$LEASEHOLD_BIN/leasehold-server")
 declare -A CLIENT_PORTS=([before]=781 [after]=791 [delayed]=801)
 declare -A PEER_PORTS=([before]=782 [after]=792 [delayed]=802)
+STATUS_PORT=793
 SIDES=(before after)
 [ -n "$LOCK_DELAY" ] && SIDES+=(delayed)
 
@@ -108,11 +117,13 @@ for side in "${SIDES[@]}"; do
   side_args=()
   [ "$side" = after ] && side_args=("${AFTER_ARGS[@]}")
   for i in 1 2 3; do
+    node_args=()
+    [ "$side" = after ] && [ "$STATUS_PAGE" = 1 ] && node_args=(--status-addr "127.0.0.1:$STATUS_PORT$i")
     RUST_LOG=warn "${SERVER[$side]}" --node-id "$i" --cluster-name bench --data-dir "$WORK/$side$i" \
       --client-addr "127.0.0.1:${CLIENT_PORTS[$side]}$i" --peer-addr "127.0.0.1:${PEER_PORTS[$side]}$i" \
       "${members[@]}" --tls-cert "$CERTS/node-$i.pem" --tls-key "$CERTS/node-$i.key" \
       --peer-cert "$CERTS/node-$i.pem" --peer-key "$CERTS/node-$i.key" --peer-ca "$CERTS/ca.pem" \
-      --admin-token-file "$CERTS/admin.token" --worker-threads "$THREADS" "${side_args[@]}" \
+      --admin-token-file "$CERTS/admin.token" --worker-threads "$THREADS" "${side_args[@]}" "${node_args[@]}" \
       >>"$WORK/$side$i.log" 2>&1 &
     PID[$side$i]=$!
   done
@@ -129,6 +140,21 @@ for side in "${SIDES[@]}"; do
     --max-sessions 1000000 --max-holds 10000000 --max-waiters 10000000 >/dev/null
 done
 
+if [ "$STATUS_PAGE" = 1 ]; then
+  (
+    while :; do
+      for i in 1 2 3; do
+        curl -s -o /dev/null --cacert "$CERTS/ca.pem" -H "Authorization: Bearer $(head -1 "$CERTS/admin.token")" \
+          "https://127.0.0.1:$STATUS_PORT$i/api/status" || true
+      done
+      sleep 1
+    done
+  ) &
+  PID[status_poller]=$!
+  curl -sf -o /dev/null --cacert "$CERTS/ca.pem" -H "Authorization: Bearer $(head -1 "$CERTS/admin.token")" \
+    "https://127.0.0.1:${STATUS_PORT}1/api/status" ||
+    { echo "before-after.sh: the after side's status page does not answer" >&2; exit 1; }
+fi
 echo "before-after.sh: before = $BEFORE, after = ${SERVER[after]} ${AFTER_ARGS[*]}; $ROUNDS rounds of $DURATION; $THREADS thread(s) per node"
 IFS=, read -r -a workloads <<<"$WORKLOADS"
 for round in $(seq 1 "$ROUNDS"); do

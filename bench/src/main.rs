@@ -32,6 +32,10 @@ enum Command {
         pids: Vec<i32>,
         #[arg(long, default_value_t = 100_000)]
         sessions: usize,
+        /// Keep the sessions (and their locks) this long after measuring, e.g. to
+        /// measure the status page against them; a duration like `120s`.
+        #[arg(long, value_parser = parse_duration)]
+        hold: Option<Duration>,
     },
     /// Takes --locks locks, then runs --restart-command (which must kill and start
     /// again the node at --restart-endpoint) and measures until that node answers with
@@ -196,7 +200,7 @@ fn main() -> anyhow::Result<()> {
                 writeln!(file, "{line}")?;
             }
         }
-        Command::ScaleSessions { endpoints, pids, sessions } => {
+        Command::ScaleSessions { endpoints, pids, sessions, hold } => {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(async {
                 let client = leasehold_bench::leasehold_target::client(&endpoints)?;
@@ -212,6 +216,10 @@ fn main() -> anyhow::Result<()> {
                     "{}",
                     serde_json::json!({"scale": "sessions", "sessions": figure.sessions, "bytes_per_session": figure.bytes_per_session, "fill_s": figure.fill_seconds})
                 );
+                if let Some(hold) = hold {
+                    eprintln!("scale: holding the sessions for {} s", hold.as_secs());
+                    tokio::time::sleep(hold).await;
+                }
                 drop(sessions);
                 anyhow::Ok(())
             })?;
