@@ -63,6 +63,16 @@ function queue(waiters, total) {
   return list;
 }
 
+// A row of the locks, semaphores or elections table, opened with its tenant and name.
+function namedRow(kind, item) {
+  const row = element("tr", undefined, kind);
+  row.dataset.tenant = item.tenant;
+  row.dataset.name = item.name;
+  cell(row, item.tenant);
+  cell(row, item.name, "name");
+  return row;
+}
+
 function fill(tableId, rows, draw) {
   const body = $(tableId).tBodies[0];
   const drawn = document.createDocumentFragment();
@@ -169,11 +179,7 @@ function draw(report) {
   });
 
   fill("locks", report.locks.rows, (lock) => {
-    const row = element("tr", undefined, "lock");
-    row.dataset.tenant = lock.tenant;
-    row.dataset.name = lock.name;
-    cell(row, lock.tenant);
-    cell(row, lock.name, "name");
+    const row = namedRow("lock", lock);
     const holder = lock.holder;
     if (holder.held_back_until_ms !== null && holder.held_back_until_ms !== undefined) {
       const held = element("span", `held back until ${duration(Math.max(0, holder.held_back_until_ms - now))} from now (holder's session expired)`, "badge held-back");
@@ -190,11 +196,7 @@ function draw(report) {
   pager("locks", report.locks);
 
   fill("semaphores", report.semaphores.rows, (semaphore) => {
-    const row = element("tr", undefined, "semaphore");
-    row.dataset.tenant = semaphore.tenant;
-    row.dataset.name = semaphore.name;
-    cell(row, semaphore.tenant);
-    cell(row, semaphore.name, "name");
+    const row = namedRow("semaphore", semaphore);
     const full = semaphore.holder_count >= semaphore.limit;
     cell(row, element("span", `${semaphore.holder_count} of ${semaphore.limit}`, full ? "badge full" : "badge"), "held");
     const holders = element("ol", undefined, "queue");
@@ -212,11 +214,7 @@ function draw(report) {
   pager("semaphores", report.semaphores);
 
   fill("elections", report.elections.rows, (election) => {
-    const row = element("tr", undefined, "election");
-    row.dataset.tenant = election.tenant;
-    row.dataset.name = election.name;
-    cell(row, election.tenant);
-    cell(row, election.name, "name");
+    const row = namedRow("election", election);
     cell(row, holderText(election.leader), "leader");
     cell(row, election.leader.value, "value");
     cell(row, election.leader.token, "number token");
