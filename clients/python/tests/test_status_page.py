@@ -199,7 +199,7 @@ def test_the_page_shows_holders_waiters_limits_and_leaders_and_follows_a_release
         granted["c"].release()
 
 
-def test_a_followers_page_shows_the_replicated_state_and_names_the_leader(
+def test_a_followers_page_shows_the_replicated_state_and_the_leaders_progress(
     cluster: LocalCluster, browser: WebDriver
 ) -> None:
     leader = cluster.wait_for_agreed_leader()
@@ -213,7 +213,14 @@ def test_a_followers_page_shows_the_replicated_state_and_names_the_leader(
             assert found.find_element(By.CSS_SELECTOR, "td.token").text == str(guard.token)
             summary = browser.find_element(By.ID, "node-summary").text
             assert f"node {follower} · follower" in summary and f"leader: node {leader}" in summary
-            assert f"node {leader}" in browser.find_element(By.ID, "members-note").text
+            note = browser.find_element(By.ID, "members-note").text
+            assert f"as the leader (node {leader}) reports them" in note, note
+            # The leader's replication progress, asked for over the peer port.
+            matched = {
+                member.get_attribute("data-node"): member.find_elements(By.TAG_NAME, "td")[3].text
+                for member in browser.find_elements(By.CSS_SELECTOR, "table#members tbody tr")
+            }
+            assert all(value.isdigit() for value in matched.values()), f"every member's matched index: {matched}"
 
 
 def test_the_page_refuses_a_wrong_token_and_its_data_needs_the_admin_credential(

@@ -361,6 +361,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
                 replica: replica.clone(),
                 auth: auth.clone(),
                 contacts,
+                network: network.clone(),
                 tls: node_tls.as_ref().and_then(|tls| tls.status_port.clone()),
                 refusals: LogLimiter::new(Duration::from_secs(1)),
             });

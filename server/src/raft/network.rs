@@ -113,6 +113,21 @@ impl Network {
         client.retire(notice).await.map(|_| ())
     }
 
+    /// Asks the leader for its replication progress (a follower's status page).
+    pub async fn replication(
+        &self,
+        leader: NodeId,
+        address: &str,
+    ) -> Result<leasehold_proto::ReplicationResponse, tonic::Status> {
+        let Some(mut client) = self.client(leader, address) else {
+            return Err(tonic::Status::invalid_argument(format!("peer address {address:?} is not valid")));
+        };
+        let mut request =
+            tonic::Request::new(leasehold_proto::ReplicationRequest { cluster_name: self.cluster_name().to_string() });
+        request.set_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS));
+        client.replication(request).await.map(tonic::Response::into_inner)
+    }
+
     fn cluster_name(&self) -> &str {
         self.inner.cluster.to_str().expect("the cluster name is ASCII")
     }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use leasehold_proto::errors::error_status;
 use leasehold_proto::peer_server::Peer;
 use leasehold_proto::ErrorReason;
-use leasehold_proto::{RaftMessage, RetireRequest, RetireResponse};
+use leasehold_proto::{
+    MemberProgress, RaftMessage, ReplicationRequest, ReplicationResponse, RetireRequest, RetireResponse,
+};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest, VoteResponse};
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
@@ -295,6 +297,38 @@ impl Peer for PeerService {
         tracing::warn!("the leader removed this node from the cluster; it stops serving");
         self.retired.send_replace(true);
         Ok(Response::new(RetireResponse {}))
+    }
+
+    async fn replication(&self, request: Request<ReplicationRequest>) -> Result<Response<ReplicationResponse>, Status> {
+        let presented = self.presented_node(&request, "Replication")?;
+        self.check_member(&request, "Replication", presented)?;
+        if request.get_ref().cluster_name != self.cluster_name {
+            return Err(wrong_cluster(format!(
+                "this node belongs to cluster {:?}, not {:?}",
+                self.cluster_name,
+                request.get_ref().cluster_name
+            )));
+        }
+        let metrics = self.raft.metrics().borrow().clone();
+        let Some(replication) = metrics.replication.as_ref() else {
+            return Err(Status::failed_precondition(format!(
+                "node {} is not the leader: only the leader knows the replication progress",
+                metrics.id
+            )));
+        };
+        let members = (metrics.membership_config.membership().nodes())
+            .map(|(id, _)| MemberProgress {
+                node_id: *id,
+                matched_index: replication.get(id).copied().flatten().map(|matched| matched.index),
+                last_contact_ms: if *id == metrics.id { None } else { self.contacts.since_ms(*id) },
+            })
+            .collect();
+        Ok(Response::new(ReplicationResponse {
+            leader_id: metrics.id,
+            term: metrics.current_term,
+            last_log_index: metrics.last_log_index.unwrap_or(0),
+            members,
+        }))
     }
 }
 

@@ -32,6 +32,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio_stream::StreamExt;
 
 use crate::api::auth::Auth;
+use crate::raft::network::Network;
 use crate::raft::replica::Replica;
 use crate::shell::clock::LogLimiter;
 use crate::shell::peer_contacts::PeerContacts;
@@ -59,6 +60,8 @@ pub struct StatusPage {
     pub replica: Arc<Replica>,
     pub auth: Arc<Auth>,
     pub contacts: Arc<PeerContacts>,
+    /// The peer connections, for asking the leader for its replication progress.
+    pub network: Network,
     /// None with --insecure-plaintext.
     pub tls: Option<Arc<ServerTls>>,
     /// Refused requests are logged at most once a second.
@@ -155,7 +158,7 @@ impl StatusPage {
             Ok(query) => query,
             Err(problem) => return plain(StatusCode::BAD_REQUEST, &format!("{problem}\n")),
         };
-        let report = report::report(&self.replica, &self.contacts, &query, self.tls.is_some()).await;
+        let report = report::report(&self.replica, &self.contacts, &self.network, &query, self.tls.is_some()).await;
         let body = serde_json::to_vec(&report).expect("a report is plain data");
         let mut response = respond(StatusCode::OK, Bytes::from(body), "application/json");
         response.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));

@@ -163,10 +163,13 @@ function draw(report) {
     cell(row, member.is_this_node ? "—" : duration(member.last_contact_ms));
     return row;
   });
+  const replication = report.replication;
   $("members-note").textContent =
-    node.state === "leader"
-      ? "Matched index and lag are the leader's replication progress; last contact is when each member last answered it."
-      : `Replication progress is known to the leader${node.leader_id ? ` (node ${node.leader_id})` : ""}: open its page for lag. Last contact is when this node last heard from each member.`;
+    replication.reported_by === null
+      ? `No replication progress: ${replication.problem}.`
+      : replication.reported_by === node.id
+        ? "Matched index, lag and last contact are this node's, as the leader: what each member acknowledged and when it last answered."
+        : `Matched index, lag and last contact as the leader (node ${replication.reported_by}) reports them.`;
 
   $("watched-section").hidden = report.watched.length === 0;
   fill("watched", report.watched, (watched) => {

@@ -3,14 +3,20 @@
 //! elections, sessions) filtered by the search, and the watched names.
 //!
 //! The tables are the applied state, the same on every member up to its applied
-//! index. Replication progress (matched index, lag) is known to the leader only, and
-//! time since a session's last keepalive too: keepalives reach the leader alone.
+//! index. Replication progress (matched index, lag, last contact) is known to the
+//! leader only: a follower asks the leader for it on each refresh. Time since a
+//! session's last keepalive is the leader's only too (keepalives reach the leader
+//! alone), and a follower's page does not show it.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use crate::api::admin_service::state_name;
 use crate::machine::{ElectionView, HolderView, LeaderView, Listing, Search, StateMachine, WaiterView, Walk};
+use crate::raft::network::Network;
 use crate::raft::replica::Replica;
+use crate::raft::types::RaftMetrics;
 use crate::shell::peer_contacts::PeerContacts;
 use crate::shell::wait_histograms::WAIT_BUCKETS_SECONDS;
 
@@ -36,6 +42,7 @@ pub struct Query {
 pub struct Report {
     node: NodeReport,
     members: Vec<MemberReport>,
+    replication: ReplicationReport,
     locks: Table<LockRow>,
     semaphores: Table<SemaphoreRow>,
     elections: Table<ElectionRow>,
@@ -67,6 +74,15 @@ struct NodeReport {
     tls: bool,
 }
 
+/// Whose figures the members' matched index, lag and last contact are.
+#[derive(Serialize)]
+struct ReplicationReport {
+    /// The leader that reported them (this node, when it leads).
+    reported_by: Option<u64>,
+    /// Why there are none: no leader known, or the leader did not answer.
+    problem: Option<String>,
+}
+
 #[derive(Serialize)]
 struct MemberReport {
     id: u64,
@@ -76,12 +92,12 @@ struct MemberReport {
     peer_addr: String,
     is_leader: bool,
     is_this_node: bool,
-    /// On the leader: the last index the member acknowledged, and how far behind the
+    /// The last index the member acknowledged to the leader, and how far behind the
     /// leader's last index that is.
     matched_index: Option<u64>,
     lag: Option<u64>,
-    /// Since this node last heard from the member (an answer to a Raft message, or
-    /// the leader's AppendEntries); none for this node and for members never heard.
+    /// Since the leader last heard from the member (an answer to a Raft message);
+    /// none for the leader itself and for members never heard.
     last_contact_ms: Option<u64>,
 }
 
@@ -167,6 +183,42 @@ struct WatchedRow {
     last_grant_unix_ms: u64,
 }
 
+/// The leader's replication progress: its last log index, and per member the index
+/// it acknowledged and since when the leader has not heard from it.
+struct Progress {
+    leader_id: u64,
+    last_log_index: u64,
+    members: BTreeMap<u64, (Option<u64>, Option<u64>)>,
+}
+
+/// The progress as this node knows it when it leads; else as the leader reports it
+/// over the peer port (a request per page refresh, on the peer connection the node
+/// has anyway). An error says why there is none.
+async fn progress(metrics: &RaftMetrics, contacts: &PeerContacts, network: &Network) -> Result<Progress, String> {
+    if let Some(replication) = &metrics.replication {
+        let members = (metrics.membership_config.membership().nodes())
+            .map(|(id, _)| {
+                let matched = replication.get(id).copied().flatten().map(|matched| matched.index);
+                (*id, (matched, if *id == metrics.id { None } else { contacts.since_ms(*id) }))
+            })
+            .collect();
+        return Ok(Progress { leader_id: metrics.id, last_log_index: metrics.last_log_index.unwrap_or(0), members });
+    }
+    let Some(leader) = metrics.current_leader else {
+        return Err("no leader is known, so no replication progress either".to_string());
+    };
+    let Some(address) = metrics.membership_config.membership().get_node(&leader).map(|node| node.peer_addr.clone())
+    else {
+        return Err(format!("the leader, node {leader}, is not in this node's membership"));
+    };
+    let answer = network.replication(leader, &address).await.map_err(|status| {
+        format!("the leader, node {leader}, did not report its replication progress: {}", status.message())
+    })?;
+    let members =
+        answer.members.iter().map(|member| (member.node_id, (member.matched_index, member.last_contact_ms))).collect();
+    Ok(Progress { leader_id: answer.leader_id, last_log_index: answer.last_log_index, members })
+}
+
 /// One page of a table from `offset` on, walked in steps of at most `ROWS_PER_STEP`
 /// rows, each under the applied state's lock: the applier waits for one step at most.
 /// A listing walked in several steps may see entries applied between them.
@@ -179,7 +231,7 @@ fn walk<T>(replica: &Replica, offset: usize, step: impl Fn(&StateMachine, &mut W
 }
 
 /// Reads everything the page shows from `replica`.
-pub async fn report(replica: &Replica, contacts: &PeerContacts, query: &Query, tls: bool) -> Report {
+pub async fn report(replica: &Replica, contacts: &PeerContacts, network: &Network, query: &Query, tls: bool) -> Report {
     let commit_index = replica
         .raft
         .with_raft_state(|state| state.committed.map(|log_id| log_id.index).unwrap_or(0))
@@ -202,13 +254,14 @@ pub async fn report(replica: &Replica, contacts: &PeerContacts, query: &Query, t
         millis_since_quorum_ack: if is_leader { metrics.millis_since_quorum_ack } else { None },
         tls,
     };
+    let progress = progress(&metrics, contacts, network).await;
     let membership = metrics.membership_config.membership();
     let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
     let members = membership
         .nodes()
         .map(|(id, member)| {
-            let matched_index =
-                metrics.replication.as_ref().and_then(|replication| replication.get(id).copied()).map(index);
+            let known = progress.as_ref().ok().and_then(|progress| progress.members.get(id));
+            let matched_index = known.and_then(|known| known.0);
             MemberReport {
                 id: *id,
                 role: if voters.contains(id) { "voter" } else { "learner" },
@@ -217,11 +270,18 @@ pub async fn report(replica: &Replica, contacts: &PeerContacts, query: &Query, t
                 is_leader: metrics.current_leader == Some(*id),
                 is_this_node: *id == metrics.id,
                 matched_index,
-                lag: matched_index.map(|matched| last_log_index.saturating_sub(matched)),
-                last_contact_ms: if *id == metrics.id { None } else { contacts.since_ms(*id) },
+                lag: progress
+                    .as_ref()
+                    .ok()
+                    .and_then(|progress| matched_index.map(|matched| progress.last_log_index.saturating_sub(matched))),
+                last_contact_ms: known.and_then(|known| known.1),
             }
         })
         .collect();
+    let replication = match progress {
+        Ok(progress) => ReplicationReport { reported_by: Some(progress.leader_id), problem: None },
+        Err(problem) => ReplicationReport { reported_by: None, problem: Some(problem) },
+    };
 
     let search = Search::new(&query.search);
     let locks = walk(replica, query.locks, |machine, walk| machine.list_locks(&search, walk, ROWS_PER_STEP));
@@ -235,6 +295,7 @@ pub async fn report(replica: &Replica, contacts: &PeerContacts, query: &Query, t
     Report {
         node,
         members,
+        replication,
         locks: Table::of(locks, query.locks, |row| LockRow {
             tenant: row.tenant,
             name: row.view.name,
