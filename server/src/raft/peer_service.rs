@@ -203,7 +203,16 @@ impl PeerService {
         }
     }
 
-    /// Refuses a retire notice from a node that is not a member this node knows.
+    /// Refuses a request that names another cluster in its body (Retire, Replication).
+    fn check_cluster_named(&self, cluster_name: &str) -> Result<(), Status> {
+        if cluster_name == self.cluster_name {
+            return Ok(());
+        }
+        Err(wrong_cluster(format!("this node belongs to cluster {:?}, not {cluster_name:?}", self.cluster_name)))
+    }
+
+    /// Refuses a retire notice or a replication question from a node that is not a
+    /// member this node knows.
     fn check_member<T>(&self, request: &Request<T>, rpc: &str, presented: Option<NodeId>) -> Result<(), Status> {
         match presented {
             Some(presented)
@@ -287,13 +296,7 @@ impl Peer for PeerService {
     async fn retire(&self, request: Request<RetireRequest>) -> Result<Response<RetireResponse>, Status> {
         let presented = self.presented_node(&request, "Retire")?;
         self.check_member(&request, "Retire", presented)?;
-        if request.get_ref().cluster_name != self.cluster_name {
-            return Err(wrong_cluster(format!(
-                "this node belongs to cluster {:?}, not {:?}",
-                self.cluster_name,
-                request.get_ref().cluster_name
-            )));
-        }
+        self.check_cluster_named(&request.get_ref().cluster_name)?;
         tracing::warn!("the leader removed this node from the cluster; it stops serving");
         self.retired.send_replace(true);
         Ok(Response::new(RetireResponse {}))
@@ -302,13 +305,7 @@ impl Peer for PeerService {
     async fn replication(&self, request: Request<ReplicationRequest>) -> Result<Response<ReplicationResponse>, Status> {
         let presented = self.presented_node(&request, "Replication")?;
         self.check_member(&request, "Replication", presented)?;
-        if request.get_ref().cluster_name != self.cluster_name {
-            return Err(wrong_cluster(format!(
-                "this node belongs to cluster {:?}, not {:?}",
-                self.cluster_name,
-                request.get_ref().cluster_name
-            )));
-        }
+        self.check_cluster_named(&request.get_ref().cluster_name)?;
         let metrics = self.raft.metrics().borrow().clone();
         let Some(replication) = metrics.replication.as_ref() else {
             return Err(Status::failed_precondition(format!(
