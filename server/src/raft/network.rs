@@ -33,7 +33,7 @@ use tonic::transport::{Channel, Endpoint};
 use crate::raft::codec;
 use crate::raft::incarnations::Incarnations;
 use crate::raft::types::{Node, NodeId, TypeConfig};
-use crate::shell::peer_contacts::PeerContacts;
+use crate::shell::peer_contacts::{Heard, PeerContacts};
 use crate::shell::tls::PeerClientTls;
 
 /// How long a connection attempt to a peer may take before the RPC fails.
@@ -206,6 +206,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             cluster: self.inner.cluster.clone(),
             incarnations: self.inner.incarnations.clone(),
             contacts: self.inner.contacts.clone(),
+            heard: self.inner.contacts.slot(target),
             client,
         }
     }
@@ -217,6 +218,8 @@ pub struct PeerConnection {
     cluster: MetadataValue<Ascii>,
     incarnations: Arc<Incarnations>,
     contacts: Arc<PeerContacts>,
+    /// This target's slot in `contacts`, looked up once per connection.
+    heard: Heard,
     /// None when the address could not even be parsed; every RPC then fails.
     client: Option<PeerClient<Channel>>,
 }
@@ -274,7 +277,7 @@ impl PeerConnection {
                     // Not counted: to openraft, the member did not answer.
                     return Err(RPCError::Unreachable(Unreachable::new(&error(problem))));
                 }
-                self.contacts.heard(self.target);
+                self.contacts.heard_in(&self.heard);
                 reply.into_inner()
             }
             Err(status) if status.code() == tonic::Code::Unavailable => {
