@@ -30,7 +30,6 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 pytestmark = pytest.mark.cluster
@@ -72,20 +71,50 @@ def sign_in(browser: WebDriver, url: str, token: str) -> None:
     browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
 
 
-def row(browser: WebDriver, table: str, name: str) -> WebElement:
-    """The row of `name` in `table`, once the page shows it."""
+#: One table row as the page shows it now, read in one call (the page replaces its
+#: rows at each refresh, so an element found earlier may be gone when it is read).
+ROW_NOW = """
+const [table, key, value] = arguments;
+for (const tr of document.querySelectorAll(`table#${table} tbody tr`)) {
+  if (tr.dataset[key] !== value) continue;
+  const text = (selector) => { const found = tr.querySelector(selector); return found ? found.textContent : null; };
+  const badge = tr.querySelector("td.held .badge");
+  return {
+    holder: text("td.holder"), token: text("td.token"), leader: text("td.leader"), value: text("td.value"),
+    held: badge ? badge.textContent : null, held_class: badge ? badge.className : "",
+    waiters: [...tr.querySelectorAll("td.waiters li.waiter")].map((item) => item.textContent),
+    cells: [...tr.querySelectorAll("td")].map((cell) => cell.textContent),
+  };
+}
+return null;
+"""
+
+#: The rows of a table: the value of `key` in each row's data, in order.
+ROW_KEYS = """
+const [table, key] = arguments;
+return [...document.querySelectorAll(`table#${table} tbody tr`)].map((tr) => tr.dataset[key]);
+"""
+
+
+def row(
+    browser: WebDriver,
+    table: str,
+    name: str,
+    shows: Callable[[dict], bool] = lambda _: True,
+    reason: str = "",
+    key: str = "name",
+) -> dict:
+    """The row of `name` in `table`, once the page shows it (and `shows` holds)."""
 
     def shown(_: WebDriver) -> object:
-        for found in browser.find_elements(By.CSS_SELECTOR, f"table#{table} tbody tr"):
-            if found.get_attribute("data-name") == name:
-                return found
-        return False
+        found = browser.execute_script(ROW_NOW, table, key, name)
+        return found if found is not None and shows(found) else False
 
-    return WebDriverWait(browser, PAGE_WAIT_S).until(shown, f"the page to show {name} in the {table} table")
+    return WebDriverWait(browser, PAGE_WAIT_S).until(shown, reason or f"the page to show {name} in the {table} table")
 
 
-def waiters(found: WebElement) -> List[str]:
-    return [item.text for item in found.find_elements(By.CSS_SELECTOR, "td.waiters li.waiter")]
+def row_keys(browser: WebDriver, table: str, key: str) -> List[str]:
+    return browser.execute_script(ROW_KEYS, table, key)
 
 
 def in_background(work: Callable[[], object]) -> threading.Thread:
@@ -130,33 +159,29 @@ def test_the_page_shows_holders_waiters_limits_and_leaders_and_follows_a_release
 
         sign_in(browser, page_url(cluster, leader), admin_token)
         lock_row = row(browser, "locks", lock_name)
-        assert lock_row.find_element(By.CSS_SELECTOR, "td.holder").text == f"payments-worker-a (session {holder.id})"
-        assert lock_row.find_element(By.CSS_SELECTOR, "td.token").text == str(held.token)
-        assert waiters(lock_row) == [
+        assert lock_row["holder"] == f"payments-worker-a (session {holder.id})"
+        assert lock_row["token"] == str(held.token)
+        assert lock_row["waiters"] == [
             f"payments-worker-b (session {second.id})",
             f"payments-worker-c (session {third.id})",
         ], "the waiters, first in line first"
 
         semaphore_row = row(browser, "semaphores", semaphore_name)
-        held_cell = semaphore_row.find_element(By.CSS_SELECTOR, "td.held .badge")
-        assert held_cell.text == "2 of 2"
-        assert "full" in held_cell.get_attribute("class").split()
-        assert waiters(semaphore_row) == [f"payments-worker-c (session {third.id})"]
+        assert semaphore_row["held"] == "2 of 2"
+        assert "full" in semaphore_row["held_class"].split()
+        assert semaphore_row["waiters"] == [f"payments-worker-c (session {third.id})"]
 
         election_row = row(browser, "elections", election_name)
-        leader_cell = election_row.find_element(By.CSS_SELECTOR, "td.leader")
-        assert leader_cell.text == f"payments-worker-a (session {holder.id})"
-        assert election_row.find_element(By.CSS_SELECTOR, "td.value").text == "pod-a"
-        assert election_row.find_element(By.CSS_SELECTOR, "td.token").text == str(leadership.token)
+        assert election_row["leader"] == f"payments-worker-a (session {holder.id})"
+        assert election_row["value"] == "pod-a"
+        assert election_row["token"] == str(leadership.token)
 
-        watched = browser.find_element(By.CSS_SELECTOR, "table#watched tbody tr[data-watch='cron/*']")
-        grants, last_grant = [cell.text for cell in watched.find_elements(By.TAG_NAME, "td")][1:]
+        watched = row(browser, "watched", "cron/*", key="watch")
+        grants, last_grant = watched["cells"][1:]
         assert int(grants) >= 1 and last_grant.endswith(" ago"), "the election's grant counts under cron/*"
 
-        members = browser.find_elements(By.CSS_SELECTOR, "table#members tbody tr")
-        assert sorted(int(member.get_attribute("data-node")) for member in members) == sorted(cluster.nodes)
-        leader_row = next(member for member in members if member.get_attribute("data-node") == str(leader))
-        assert "leader" in leader_row.text
+        assert sorted(int(node) for node in row_keys(browser, "members", "node")) == sorted(cluster.nodes)
+        assert "leader" in row(browser, "members", str(leader), key="node")["cells"][0]
         screenshot = Path(cluster.root) / "status-page.png"
         assert browser.save_screenshot(str(screenshot)), "the screenshot could not be saved"
         if os.environ.get("LEASEHOLD_SCREENSHOT"):
@@ -168,27 +193,21 @@ def test_the_page_shows_holders_waiters_limits_and_leaders_and_follows_a_release
         waiting_b.join(timeout=30)
         assert "b" in granted, "B was not granted the lock after A released it"
 
-        def shows_b(_: WebDriver) -> object:
-            found = row(browser, "locks", lock_name)
-            holder_text = found.find_element(By.CSS_SELECTOR, "td.holder").text
-            return found if holder_text == f"payments-worker-b (session {second.id})" else False
-
-        lock_row = WebDriverWait(browser, PAGE_WAIT_S).until(shows_b, "the page to show B holding the lock")
-        assert lock_row.find_element(By.CSS_SELECTOR, "td.token").text == str(granted["b"].token)
+        holder_b = f"payments-worker-b (session {second.id})"
+        lock_row = row(browser, "locks", lock_name, lambda shown: shown["holder"] == holder_b, "B holding the lock")
+        assert lock_row["token"] == str(granted["b"].token)
         assert granted["b"].token > held.token
-        assert waiters(lock_row) == [f"payments-worker-c (session {third.id})"]
+        assert lock_row["waiters"] == [f"payments-worker-c (session {third.id})"]
         assert browser.execute_script("return window.leaseholdTestMarker") == "not reloaded"
 
         # The search box filters every table: by client name, sessions show only C's.
         browser.find_element(By.ID, "search").send_keys("payments-worker-c")
 
-        def sessions_shown(_: WebDriver) -> object:
-            shown = browser.find_elements(By.CSS_SELECTOR, "table#sessions tbody tr")
-            ids = [found.get_attribute("data-session") for found in shown]
-            return ids if ids == [str(third.id)] else False
-
-        WebDriverWait(browser, PAGE_WAIT_S).until(sessions_shown, "the search to leave only C's session")
-        assert browser.find_elements(By.CSS_SELECTOR, "table#locks tbody tr") == [], "no lock name matches"
+        WebDriverWait(browser, PAGE_WAIT_S).until(
+            lambda _: row_keys(browser, "sessions", "session") == [str(third.id)],
+            "the search to leave only C's session",
+        )
+        assert row_keys(browser, "locks", "name") == [], "no lock name matches"
         assert browser.find_element(By.ID, "sessions-count").text.startswith("(1 of ")
 
         granted["b"].release()
@@ -210,17 +229,15 @@ def test_a_followers_page_shows_the_replicated_state_and_the_leaders_progress(
             cluster.wait_applied(follower, cluster.status(leader).commit_index)
             sign_in(browser, page_url(cluster, follower), cluster.admin_token_file.read_text().splitlines()[0].strip())
             found = row(browser, "locks", name)
-            assert found.find_element(By.CSS_SELECTOR, "td.token").text == str(guard.token)
+            assert found["token"] == str(guard.token)
             summary = browser.find_element(By.ID, "node-summary").text
             assert f"node {follower} · follower" in summary and f"leader: node {leader}" in summary
             note = browser.find_element(By.ID, "members-note").text
             assert f"as the leader (node {leader}) reports them" in note, note
             # The leader's replication progress, asked for over the peer port.
-            matched = {
-                member.get_attribute("data-node"): member.find_elements(By.TAG_NAME, "td")[3].text
-                for member in browser.find_elements(By.CSS_SELECTOR, "table#members tbody tr")
-            }
-            assert all(value.isdigit() for value in matched.values()), f"every member's matched index: {matched}"
+            for node_id in cluster.nodes:
+                matched = row(browser, "members", str(node_id), key="node")["cells"][3]
+                assert matched.isdigit(), f"node {node_id}'s matched index: {matched!r}"
 
 
 def test_the_page_refuses_a_wrong_token_and_its_data_needs_the_admin_credential(
