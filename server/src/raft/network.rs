@@ -25,6 +25,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
+use openraft::Vote;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::metadata::{Ascii, MetadataValue};
@@ -69,6 +70,26 @@ struct NetworkInner {
     incarnations: Arc<Incarnations>,
     /// When each peer last answered, for the status page.
     contacts: Arc<PeerContacts>,
+    /// How far each follower acknowledged this node's log, under which leader vote:
+    /// a follower that later lacks an entry it acknowledged under the same leader lost
+    /// its log (see `Acknowledged`).
+    acknowledged: Mutex<BTreeMap<NodeId, Acknowledged>>,
+}
+
+/// The last index a follower acknowledged (AppendEntries or a snapshot) under one
+/// leader's vote.
+///
+/// Raft assumes a follower never loses what it acknowledged; openraft 0.9 asserts it,
+/// and in a release build with overflow checks its leader panics in the arithmetic of
+/// its next send to a follower whose log went backwards (a data directory wiped before
+/// its incarnation was recorded, a disk that lied about an fsync). The leader checks
+/// every answer against this instead: an answer saying that the follower lacks an entry
+/// it acknowledged is not handed to openraft, and the follower counts as unreachable
+/// (nothing it says is counted) until a new leader starts over with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Acknowledged {
+    vote: Vote<NodeId>,
+    index: u64,
 }
 
 impl Network {
@@ -90,8 +111,34 @@ impl Network {
                 tls,
                 incarnations,
                 contacts,
+                acknowledged: Mutex::new(BTreeMap::new()),
             }),
         }
+    }
+
+    /// Notes that `target` acknowledged the log up to `index` under `vote`.
+    fn acknowledged(&self, target: NodeId, vote: Vote<NodeId>, index: u64) {
+        let mut acknowledged = self.inner.acknowledged.lock().unwrap();
+        let entry = acknowledged.entry(target).or_insert(Acknowledged { vote, index });
+        if entry.vote != vote {
+            *entry = Acknowledged { vote, index };
+        }
+        entry.index = entry.index.max(index);
+    }
+
+    /// Forgets what `target` acknowledged: it is being added again, with whatever log
+    /// its data directory holds now.
+    pub fn forget_acknowledged(&self, target: NodeId) {
+        self.inner.acknowledged.lock().unwrap().remove(&target);
+    }
+
+    /// The last index `target` acknowledged under `vote`, if it acknowledged any.
+    fn acknowledged_under(&self, target: NodeId, vote: Vote<NodeId>) -> Option<u64> {
+        let acknowledged = self.inner.acknowledged.lock().unwrap();
+        acknowledged
+            .get(&target)
+            .filter(|acknowledged| acknowledged.vote == vote)
+            .map(|acknowledged| acknowledged.index)
     }
 
     fn client(&self, target: NodeId, address: &str) -> Option<PeerClient<Channel>> {
@@ -201,6 +248,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerConnection {
         let client = self.client(target, &node.peer_addr);
         PeerConnection {
+            network: self.clone(),
             target,
             address: node.peer_addr.clone(),
             cluster: self.inner.cluster.clone(),
@@ -213,6 +261,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 }
 
 pub struct PeerConnection {
+    /// For the record of what each follower acknowledged.
+    network: Network,
     target: NodeId,
     address: String,
     cluster: MetadataValue<Ascii>,
@@ -312,6 +362,19 @@ fn entries_that_fit(bytes: usize, entries: usize) -> Option<u64> {
     Some(fitting.max(1))
 }
 
+/// Why an answer that the follower lacks the entry at `conflict_at` cannot be true of
+/// a follower that acknowledged the log up to `acknowledged` under the same leader;
+/// None when it can.
+fn went_backwards(acknowledged: Option<u64>, conflict_at: Option<u64>) -> Option<String> {
+    let (acknowledged, conflict_at) = (acknowledged?, conflict_at?);
+    (conflict_at <= acknowledged).then(|| {
+        format!(
+            "it acknowledged this leader's log up to index {acknowledged}, and now lacks index {conflict_at}: its data \
+             directory was wiped or replaced, or its disk lost acknowledged writes"
+        )
+    })
+}
+
 #[derive(Clone, Copy)]
 enum RpcKind {
     Vote,
@@ -331,7 +394,30 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
             // pieces of at most this many entries, instead of retrying it forever.
             return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(entries)));
         }
-        self.send(RpcKind::AppendEntries, payload, &option).await
+        let vote = request.vote;
+        let conflict_at = request.prev_log_id.map(|log_id| log_id.index);
+        let sent_up_to = request.entries.last().map(|entry| entry.log_id.index).or(conflict_at);
+        let response: AppendEntriesResponse<NodeId> = self.send(RpcKind::AppendEntries, payload, &option).await?;
+        match &response {
+            AppendEntriesResponse::Success => {
+                if let Some(index) = sent_up_to {
+                    self.network.acknowledged(self.target, vote, index);
+                }
+            }
+            AppendEntriesResponse::PartialSuccess(Some(matching)) => {
+                self.network.acknowledged(self.target, vote, matching.index);
+            }
+            AppendEntriesResponse::Conflict => {
+                let acknowledged = self.network.acknowledged_under(self.target, vote);
+                if let Some(problem) = went_backwards(acknowledged, conflict_at) {
+                    tracing::error!(target = self.target, %problem, "a follower's log went backwards: its answers are not counted");
+                    let error = PeerError { address: self.address.clone(), message: problem };
+                    return Err(RPCError::Unreachable(Unreachable::new(&error)));
+                }
+            }
+            _ => {}
+        }
+        Ok(response)
     }
 
     async fn install_snapshot(
@@ -339,7 +425,13 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         request: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>> {
-        self.call(RpcKind::InstallSnapshot, &request, &option).await
+        let vote = request.vote;
+        let last = request.meta.last_log_id.map(|log_id| log_id.index).filter(|_| request.done);
+        let response: InstallSnapshotResponse<NodeId> = self.call(RpcKind::InstallSnapshot, &request, &option).await?;
+        if let Some(index) = last.filter(|_| response.vote == vote) {
+            self.network.acknowledged(self.target, vote, index);
+        }
+        Ok(response)
     }
 
     async fn vote(
@@ -354,6 +446,15 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_follower_lacking_an_entry_it_acknowledged_went_backwards() {
+        assert!(went_backwards(Some(10), Some(10)).is_some(), "it acknowledged index 10");
+        assert!(went_backwards(Some(10), Some(3)).is_some());
+        assert_eq!(went_backwards(Some(10), Some(11)), None, "a conflict above what it acknowledged");
+        assert_eq!(went_backwards(None, Some(3)), None, "nothing acknowledged under this leader");
+        assert_eq!(went_backwards(Some(10), None), None);
+    }
 
     #[test]
     fn a_batch_too_big_for_one_message_is_cut_to_what_fits() {
