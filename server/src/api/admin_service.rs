@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 use crate::api::auth::{audit, Auth};
 use crate::api::convert;
 use crate::machine::{ClusterRecord, Command, QuotaChange, Quotas, Response as MachineResponse, Tenant};
+use crate::raft::incarnations::Incarnations;
 use crate::raft::network::Network;
 use crate::raft::replica::Replica;
 use crate::raft::types::{Node, RaftMetrics, MEMBERS_MAX};
@@ -29,8 +30,9 @@ pub struct AdminService {
     pub insecure_plaintext: bool,
     /// Whether the clock fault knob is enabled (--test-clock-knob).
     pub clock_knob: bool,
-    /// This node's data directory's incarnation, shown in Status.
-    pub incarnation: u64,
+    /// This node's data directory's incarnation (shown in Status), and what the
+    /// leader heard of each member's, which `member add` clears for the node it adds.
+    pub incarnations: Arc<Incarnations>,
 }
 
 pub fn state_name(state: ServerState) -> &'static str {
@@ -100,6 +102,9 @@ pub const CATCH_UP_STALL_MS: u64 = 10_000;
 /// How long a membership change waits for the voters to acknowledge the leader's
 /// probe entry.
 pub const REACHABLE_PROBE_MS: u64 = 2_000;
+/// How long the leader waits for a removed voter, kept as a learner for the while, to
+/// take the configuration without it before telling it to retire.
+pub const RETIRE_CATCH_UP_MS: u64 = 2_000;
 
 fn refused(message: String) -> Status {
     error_status(ErrorReason::MembershipRefused, message, &[])
@@ -126,6 +131,18 @@ impl AdminService {
             Ok(())
         } else {
             Err(self.replica.leader_hint())
+        }
+    }
+
+    /// Tells a node the cluster removed to stop serving; it may be down, which is fine
+    /// (a node that never hears it is no longer contacted, and its votes are refused).
+    async fn tell_to_retire(&self, node_id: u64, peer_addr: &str, caught_up: bool) {
+        if !caught_up {
+            tracing::warn!(node_id, "the removed node did not take the configuration without it in time");
+        }
+        match self.network.retire(node_id, peer_addr).await {
+            Ok(()) => tracing::info!(target: "audit", node_id, "the removed node took the retire notice"),
+            Err(status) => tracing::warn!(node_id, %status, "the removed node did not take the retire notice"),
         }
     }
 
@@ -323,7 +340,7 @@ impl Admin for AdminService {
             state_bytes,
             state_budget_bytes: self.replica.state_budget_bytes(),
             cluster_id: record.cluster_id.map(|id| format!("{id:032x}")).unwrap_or_default(),
-            incarnation: self.incarnation,
+            incarnation: self.incarnations.incarnation(),
             disk_free_bytes: self.replica.disk.free_bytes().unwrap_or(0),
             disk_reserve_bytes: self.replica.disk.reserve_bytes(),
             sessions,
@@ -370,6 +387,22 @@ impl Admin for AdminService {
             ));
         }
         let node_id = request.node_id;
+        if current.iter().any(|member| member.node_id == node_id) {
+            // A learner left by an earlier add (refused, or started on a data
+            // directory since replaced): it leaves first, which drops its recorded
+            // incarnation, so that the incarnation that answers this add is recorded.
+            // A learner counts for no quorum, and a voter is never replaced this way.
+            tracing::info!(node_id, "the node is a learner already: removing it before adding it again");
+            self.replica
+                .raft
+                .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node_id])), false)
+                .await
+                .map_err(|error| refused(format!("cannot add node {node_id} again: {error}")))?;
+        }
+        // What this leader heard of an earlier incarnation of the node (a late answer
+        // from before it was removed) must not be recorded for the one added now.
+        self.incarnations.forget(node_id);
+        self.network.forget_acknowledged(node_id);
         let node = Node { client_addr: request.client_addr, peer_addr: request.peer_addr };
         tracing::info!(node_id, %node, "adding a learner and waiting for it to catch up");
         self.replica
@@ -441,26 +474,65 @@ impl Admin for AdminService {
             voters.remove(&node_id);
             self.require_reachable_quorum(&voters, &format!("remove node {node_id}")).await?;
         }
-        let change = if removed.role == "voter" {
-            ChangeMembers::RemoveVoters(BTreeSet::from([node_id]))
-        } else {
-            ChangeMembers::RemoveNodes(BTreeSet::from([node_id]))
-        };
         tracing::info!(node_id, "removing a member");
-        self.replica
-            .raft
-            .change_membership(change, false)
-            .await
-            .map_err(|error| refused(format!("cannot remove node {node_id}: {error}")))?;
-        // A voter removed with `retain = false` may still be listed as a learner by
-        // an older config; drop it entirely.
-        if self.members_now().iter().any(|member| member.node_id == node_id) {
-            let _ =
-                self.replica.raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node_id])), false).await;
-        }
-        // Tell the removed node to stop serving; it may be down, which is fine.
-        if let Err(status) = self.network.retire(node_id, &removed.peer_addr).await {
-            tracing::warn!(node_id, %status, "the removed node did not take the retire notice");
+        let leader_id = self.replica.raft.metrics().borrow().id;
+        if removed.role == "voter" && node_id != leader_id {
+            // A retiring node checks that its own committed membership no longer lists
+            // it as a voter (`PeerService::retire`). openraft stops replicating to a
+            // node as soon as the configuration without it is appended, so the node
+            // would never see it: it stays a learner until it has taken that
+            // configuration, is told to retire, and only then leaves the membership.
+            self.replica
+                .raft
+                .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([node_id])), true)
+                .await
+                .map_err(|error| refused(format!("cannot remove node {node_id}: {error}")))?;
+            let without = self.replica.raft.metrics().borrow().membership_config.log_id().map(|log_id| log_id.index);
+            let took = self
+                .replica
+                .raft
+                .wait(Some(Duration::from_millis(RETIRE_CATCH_UP_MS)))
+                .metrics(
+                    |metrics| {
+                        let progress = metrics.replication.as_ref().and_then(|progress| progress.get(&node_id));
+                        progress.copied().flatten().map(|log_id| log_id.index) >= without
+                    },
+                    "the removed voter took the configuration without it",
+                )
+                .await
+                .is_ok();
+            self.tell_to_retire(node_id, &removed.peer_addr, took).await;
+            self.replica
+                .raft
+                .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node_id])), false)
+                .await
+                .map_err(|error| refused(format!("cannot remove node {node_id}: {error}")))?;
+        } else {
+            // A learner (its membership never lists it as a voter) is told once it
+            // left; the leader removing itself retires when its own membership no
+            // longer holds it (`watch_membership`).
+            let change = if removed.role == "voter" {
+                ChangeMembers::RemoveVoters(BTreeSet::from([node_id]))
+            } else {
+                ChangeMembers::RemoveNodes(BTreeSet::from([node_id]))
+            };
+            self.replica
+                .raft
+                .change_membership(change, false)
+                .await
+                .map_err(|error| refused(format!("cannot remove node {node_id}: {error}")))?;
+            // A voter removed with `retain = false` may still be listed as a learner by
+            // an older config; drop it entirely.
+            if self.members_now().iter().any(|member| member.node_id == node_id) {
+                let _ = self
+                    .replica
+                    .raft
+                    .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node_id])), false)
+                    .await;
+            }
+            if node_id != leader_id {
+                self.tell_to_retire(node_id, &removed.peer_addr, true).await;
+            }
         }
         Ok(Response::new(pb::RemoveMemberResponse { members: self.members_now() }))
     }

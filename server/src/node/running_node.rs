@@ -5,7 +5,7 @@
 //! already valid, then the listeners are bound (a port in use fails here), then the
 //! data directory is inspected, and only then is anything written.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -293,7 +293,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
                 network: network.clone(),
                 clock_knob: config.test_clock_knob,
                 insecure_plaintext: config.transport.is_plaintext(),
-                incarnation: incarnations.incarnation(),
+                incarnations: incarnations.clone(),
             })
             .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
         );
@@ -321,6 +321,14 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         refusals: LogLimiter::new(Duration::from_secs(1)),
         incarnations: incarnations.clone(),
         contacts: contacts.clone(),
+        shared: replica.shared.clone(),
+        // A node started with --new-incarnation waits to be added by whichever member
+        // leads by then, which need not be one of the initial members.
+        initial_members: if config.new_incarnation {
+            BTreeSet::new()
+        } else {
+            config.initial_members.keys().copied().collect()
+        },
     };
     let peer_server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -591,6 +599,7 @@ async fn record_members(
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut record_changes = incarnations.record_changes();
+    let mut leadership = replica.raft.metrics();
     loop {
         let record = incarnations.record();
         if let Some(cluster_id) = record.cluster_id.filter(|id| identity.cluster_id() != Some(*id)) {
@@ -608,6 +617,10 @@ async fn record_members(
             let members: Vec<NodeId> = metrics.membership_config.membership().nodes().map(|(id, _)| *id).collect();
             (metrics.state == ServerState::Leader, members)
         };
+        // A late answer from a node that was removed is not kept for when it is added.
+        incarnations.prune(&members);
+        // Kept on followers too, so that a node that becomes leader starts held back.
+        replica.set_clients_may_commit(incarnations.clients_may_commit(&members));
         if leading {
             for (node, incarnation) in incarnations.to_record(&members) {
                 let cluster_id = record.cluster_id.unwrap_or_else(new_cluster_id);
@@ -621,6 +634,8 @@ async fn record_members(
         tokio::select! {
             _ = incarnations.heard_changed.notified() => {}
             changed = record_changes.changed() => if changed.is_err() { return },
+            // A new leader records at once what it heard as a candidate.
+            _ = leadership.wait_for(|metrics| (metrics.state == ServerState::Leader) != leading) => {}
             _ = tokio::time::sleep(Duration::from_millis(RECORD_RETRY_MS)) => {}
             _ = stopped.wait_for(|stop| *stop) => return,
         }

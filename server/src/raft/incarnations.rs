@@ -61,6 +61,24 @@ pub use crate::machine::{
     COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_LOCK_DELAY, COMMAND_LEVEL_RECORD_MEMBER,
 };
 
+/// Who sent a Raft message, as far as believing what it says of the receiver goes.
+///
+/// A message's headers can stop its receiver: a record that knows the receiver as
+/// another incarnation (exit 4), a log that used commands the receiver's build cannot
+/// apply (exit 6). They are believed only from a member acting within Raft's rules
+/// towards this node: the leader it would follow (the message's vote is at least the
+/// receiver's), or a candidate it could vote for (its vote is at least the receiver's
+/// and its log at least as long). From anyone else (a leader of an older term, a
+/// candidate this node would refuse, a replayed or forged message) the claim is
+/// refused and logged, and the receiver goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Authority {
+    /// The leader this node would follow, or a candidate it could vote for.
+    Current,
+    /// Any other sender.
+    Other,
+}
+
 /// The exit code of a node that found the cluster knows it as another incarnation.
 pub const EXIT_STALE_INCARNATION: i32 = 4;
 /// The exit code of a node whose build is older than what the cluster's log used.
@@ -185,12 +203,16 @@ impl Incarnations {
         if let Some(cluster_id) = record.cluster_id {
             metadata.insert(CLUSTER_ID_HEADER, header(format!("{cluster_id:032x}")));
         }
+        let applied = *self.applied_index.borrow();
         if let Some(recorded) = record.recorded(target) {
-            let applied = *self.applied_index.borrow();
             metadata.insert(
                 RECORD_HEADER,
                 header(format!("{target}.{}.{}.{applied}", recorded.incarnation, recorded.index)),
             );
+        } else if let Some(first) = self.first_heard(target) {
+            // Not recorded yet: what this node heard first, as a record of index 0, so
+            // that a target wiped since stops as it would once recorded.
+            metadata.insert(RECORD_HEADER, header(format!("{target}.{first}.0.{applied}")));
         }
     }
 
@@ -202,22 +224,53 @@ impl Incarnations {
     }
 
     /// Checks a Raft message from `sender` (the node it says it comes from, which the
-    /// peer's certificate was checked against): the sender's cluster id, what it says
-    /// of this node (which may stop this node), and the sender's incarnation.
-    pub fn check_request(&self, metadata: &MetadataMap, rpc: &str, sender: NodeId) -> Result<(), Status> {
-        self.note_speaker(sender, metadata);
+    /// peer's certificate was checked against, and which is a member): the sender's
+    /// cluster id, what it says of this node (which may stop this node, if it comes
+    /// from the leader: see `Authority`), and the sender's incarnation.
+    ///
+    /// Every message of a build that knows incarnations carries `MEMBER_HEADER`, and
+    /// once a cluster id is recorded, `CLUSTER_ID_HEADER`: a message without them is
+    /// refused, not let through unchecked. `RECORD_HEADER` is sent only when the
+    /// sender's record holds this node, so its absence tells nothing.
+    pub fn check_request(
+        &self,
+        metadata: &MetadataMap,
+        rpc: &str,
+        sender: NodeId,
+        authority: Authority,
+    ) -> Result<(), Status> {
+        let Some((node, incarnation, their_index)) = text(metadata, MEMBER_HEADER).and_then(parse_member) else {
+            return Err(self.refuse_unsaid(rpc, sender, MEMBER_HEADER));
+        };
+        if node != sender {
+            return Err(error_status(
+                ErrorReason::WrongPeer,
+                format!("{rpc} refused: it comes from node {sender}, but its {MEMBER_HEADER} header names node {node}"),
+                &[],
+            ));
+        }
         let log_level = number_header(metadata, LOG_COMMAND_LEVEL_HEADER).unwrap_or(0);
         if log_level > self.level {
-            return Err(self.refuse_too_old(sender, log_level, rpc));
+            return Err(match authority {
+                Authority::Current => self.refuse_too_old(sender, log_level, rpc),
+                Authority::Other => self.refuse_unbelieved(
+                    rpc,
+                    sender,
+                    ErrorReason::BuildTooOld,
+                    format!("it says its log used command level {log_level}, above this build's {}", self.level),
+                ),
+            });
         }
+        self.note_speaker(sender, metadata);
         let record = self.record();
         if !self.checked {
-            if let Some((node, incarnation, _)) = text(metadata, MEMBER_HEADER).and_then(parse_member) {
-                self.heard(node, incarnation);
-            }
+            let _ = self.heard(node, incarnation);
             return Ok(());
         }
-        if let (Some(theirs), Some(ours)) = (text(metadata, CLUSTER_ID_HEADER), record.cluster_id) {
+        if let Some(ours) = record.cluster_id {
+            let Some(theirs) = text(metadata, CLUSTER_ID_HEADER) else {
+                return Err(self.refuse_unsaid(rpc, sender, CLUSTER_ID_HEADER));
+            };
             if u128::from_str_radix(theirs, 16).ok() != Some(ours) {
                 return Err(error_status(
                     ErrorReason::WrongCluster,
@@ -226,9 +279,11 @@ impl Incarnations {
                 ));
             }
         }
-        if let Some((node, recorded, index, applied)) = text(metadata, RECORD_HEADER).and_then(parse_record) {
-            if node == self.node_id && recorded != self.incarnation {
-                self.learned_recorded(&record, recorded, index, applied, "a peer's message");
+        if let Some((about, recorded, index, applied)) = text(metadata, RECORD_HEADER).and_then(parse_record) {
+            if about == self.node_id && recorded != self.incarnation {
+                if authority == Authority::Current {
+                    self.learned_recorded(&record, recorded, index, applied, "a peer's message");
+                }
                 return Err(error_status(
                     ErrorReason::StaleIncarnation,
                     format!(
@@ -238,16 +293,6 @@ impl Incarnations {
                     &[],
                 ));
             }
-        }
-        let Some((node, incarnation, their_index)) = text(metadata, MEMBER_HEADER).and_then(parse_member) else {
-            return Ok(());
-        };
-        if node != sender {
-            return Err(error_status(
-                ErrorReason::WrongPeer,
-                format!("{rpc} refused: it comes from node {sender}, but its {MEMBER_HEADER} header names node {node}"),
-                &[],
-            ));
         }
         match record.recorded(node) {
             Some(recorded) if recorded.incarnation != incarnation && their_index <= recorded.index => {
@@ -279,10 +324,33 @@ impl Incarnations {
                 ))
             }
             Some(_) => Ok(()),
-            None => {
-                self.heard(node, incarnation);
-                Ok(())
-            }
+            None => self.heard(node, incarnation).map_err(|first| {
+                if self.refusals.allow() {
+                    tracing::warn!(
+                        target: "audit",
+                        rpc,
+                        node,
+                        incarnation,
+                        first,
+                        "refused a Raft message from a member wiped before its incarnation was recorded"
+                    );
+                }
+                let applied = *self.applied_index.borrow();
+                error_status(
+                    ErrorReason::StaleIncarnation,
+                    format!(
+                        "{rpc} refused: node {node} was heard as incarnation {first} before the log recorded it, and \
+                         this message comes from incarnation {incarnation}: its data directory was wiped or replaced"
+                    ),
+                    &[
+                        ("node", node.to_string()),
+                        ("recorded_incarnation", first.to_string()),
+                        ("recorded_index", "0".to_string()),
+                        ("incarnation", incarnation.to_string()),
+                        ("applied_index", applied.to_string()),
+                    ],
+                )
+            }),
         }
     }
 
@@ -306,10 +374,12 @@ impl Incarnations {
                 ))
             }
             Some(_) => Ok(()),
-            None => {
-                self.heard(node, incarnation);
-                Ok(())
-            }
+            None => self.heard(node, incarnation).map_err(|first| {
+                format!(
+                    "node {node} answered as incarnation {incarnation}, but it was heard as incarnation {first} before \
+                     the log recorded it: its data directory was wiped or replaced, so its answer is not counted"
+                )
+            }),
         }
     }
 
@@ -364,20 +434,52 @@ impl Incarnations {
         }
     }
 
-    fn heard(&self, node: NodeId, incarnation: u64) {
+    /// Notes a member heard from whose incarnation the record does not hold. The
+    /// first incarnation heard is the one to record: another one heard later (until
+    /// an operator adds the node again, see `forget`) is a data directory wiped in
+    /// the moments before the record was made, and is refused with the first one's
+    /// incarnation (`Err`), as a recorded one would be.
+    fn heard(&self, node: NodeId, incarnation: u64) -> Result<(), u64> {
         let mut heard = self.heard.lock().unwrap();
-        if heard.insert(node, incarnation) != Some(incarnation) {
-            drop(heard);
-            self.heard_changed.notify_one();
+        match heard.get(&node) {
+            Some(first) if *first == incarnation => Ok(()),
+            Some(first) if self.checked => Err(*first),
+            _ => {
+                heard.insert(node, incarnation);
+                drop(heard);
+                self.heard_changed.notify_one();
+                Ok(())
+            }
         }
     }
 
+    /// The incarnation first heard of `node`, which the log does not record yet.
+    fn first_heard(&self, node: NodeId) -> Option<u64> {
+        self.heard.lock().unwrap().get(&node).copied()
+    }
+
+    /// Forgets what was heard of `node`: it is being added (again) by an operator, and
+    /// the incarnation to record is the one that answers now.
+    pub fn forget(&self, node: NodeId) {
+        self.heard.lock().unwrap().remove(&node);
+        self.speaks.lock().unwrap().remove(&node);
+    }
+
+    /// Forgets what was heard of nodes that are not among `members`: an answer that
+    /// arrived after a node's removal was applied would otherwise be recorded (and
+    /// its build level believed) when a node of that id is added again.
+    pub fn prune(&self, members: &[NodeId]) {
+        self.heard.lock().unwrap().retain(|node, _| members.contains(node));
+        self.speaks.lock().unwrap().retain(|node, _| *node == self.node_id || members.contains(node));
+    }
+
     /// The members (of `members`) whose incarnation the leader should record: heard
-    /// from, or this node itself, and not in the record yet. None while a member has
-    /// not been heard to speak incarnations (it may run a build that cannot apply the
-    /// record).
+    /// from, or this node itself, and not in the record yet. None while a member was
+    /// heard from a build that does not speak incarnations (it cannot apply the
+    /// record). A member not heard at all does not hold the others back: a new cluster
+    /// with one member down records the others at once.
     pub fn to_record(&self, members: &[NodeId]) -> Vec<(NodeId, u64)> {
-        if !self.every_member_at(COMMAND_LEVEL_RECORD_MEMBER, members) {
+        if self.heard_below(COMMAND_LEVEL_RECORD_MEMBER, members) {
             return Vec::new();
         }
         let record = self.record();
@@ -396,6 +498,26 @@ impl Incarnations {
 }
 
 impl Incarnations {
+    /// Whether the leader may let clients' commands into the log: every member it
+    /// heard from (and itself) is recorded. Until then an acknowledgement could come
+    /// from a member whose data directory is wiped the next moment and taken back by a
+    /// later leader that never heard the first incarnation; with nothing of a client's
+    /// in the log, such a wipe loses nothing anyone was told about. When a member runs
+    /// a build that cannot apply the record, nothing is recorded, and clients are not
+    /// held back (as before incarnations existed).
+    pub fn clients_may_commit(&self, members: &[NodeId]) -> bool {
+        self.heard_below(COMMAND_LEVEL_RECORD_MEMBER, members) || self.to_record(members).is_empty()
+    }
+
+    /// Whether one of `members` other than this node was last heard below `level`.
+    fn heard_below(&self, level: u32, members: &[NodeId]) -> bool {
+        if members.contains(&self.node_id) && self.level < level {
+            return true;
+        }
+        let speakers = self.speaks.lock().unwrap();
+        members.iter().any(|member| *member != self.node_id && speakers.get(member).is_some_and(|heard| *heard < level))
+    }
+
     /// Whether every one of `members` other than this node was last heard at command
     /// `level` or above: only then may the leader propose a command of that level.
     /// A member other than this node not heard at `level` or above, if any.
@@ -440,6 +562,35 @@ pub fn too_old_message(log_level: u32, level: u32, whose: &str) -> String {
 }
 
 impl Incarnations {
+    /// A message without a header every current build sends: refused and logged.
+    fn refuse_unsaid(&self, rpc: &str, sender: NodeId, header: &str) -> Status {
+        if self.refusals.allow() {
+            tracing::warn!(target: "audit", rpc, sender, header, "refused a Raft message without a required header");
+        }
+        error_status(ErrorReason::WrongPeer, format!("{rpc} refused: a Raft message without the {header} header"), &[])
+    }
+
+    /// A claim about this node from a sender that is neither the leader it follows nor
+    /// a candidate it could vote for:
+    /// refused and logged, and this node goes on (see `Authority`).
+    fn refuse_unbelieved(&self, rpc: &str, sender: NodeId, reason: ErrorReason, claim: String) -> Status {
+        if self.refusals.allow() {
+            tracing::warn!(
+                target: "audit",
+                rpc,
+                sender,
+                %claim,
+                "refused a Raft message whose claim about this node comes from a member that is neither its leader nor \
+                 a candidate it could vote for"
+            );
+        }
+        error_status(
+            reason,
+            format!("{rpc} refused: {claim}, but node {sender} is neither this node's leader nor a candidate it could vote for"),
+            &[],
+        )
+    }
+
     /// A peer's log used commands this build cannot apply: the message is refused
     /// with `BUILD_TOO_OLD`, and the process stops once the refusal had a moment to
     /// reach the sender (whose log then says which node is too old).
@@ -514,9 +665,11 @@ mod tests {
         Incarnations::new(1, 11, record, applied, watch::channel(COMMAND_LEVEL).1)
     }
 
+    /// The headers of a message from `node` of the cluster with id 7.
     fn member(node: NodeId, incarnation: u64, index: u64) -> MetadataMap {
         let mut metadata = MetadataMap::new();
         metadata.insert(MEMBER_HEADER, header(format!("{node}.{incarnation}.{index}")));
+        metadata.insert(CLUSTER_ID_HEADER, header(format!("{:032x}", 7)));
         metadata
     }
 
@@ -534,9 +687,9 @@ mod tests {
     #[test]
     fn another_incarnation_of_a_recorded_member_is_refused_and_not_counted() {
         let checks = incarnations(recorded(&[(1, 11, 5), (2, 22, 6)]));
-        assert!(checks.check_request(&member(2, 22, 6), "Vote", 2).is_ok());
+        assert!(checks.check_request(&member(2, 22, 6), "Vote", 2, Authority::Other).is_ok());
         // A wiped node holds no record of itself: index 0.
-        let refused = checks.check_request(&member(2, 23, 0), "Vote", 2).unwrap_err();
+        let refused = checks.check_request(&member(2, 23, 0), "Vote", 2, Authority::Other).unwrap_err();
         assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation));
         assert_eq!(error_metadata(&refused, "recorded_incarnation").as_deref(), Some("22"));
         assert_eq!(error_metadata(&refused, "recorded_index").as_deref(), Some("6"));
@@ -554,7 +707,7 @@ mod tests {
         // This node applied only the old record of node 2; node 2 was removed and
         // added again, and recorded anew by entry 30.
         let checks = incarnations(recorded(&[(1, 11, 5), (2, 22, 6)]));
-        assert!(checks.check_request(&member(2, 23, 30), "AppendEntries", 2).is_ok());
+        assert!(checks.check_request(&member(2, 23, 30), "AppendEntries", 2, Authority::Current).is_ok());
         assert!(checks.check_answer(2, &member(2, 23, 30)).is_ok());
     }
 
@@ -562,7 +715,7 @@ mod tests {
     fn an_unrecorded_member_is_believed_and_queued_for_the_record() {
         let checks = incarnations(recorded(&[(1, 11, 5)]));
         assert!(checks.check_answer(3, &member(3, 33, 0)).is_ok());
-        assert!(checks.check_request(&member(4, 44, 0), "AppendEntries", 4).is_ok());
+        assert!(checks.check_request(&member(4, 44, 0), "AppendEntries", 4, Authority::Current).is_ok());
         assert_eq!(checks.to_record(&[1, 3]), vec![(3, 33)], "a non-member is not recorded");
         let fresh = incarnations(ClusterRecord::default());
         assert!(fresh.check_answer(2, &member(2, 22, 0)).is_ok());
@@ -573,8 +726,10 @@ mod tests {
     fn nothing_is_recorded_while_a_member_runs_a_build_without_incarnations() {
         let checks = incarnations(ClusterRecord::default());
         assert!(checks.check_answer(2, &member(2, 22, 0)).is_ok());
-        assert!(checks.to_record(&[1, 2, 3]).is_empty(), "node 3 was not heard yet");
+        assert_eq!(checks.to_record(&[1, 2, 3]), vec![(2, 22), (1, 11)], "node 3, not heard yet, holds nobody back");
+        assert!(!checks.clients_may_commit(&[1, 2, 3]), "clients wait for the record");
         assert!(checks.check_answer(3, &MetadataMap::new()).is_ok(), "an older build answers");
+        assert!(checks.clients_may_commit(&[1, 2, 3]), "nothing can be recorded: clients are not held back");
         assert!(checks.to_record(&[1, 2, 3]).is_empty(), "node 3 cannot apply a record");
         assert!(checks.check_answer(3, &member(3, 33, 0)).is_ok(), "node 3 was upgraded");
         assert_eq!(checks.to_record(&[1, 2, 3]), vec![(2, 22), (3, 33), (1, 11)]);
@@ -585,11 +740,11 @@ mod tests {
         let checks = incarnations(recorded(&[]));
         let mut metadata = member(2, 22, 0);
         metadata.insert(CLUSTER_ID_HEADER, header(format!("{:032x}", 8)));
-        let refused = checks.check_request(&metadata, "Vote", 2).unwrap_err();
+        let refused = checks.check_request(&metadata, "Vote", 2, Authority::Other).unwrap_err();
         assert_eq!(error_reason(&refused), Some(ErrorReason::WrongCluster));
         metadata.insert(CLUSTER_ID_HEADER, header(format!("{:032x}", 7)));
-        assert!(checks.check_request(&metadata, "Vote", 2).is_ok());
-        let lying = checks.check_request(&metadata, "Vote", 3).unwrap_err();
+        assert!(checks.check_request(&metadata, "Vote", 2, Authority::Other).is_ok());
+        let lying = checks.check_request(&metadata, "Vote", 3, Authority::Other).unwrap_err();
         assert_eq!(error_reason(&lying), Some(ErrorReason::WrongPeer), "the header names another node");
     }
 
@@ -600,7 +755,58 @@ mod tests {
         let checks = incarnations(recorded(&[(1, 11, 5)]));
         let mut metadata = member(2, 22, 0);
         metadata.insert(RECORD_HEADER, header("1.10.3.90".to_string()));
-        let refused = checks.check_request(&metadata, "AppendEntries", 2).unwrap_err();
+        let refused = checks.check_request(&metadata, "AppendEntries", 2, Authority::Current).unwrap_err();
+        assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation));
+    }
+
+    #[test]
+    fn a_member_wiped_before_it_was_recorded_is_refused_until_added_again() {
+        let checks = incarnations(recorded(&[(1, 11, 5)]));
+        assert!(checks.check_answer(3, &member(3, 33, 0)).is_ok(), "first heard as 33");
+        let not_counted = checks.check_answer(3, &member(3, 34, 0)).unwrap_err();
+        assert!(not_counted.contains("heard as incarnation 33"), "{not_counted}");
+        let refused = checks.check_request(&member(3, 34, 0), "Vote", 3, Authority::Other).unwrap_err();
+        assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation));
+        assert_eq!(error_metadata(&refused, "recorded_incarnation").as_deref(), Some("33"));
+        assert_eq!(checks.to_record(&[1, 3]), vec![(3, 33)], "the first incarnation is the one recorded");
+        let mut to_wiped = MetadataMap::new();
+        checks.stamp_request(3, &mut to_wiped);
+        assert_eq!(text(&to_wiped, RECORD_HEADER), Some("3.33.0.40"), "a wiped node learns it, and stops");
+        checks.forget(3);
+        assert!(checks.check_answer(3, &member(3, 34, 0)).is_ok(), "the operator added it again");
+        checks.prune(&[1]);
+        assert!(checks.to_record(&[1, 3]).is_empty(), "a node no longer a member is forgotten");
+    }
+
+    #[test]
+    fn a_message_without_the_member_or_cluster_id_header_is_refused() {
+        let checks = incarnations(recorded(&[(1, 11, 5), (2, 22, 6)]));
+        let refused = checks.check_request(&MetadataMap::new(), "AppendEntries", 2, Authority::Current).unwrap_err();
+        assert_eq!(error_reason(&refused), Some(ErrorReason::WrongPeer));
+        assert!(refused.message().contains(MEMBER_HEADER), "{}", refused.message());
+        let mut no_cluster_id = member(2, 22, 6);
+        no_cluster_id.remove(CLUSTER_ID_HEADER);
+        let refused = checks.check_request(&no_cluster_id, "AppendEntries", 2, Authority::Current).unwrap_err();
+        assert!(refused.message().contains(CLUSTER_ID_HEADER), "{}", refused.message());
+        let unrecorded = incarnations(ClusterRecord::default());
+        assert!(
+            unrecorded.check_request(&no_cluster_id, "AppendEntries", 2, Authority::Current).is_ok(),
+            "no cluster id recorded yet: none is asked for"
+        );
+    }
+
+    #[test]
+    fn claims_that_would_stop_this_node_are_refused_but_not_believed_from_a_non_leader() {
+        // Each would stop the process if believed; the test goes on only if neither is.
+        let checks = incarnations(recorded(&[(1, 11, 5), (2, 22, 6)]));
+        let mut too_new = member(2, 22, 6);
+        too_new.insert(LOG_COMMAND_LEVEL_HEADER, MetadataValue::from(999u32));
+        let refused = checks.check_request(&too_new, "Vote", 2, Authority::Other).unwrap_err();
+        assert_eq!(error_reason(&refused), Some(ErrorReason::BuildTooOld));
+        assert!(!checks.stopping.load(std::sync::atomic::Ordering::SeqCst), "not stopping");
+        let mut other_incarnation = member(2, 22, 6);
+        other_incarnation.insert(RECORD_HEADER, header("1.10.90.90".to_string()));
+        let refused = checks.check_request(&other_incarnation, "AppendEntries", 2, Authority::Other).unwrap_err();
         assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation));
     }
 

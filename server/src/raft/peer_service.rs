@@ -1,6 +1,7 @@
 //! The `Peer` gRPC service: Raft RPCs from other nodes, and the leader's notice to a
 //! node it removed. Served on the peer address only.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,12 +13,14 @@ use leasehold_proto::{
     MemberProgress, RaftMessage, ReplicationRequest, ReplicationResponse, RetireRequest, RetireResponse,
 };
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest, VoteResponse};
+use openraft::Vote;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use crate::raft::codec;
-use crate::raft::incarnations::Incarnations;
+use crate::raft::incarnations::{Authority, Incarnations};
 use crate::raft::network::CLUSTER_HEADER;
+use crate::raft::state_machine_store::Shared;
 use crate::raft::types::{NodeId, Raft, TypeConfig};
 use crate::shell::clock::{LogLimiter, Stopwatch};
 use crate::shell::peer_contacts::PeerContacts;
@@ -39,11 +42,24 @@ pub struct PeerService {
     pub incarnations: Arc<Incarnations>,
     /// When each peer was last heard from, for the status page.
     pub contacts: Arc<PeerContacts>,
+    /// The applied (committed) membership, read when a sender is not in the
+    /// membership this node's log holds last.
+    pub shared: Arc<Shared>,
+    /// The configured initial members: whom a node that is in no cluster yet takes
+    /// Raft messages from. Empty for a node started to be added with `member add`
+    /// (without initial members, or with --new-incarnation): it takes them from any
+    /// node of the cluster CA until its log holds a membership.
+    pub initial_members: BTreeSet<NodeId>,
 }
 
 /// The most campaigns started at once to outbid one candidate's term; a candidate
 /// further ahead is left to the ordinary election timers.
 const TAKEOVER_CAMPAIGNS_MAX: u64 = 4;
+
+/// How long a retire notice waits for this node to apply the configuration that no
+/// longer lists it as a voter (the leader sent it once this node had it; the commit
+/// comes with the next heartbeat).
+const RETIRE_CONFIRM_MS: u64 = 1_000;
 
 /// `Takeover::took_over_ms` before the first takeover.
 const NEVER: u64 = u64::MAX;
@@ -203,6 +219,48 @@ impl PeerService {
         }
     }
 
+    /// Refuses a Raft message (Vote, AppendEntries, InstallSnapshot) from a node that is
+    /// not a member, before anything it sent is decoded or believed.
+    ///
+    /// Raft needs messages only from members: a leader or candidate is a voter of the
+    /// configuration its log holds, and a receiver learns of every configuration that
+    /// includes it from the log it replicates. So a node takes them from a node of the
+    /// membership its log holds last (joint configurations and learners included), or
+    /// of the last committed one it applied (a leader that removed itself commits that
+    /// removal before it steps down). A node that is in no cluster yet (its log holds
+    /// no membership) takes them from its configured initial members, or, started
+    /// without any to be added with `member add`, from any node of the cluster CA, since
+    /// it has nothing to protect until the leader brings it in.
+    ///
+    /// Refusing a message is always safe in Raft (it is a lost message); what this
+    /// closes is a certificate of a node that was never added, or was removed, taking
+    /// part: appending entries (the callers they carry are believed when applied),
+    /// deposing the leader with a higher term, or sending headers that stop a node.
+    fn check_raft_member<T>(&self, request: &Request<T>, rpc: &str, node: NodeId) -> Result<(), Status> {
+        let in_no_cluster = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            let membership = metrics.membership_config.membership();
+            if membership.get_node(&node).is_some() {
+                return Ok(());
+            }
+            let empty = membership.nodes().next().is_none();
+            empty
+        };
+        if in_no_cluster && (self.initial_members.is_empty() || self.initial_members.contains(&node)) {
+            return Ok(());
+        }
+        if !in_no_cluster && self.shared.applied_membership_has(node) {
+            return Ok(());
+        }
+        let problem = if in_no_cluster {
+            format!("the peer's certificate names node {node}, which is not one of this new node's initial members")
+        } else {
+            format!("the peer's certificate names node {node}, which is not a member of this cluster (never added, or removed)")
+        };
+        Err(self.refuse(request, rpc, problem))
+    }
+
     /// Refuses a request that names another cluster in its body (Retire, Replication).
     fn check_cluster_named(&self, cluster_name: &str) -> Result<(), Status> {
         if cluster_name == self.cluster_name {
@@ -255,15 +313,70 @@ impl PeerService {
     }
 }
 
+impl PeerService {
+    /// The checks of a Raft message before its payload is decoded: the peer's
+    /// certificate names a node (None in plaintext), that node is a member, and the
+    /// message names this node's cluster.
+    fn admit<T>(&self, request: &Request<T>, rpc: &str) -> Result<Option<NodeId>, Status> {
+        let presented = self.presented_node(request, rpc)?;
+        if let Some(node) = presented {
+            self.check_raft_member(request, rpc, node)?;
+        }
+        self.check_cluster(request)?;
+        Ok(presented)
+    }
+
+    /// The checks once the payload is decoded: the node it claims to come from is the
+    /// one the certificate names (in plaintext: a member), and its headers.
+    fn admit_claim<T>(
+        &self,
+        request: &Request<T>,
+        rpc: &str,
+        presented: Option<NodeId>,
+        vote: &Vote<NodeId>,
+        authority: Authority,
+    ) -> Result<NodeId, Status> {
+        let claimed = vote.leader_id().voted_for().unwrap_or(0);
+        self.check_claim(request, rpc, presented, claimed)?;
+        if presented.is_none() {
+            self.check_raft_member(request, rpc, claimed)?;
+        }
+        self.incarnations.check_request(request.metadata(), rpc, claimed, authority)?;
+        Ok(claimed)
+    }
+
+    /// Whether an AppendEntries or InstallSnapshot comes from a leader this node would
+    /// follow: its vote is at least the one this node holds. Only such a message is
+    /// believed about this node (see `Authority`).
+    fn authority_of(&self, vote: &Vote<NodeId>) -> Authority {
+        if *vote >= self.raft.metrics().borrow().vote {
+            Authority::Current
+        } else {
+            Authority::Other
+        }
+    }
+
+    /// Whether a Vote comes from a candidate this node could vote for: its vote is at
+    /// least the one this node holds and its log at least as long.
+    fn authority_of_candidate(&self, vote: &VoteRequest<NodeId>) -> Authority {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let log_as_long = vote.last_log_id.map(|log_id| log_id.index) >= metrics.last_log_index;
+        if vote.vote >= metrics.vote && log_as_long {
+            Authority::Current
+        } else {
+            Authority::Other
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl Peer for PeerService {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let presented = self.presented_node(&request, "Vote")?;
-        self.check_cluster(&request)?;
+        let presented = self.admit(&request, "Vote")?;
         let vote: VoteRequest<NodeId> = decode(request.get_ref())?;
-        let claimed = vote.vote.leader_id().voted_for().unwrap_or(0);
-        self.check_claim(&request, "Vote", presented, claimed)?;
-        self.incarnations.check_request(request.metadata(), "Vote", claimed)?;
+        let authority = self.authority_of_candidate(&vote);
+        self.admit_claim(&request, "Vote", presented, &vote.vote, authority)?;
         let answer = self.raft.vote(vote.clone()).await;
         if let Ok(response) = &answer {
             self.takeover.consider(&self.raft, &vote, response);
@@ -272,32 +385,62 @@ impl Peer for PeerService {
     }
 
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let presented = self.presented_node(&request, "AppendEntries")?;
-        self.check_cluster(&request)?;
+        let presented = self.admit(&request, "AppendEntries")?;
         let append: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
-        let claimed = append.vote.leader_id().voted_for().unwrap_or(0);
-        self.check_claim(&request, "AppendEntries", presented, claimed)?;
-        self.incarnations.check_request(request.metadata(), "AppendEntries", claimed)?;
+        let authority = self.authority_of(&append.vote);
+        let claimed = self.admit_claim(&request, "AppendEntries", presented, &append.vote, authority)?;
         self.takeover.heard_leader();
         self.contacts.heard(claimed);
         self.reply(&self.raft.append_entries(append).await)
     }
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let presented = self.presented_node(&request, "InstallSnapshot")?;
-        self.check_cluster(&request)?;
+        let presented = self.admit(&request, "InstallSnapshot")?;
         let install: InstallSnapshotRequest<TypeConfig> = decode(request.get_ref())?;
-        let claimed = install.vote.leader_id().voted_for().unwrap_or(0);
-        self.check_claim(&request, "InstallSnapshot", presented, claimed)?;
-        self.incarnations.check_request(request.metadata(), "InstallSnapshot", claimed)?;
+        let authority = self.authority_of(&install.vote);
+        self.admit_claim(&request, "InstallSnapshot", presented, &install.vote, authority)?;
         self.reply(&self.raft.install_snapshot(install).await)
     }
 
+    /// A retire notice is taken only from the leader this node follows, and only once
+    /// this node's own committed membership no longer lists it as a voter (the leader
+    /// keeps a removed voter as a learner until it took that configuration): no
+    /// certificate, a member's or the leader's, can stop a voter by saying so.
     async fn retire(&self, request: Request<RetireRequest>) -> Result<Response<RetireResponse>, Status> {
         let presented = self.presented_node(&request, "Retire")?;
         self.check_member(&request, "Retire", presented)?;
         self.check_cluster_named(&request.get_ref().cluster_name)?;
-        tracing::warn!("the leader removed this node from the cluster; it stops serving");
+        if let Some(sender) = presented {
+            let leader = self.raft.metrics().borrow().current_leader;
+            if leader != Some(sender) {
+                return Err(self.refuse(
+                    &request,
+                    "Retire",
+                    format!("node {sender} is not this node's leader (that is {leader:?})"),
+                ));
+            }
+        }
+        let no_longer_a_voter = self
+            .raft
+            .wait(Some(Duration::from_millis(RETIRE_CONFIRM_MS)))
+            .metrics(
+                |metrics| {
+                    let stored = &metrics.membership_config;
+                    let committed = stored.log_id() <= &metrics.last_applied;
+                    committed && !stored.membership().voter_ids().any(|voter| voter == metrics.id)
+                },
+                "the committed membership no longer lists this node as a voter",
+            )
+            .await
+            .is_ok();
+        if !no_longer_a_voter {
+            return Err(self.refuse(
+                &request,
+                "Retire",
+                "this node is still a voter of its committed membership".to_string(),
+            ));
+        }
+        tracing::warn!(target: "audit", "the leader removed this node from the cluster; it stops serving");
         self.retired.send_replace(true);
         Ok(Response::new(RetireResponse {}))
     }

@@ -11,7 +11,7 @@ use leasehold_proto::errors::{error_status, METADATA_LEADER, METADATA_LEADER_ID}
 use leasehold_proto::ErrorReason;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use openraft::ServerState;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
@@ -30,6 +30,11 @@ pub const LEADER_CHECKS_QUEUED_MAX: usize = 65_536;
 pub const READ_APPLY_WAIT_MS_MAX: u64 = 5_000;
 
 type LeaderCheckReply = oneshot::Sender<Result<u64, Status>>;
+
+/// How long a client's command waits, on a leader, for the members it heard from to
+/// be recorded (see `Incarnations::clients_may_commit`) before it is refused as
+/// unavailable. The recorder proposes the record as soon as it hears a member.
+pub const RECORD_WAIT_MS_MAX: u64 = 5_000;
 
 /// Commands waiting for a log entry at most; a full queue makes proposers wait.
 pub const PROPOSALS_QUEUED_MAX: usize = 65_536;
@@ -87,6 +92,9 @@ pub struct Replica {
     pub disk: Arc<DiskSpace>,
     leader_checks: mpsc::Sender<LeaderCheckReply>,
     proposals: mpsc::Sender<Pending>,
+    /// False while, as leader, a member this node heard from is not recorded yet:
+    /// clients' commands wait (the recorder keeps it; see `record_members`).
+    clients_may_commit: watch::Sender<bool>,
 }
 
 impl Replica {
@@ -116,12 +124,44 @@ impl Replica {
             disk,
             leader_checks,
             proposals,
+            clients_may_commit: watch::Sender::new(false),
         })
+    }
+
+    /// Whether this node, as leader, lets clients' commands into the log (the members
+    /// it heard from are recorded).
+    pub fn set_clients_may_commit(&self, may: bool) {
+        self.clients_may_commit.send_if_modified(|current| std::mem::replace(current, may) != may);
+    }
+
+    /// Waits until clients' commands may enter the log, if this node leads; a follower
+    /// answers at once (it forwards nothing, and says who leads).
+    async fn wait_for_the_record(&self) -> Result<(), Status> {
+        if *self.clients_may_commit.borrow() || self.raft.metrics().borrow().state != ServerState::Leader {
+            return Ok(());
+        }
+        let mut may = self.clients_may_commit.subscribe();
+        let waited = tokio::time::timeout(Duration::from_millis(RECORD_WAIT_MS_MAX), async {
+            may.wait_for(|may| *may).await.map(|_| ())
+        })
+        .await;
+        match waited {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(shutting_down()),
+            Err(_) => Err(Status::unavailable(format!(
+                "node {} leads a cluster whose members' incarnations are not recorded yet (a member heard from is \
+                 not in the log's record); try again",
+                self.node_id
+            ))),
+        }
     }
 
     /// Appends `command`, sent by `caller`, to the log and returns what applying it
     /// answered. Concurrent commands share log entries (see `run_proposals`).
     pub async fn propose(&self, caller: Caller, command: Command) -> Result<Response, Status> {
+        if caller != Caller::Cluster {
+            self.wait_for_the_record().await?;
+        }
         let (reply, answer) = oneshot::channel();
         let submission = Submission { caller, command };
         self.proposals.send(Pending { submission, reply }).await.map_err(|_| shutting_down())?;

@@ -16,13 +16,13 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::machine::{
-    ClusterRecord, Command, DelayKey, Event, Response, SessionId, StateMachine, Submission, WaitFailure,
+    Caller, ClusterRecord, Command, DelayKey, Event, Response, SessionId, StateMachine, Submission, WaitFailure,
 };
 use crate::raft::applier::Applier;
 use crate::raft::codec;
 use crate::raft::quiet_deadlines::QuietDeadlines;
 use crate::raft::storage::{self, COLUMN_FAMILY_META, KEY_SNAPSHOT};
-use crate::raft::types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::raft::types::{Entry, LogId, NodeId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::shell::clock::Stopwatch;
 use crate::shell::credentials::Credentials;
 use crate::shell::fail_stop;
@@ -39,6 +39,40 @@ pub struct AppliedState {
     pub machine: StateMachine,
     pub last_applied: Option<LogId>,
     pub membership: StoredMembership,
+}
+
+/// One line on the `audit` target for an admin change this node applied from the log,
+/// with the entry, the leader that proposed it, the caller the entry carries and the
+/// outcome. Every node writes it as it applies, so a change that reached the log by
+/// any path is in every node's audit log, not only in the log of the node whose
+/// client port took the request.
+fn audit_admin_change(log_id: LogId, submission: &Submission, response: &Response) {
+    let (rpc, name) = match &submission.command {
+        Command::AddTenant { name, .. } => ("AddTenant", name),
+        Command::RotateTenantToken { name, .. } => ("RotateTenantToken", name),
+        Command::SetTenantQuotas { name, .. } => ("SetTenantQuotas", name),
+        Command::RemoveTenant { name, .. } => ("RemoveTenant", name),
+        _ => return,
+    };
+    let outcome = match response {
+        Response::Rejected(error) => format!("refused: {error}"),
+        _ => "applied".to_string(),
+    };
+    tracing::info!(
+        target: "audit",
+        rpc,
+        tenant = %name,
+        caller = %match submission.caller {
+            Caller::Cluster => "the cluster".to_string(),
+            Caller::Admin { .. } => "the admin".to_string(),
+            Caller::Tenant { tenant, .. } => format!("tenant #{tenant}"),
+        },
+        index = log_id.index,
+        term = log_id.leader_id.term,
+        proposed_by = log_id.leader_id.node_id,
+        %outcome,
+        "admin change applied from the log"
+    );
 }
 
 /// What a snapshot holds besides its metadata: the machine (see
@@ -103,6 +137,13 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Whether the last applied (so committed) membership lists `node`, as a voter or
+    /// a learner: the peer port takes Raft messages from such a node while its own
+    /// log already holds a later, uncommitted membership without it.
+    pub fn applied_membership_has(&self, node: NodeId) -> bool {
+        self.applied.read().unwrap().membership.membership().get_node(&node).is_some()
+    }
+
     /// Publishes the applied cluster record to the peer messages' checks, if it changed.
     fn publish_cluster_record(&self) {
         let record = self.applied.read().unwrap().machine.cluster_record().clone();
@@ -351,7 +392,8 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
                     }
                     let results = applied.machine.apply_batch(index, proposal.stamp_ms, &proposal.commands);
                     let mut entry_responses = Vec::with_capacity(results.len());
-                    for (response, entry_events) in results {
+                    for (submission, (response, entry_events)) in proposal.commands.iter().zip(results) {
+                        audit_admin_change(entry.log_id, submission, &response);
                         match &response {
                             Response::SessionCreated { session, ttl_ms } => created.push((*session, *ttl_ms)),
                             Response::SessionsCheckpointed { quiet, resumed } => {
