@@ -255,6 +255,14 @@ impl Credentials {
         (cert, key)
     }
 
+    /// Node `id`'s certificate and key as PEM text, made by the cluster CA on first use:
+    /// a member's, or one for an id that never was a member (no host names).
+    pub fn node_identity(&self, id: u64) -> (String, String) {
+        let (cert, key) = self.node_files(id, &[]);
+        let read = |path: &PathBuf| std::fs::read_to_string(path).expect("read a node certificate file");
+        (read(&cert), read(&key))
+    }
+
     /// What a client process needs, as LEASEHOLD_* variables (see `leasehold::settings`).
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![

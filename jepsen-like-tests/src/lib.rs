@@ -19,6 +19,9 @@
 //! * `attack` — the attack workload: a second tenant that keeps trying to get past
 //!   the trust rules (no credential, admin RPCs, other sessions, other tenants'
 //!   state, the peer port).
+//! * `peer_messages` — well-formed Raft messages made by hand (a forged append of an
+//!   admin command, a high-term heartbeat, a vote) with chosen certificates and
+//!   headers, for the peer port's tests and attacks.
 //! * `nemesis` — the faults, partitions with nftables, outcomes.
 //! * `linearizability` — a memoized Wing–Gong–Lowe search for lease locks.
 //! * `checker` — the checks (a)–(j), the attacks check and the refused nodes.
@@ -35,6 +38,7 @@ pub mod history;
 pub mod linearizability;
 pub mod lock_holder;
 pub mod nemesis;
+pub mod peer_messages;
 pub mod wait;
 pub mod worker;
 pub mod workload;
