@@ -18,19 +18,24 @@
 //!   a semaphore limit change must find no semaphore (the intruder's namespace).
 //! * (e) peer port — Raft messages (well-formed, so that they pass the decoder, or
 //!   garbage) and a retire notice sent with a node certificate from a rogue CA, with
-//!   the intruder's own certificate from the real CA, or with none.
+//!   the intruder's own certificate from the real CA, or with none; and, with node
+//!   certificates the cluster CA signed (a stolen node key): an admin command appended,
+//!   a vote and a heartbeat far ahead of the cluster's term from a node that was never
+//!   a member; a member's messages with forged headers; a member's retire notice to a
+//!   voter.
 //!
 //! Every try is one `attack` operation in the history, named after the attack
 //! (`Attack::name`): ok when the attack succeeded (an answer that should not exist),
 //! fail when refused, info when no answer came (a fault). `checker::attacks` fails
 //! the run on any success, and when some attack was never refused.
 //!
-//! The worker gets the intruder's token and certificate and the cluster CA's
-//! certificate, never the admin token nor the test tenant's. Every choice it makes
+//! The worker gets the intruder's token and certificate, the cluster CA's
+//! certificate and node certificates (every member's and `NON_MEMBER_NODE_ID`'s),
+//! never the admin token nor the test tenant's. Every choice it makes
 //! (attack order, targets, made-up tokens and secrets) comes from its seed; only the
 //! key pairs of its rogue certificates come from the system's randomness.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -47,6 +52,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Code, Status};
 
 use crate::history::{monotonic_ns, Function, HistoryWriter, Kind, Phase, Record, UNEXPECTED_REFUSAL};
+use crate::peer_messages::{self, Headers, FORGED_TERM_AHEAD};
 use crate::workload::{Workload, WorkloadWorkerArguments, REQUEST_DEADLINE_MS};
 
 /// The tenant the attack worker acts as (made by the harness, with small quotas).
@@ -84,6 +90,22 @@ pub const TLS_REFUSED: &str = "TLS_REFUSED";
 pub const NOTHING_SEEN: &str = "NOTHING_SEEN";
 /// The error of a keepalive answered `alive = false`.
 pub const NOT_ALIVE: &str = "NOT_ALIVE";
+/// The node id of the cluster-CA certificate that is never a member: above every
+/// node id a run uses, so that no replacement ever makes it one.
+pub const NON_MEMBER_NODE_ID: u64 = 9;
+const _: () = assert!(NON_MEMBER_NODE_ID > crate::harness::NODES_MAX);
+/// The forged `leasehold-log-command-level` of a member's vote: above every build's.
+pub const FORGED_LOG_COMMAND_LEVEL: u32 = 999;
+/// The forged `leasehold-record` of a member's heartbeat says the receiver is this
+/// incarnation (recorded at an index and applied index no log reaches).
+pub const FORGED_RECORD_INCARNATION: u64 = 12_345;
+pub const FORGED_RECORD_INDEX: u64 = 999_999;
+/// How many voters one try of a forged-message attack asks for their own status
+/// before it gives up its turn (see `Intruder::voter_target`).
+pub const VOTER_TARGET_TRIES_MAX: usize = 2;
+/// The name of a node certificate file in `--node-certificates` (`node-<id>.pem`, its
+/// key `node-<id>.key`).
+pub const NODE_CERTIFICATE_PREFIX: &str = "node-";
 
 /// The five families of attacks; the checker wants refusals of each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -169,10 +191,25 @@ pub enum Attack {
     PeerTenantCertificate,
     /// Raft messages with no client certificate.
     PeerNoCertificate,
+    /// An AppendEntries holding a RotateTenantToken with the admin as its caller, far
+    /// ahead of the cluster's term, from a cluster-CA certificate of a node that was
+    /// never a member.
+    PeerNonMemberAppend,
+    /// A Vote far ahead of the cluster's term from the never-member's certificate.
+    PeerNonMemberVote,
+    /// A member's real certificate with forged headers: a term-0 Vote whose log command
+    /// level is above every build, a term-0 heartbeat saying the receiver is another
+    /// incarnation, or a heartbeat without the member and cluster-id headers.
+    PeerForgedHeaders,
+    /// A heartbeat far ahead of the cluster's term from the never-member's certificate.
+    PeerHighTerm,
+    /// A retire notice to a voter with a member's certificate (the leader's, half the
+    /// time).
+    PeerRetireVoter,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 31] = [
+    pub const ALL: [Attack; 36] = [
         Attack::NoCredential,
         Attack::MadeUpToken,
         Attack::RogueClientCertificate,
@@ -204,6 +241,11 @@ impl Attack {
         Attack::PeerRogueCa,
         Attack::PeerTenantCertificate,
         Attack::PeerNoCertificate,
+        Attack::PeerNonMemberAppend,
+        Attack::PeerNonMemberVote,
+        Attack::PeerForgedHeaders,
+        Attack::PeerHighTerm,
+        Attack::PeerRetireVoter,
     ];
 
     pub fn name(self) -> &'static str {
@@ -239,7 +281,26 @@ impl Attack {
             Attack::PeerRogueCa => "peer-rogue-ca",
             Attack::PeerTenantCertificate => "peer-tenant-certificate",
             Attack::PeerNoCertificate => "peer-no-certificate",
+            Attack::PeerNonMemberAppend => "peer-non-member-append",
+            Attack::PeerNonMemberVote => "peer-non-member-vote",
+            Attack::PeerForgedHeaders => "peer-forged-headers",
+            Attack::PeerHighTerm => "peer-high-term",
+            Attack::PeerRetireVoter => "peer-retire-voter",
         }
+    }
+
+    /// Whether only the peer port's membership checks refuse the attack: a release
+    /// before them (`scripts/previous-release`, the rolling upgrade's older side)
+    /// takes it, so it is not tried while such nodes run.
+    pub fn needs_membership_checks(self) -> bool {
+        matches!(
+            self,
+            Attack::PeerNonMemberAppend
+                | Attack::PeerNonMemberVote
+                | Attack::PeerForgedHeaders
+                | Attack::PeerHighTerm
+                | Attack::PeerRetireVoter
+        )
     }
 
     pub fn from_name(name: &str) -> Option<Attack> {
@@ -274,7 +335,14 @@ impl Attack {
             | Attack::OtherTenantRead
             | Attack::NamespaceAcquire
             | Attack::NamespaceSetLimit => AttackKind::CrossTenant,
-            Attack::PeerRogueCa | Attack::PeerTenantCertificate | Attack::PeerNoCertificate => AttackKind::PeerPort,
+            Attack::PeerRogueCa
+            | Attack::PeerTenantCertificate
+            | Attack::PeerNoCertificate
+            | Attack::PeerNonMemberAppend
+            | Attack::PeerNonMemberVote
+            | Attack::PeerForgedHeaders
+            | Attack::PeerHighTerm
+            | Attack::PeerRetireVoter => AttackKind::PeerPort,
         }
     }
 }
@@ -562,6 +630,9 @@ struct Intruder {
     client: leasehold::Client,
     /// The intruder's certificate from the real CA (a tenant's, not a node's).
     tenant_identity: (Vec<u8>, Vec<u8>),
+    /// Node certificates from the real CA (PEM certificate and key) by node id: every
+    /// member's and `NON_MEMBER_NODE_ID`'s, as a stolen node key would give them.
+    node_identities: BTreeMap<u64, (String, String)>,
     /// The client id of the request ids the intruder makes up.
     client_id: u64,
     request_sequence: u64,
@@ -784,7 +855,12 @@ impl Intruder {
                 Attack::NamespaceAcquire | Attack::NamespaceSetLimit => self.namespace_write(attack).await,
                 _ => self.read(attack).await,
             },
-            AttackKind::PeerPort => self.peer(attack).await,
+            AttackKind::PeerPort => match attack {
+                Attack::PeerRogueCa | Attack::PeerTenantCertificate | Attack::PeerNoCertificate => {
+                    self.peer(attack).await
+                }
+                _ => self.forged(attack).await,
+            },
         }
     }
 
@@ -1523,6 +1599,225 @@ impl Intruder {
         let outcome = self.confirm_drop(outcome, &endpoint).await;
         self.complete(sequence, attack, outcome);
     }
+    /// A voter that says so itself, to send forged messages to: a node the last status
+    /// lists as a voter whose own status, asked now, lists it as a voter in a term
+    /// above 0. A node in no cluster yet (started with --new-incarnation and not added
+    /// yet) takes Raft messages from any node of the cluster CA by design
+    /// (`check_raft_member`), and one in term 0 would take a term-0 heartbeat as its
+    /// leader's: those are not what these attacks test. None when no voter said so in
+    /// time (a fault); the attack then waits for its next turn, unrecorded.
+    async fn voter_target(&mut self) -> Option<VoterTarget> {
+        let mut voters: Vec<pb::Member> =
+            self.status.as_ref()?.members.iter().filter(|member| member.role == VOTER_ROLE).cloned().collect();
+        voters.shuffle(&mut self.random);
+        for member in voters.into_iter().take(VOTER_TARGET_TRIES_MAX) {
+            let asked = tokio::time::timeout(
+                Duration::from_millis(ATTACK_RPC_TIMEOUT_MS),
+                self.client.status_of(&member.client_addr),
+            )
+            .await;
+            let Ok(Ok(status)) = asked else { continue };
+            let says_voter =
+                status.members.iter().any(|listed| listed.node_id == status.node_id && listed.role == VOTER_ROLE);
+            if status.node_id == member.node_id && status.term > 0 && says_voter {
+                return Some(VoterTarget { id: member.node_id, peer_addr: member.peer_addr, status });
+            }
+        }
+        None
+    }
+
+    /// The node whose certificate an attack on `target` presents: the never-member
+    /// for the non-member attacks; a member other than the target for the forged
+    /// headers; for a retire notice the target's leader half the time, else any
+    /// member. None when the intruder holds no such certificate.
+    fn forged_sender(&mut self, attack: Attack, target: &VoterTarget) -> Option<u64> {
+        let members: Vec<u64> = target
+            .status
+            .members
+            .iter()
+            .map(|member| member.node_id)
+            .filter(|id| self.node_identities.contains_key(id))
+            .collect();
+        match attack {
+            Attack::PeerNonMemberAppend | Attack::PeerNonMemberVote | Attack::PeerHighTerm => Some(NON_MEMBER_NODE_ID),
+            Attack::PeerForgedHeaders => {
+                let others: Vec<u64> = members.into_iter().filter(|id| *id != target.id).collect();
+                others.choose(&mut self.random).copied()
+            }
+            _ => {
+                let leader = target.status.leader_id;
+                if self.random.random_bool(0.5) && members.contains(&leader) {
+                    Some(leader)
+                } else {
+                    members.choose(&mut self.random).copied()
+                }
+            }
+        }
+    }
+
+    /// (e) Raft messages and a retire notice with node certificates the cluster CA
+    /// signed: from a node that was never a member (far ahead of the cluster's term),
+    /// or from a member with forged headers or to retire a voter. The certificate is
+    /// genuine, so what must refuse these is the membership and header checks, not
+    /// the TLS handshake.
+    async fn forged(&mut self, attack: Attack) {
+        let Some(target) = self.voter_target().await else { return };
+        let Some(sender) = self.forged_sender(attack, &target) else { return };
+        let (cert, key) = self.node_identities[&sender].clone();
+        let VoterTarget { id: target_id, peer_addr, status } = target;
+        let channel = peer_messages::peer_channel(&peer_addr, &self.ca_pem, (&cert, &key));
+        let mut peer = pb::peer_client::PeerClient::new(channel);
+        let headers = Headers::complete(&status, sender);
+        let ahead = status.term + FORGED_TERM_AHEAD;
+        let to = format!("to node {target_id} at {peer_addr} (term {})", status.term);
+        let wrong_peer = [ErrorReason::WrongPeer];
+        match attack {
+            Attack::PeerNonMemberAppend => {
+                let tenant = if self.random.random_bool(0.5) { INTRUDER_TENANT } else { VICTIM_TENANT };
+                let token = self.made_up_token();
+                let prev = peer_messages::leaders_last_log(&status);
+                let tried = format!(
+                    "AppendEntries rotating {tenant}'s token as the admin in term {ahead} from never-member node \
+                     {sender} {to}"
+                );
+                let sequence = self.invoke(attack, tried);
+                let message = peer_messages::admin_append(sender, ahead, prev, tenant, &token);
+                let reply = answer(peer.append_entries(headers.on(message))).await;
+                let outcome = must_refuse(reply, &wrong_peer, false, answered("the node answered the append"));
+                self.complete(sequence, attack, outcome);
+            }
+            Attack::PeerNonMemberVote => {
+                let sequence =
+                    self.invoke(attack, format!("Vote in term {ahead} from never-member node {sender} {to}"));
+                let reply = answer(peer.vote(headers.on(peer_messages::vote(sender, ahead)))).await;
+                let outcome = must_refuse(reply, &wrong_peer, false, answered("the node answered the vote"));
+                self.complete(sequence, attack, outcome);
+            }
+            Attack::PeerHighTerm => {
+                let tried = format!("heartbeat in term {ahead} from never-member node {sender} {to}");
+                let sequence = self.invoke(attack, tried);
+                let reply = answer(peer.append_entries(headers.on(peer_messages::heartbeat(sender, ahead)))).await;
+                let outcome = must_refuse(reply, &wrong_peer, false, answered("the node answered the heartbeat"));
+                self.complete(sequence, attack, outcome);
+            }
+            Attack::PeerForgedHeaders => {
+                // Term 0: below every vote a node in a cluster holds, so the receiver
+                // never takes the message for its leader's, even from its leader's
+                // certificate, and refuses what it says about it instead of stopping.
+                let forgery = *["log-command-level", "record", "no-member-header"].choose(&mut self.random).unwrap();
+                let (message, headers, expected, rpc) = match forgery {
+                    "log-command-level" => {
+                        let headers = Headers { log_command_level: Some(FORGED_LOG_COMMAND_LEVEL), ..headers };
+                        (peer_messages::vote(sender, 0), headers, ErrorReason::BuildTooOld, "Vote")
+                    }
+                    "record" => {
+                        let incarnation = if status.incarnation == FORGED_RECORD_INCARNATION {
+                            FORGED_RECORD_INCARNATION + 1
+                        } else {
+                            FORGED_RECORD_INCARNATION
+                        };
+                        let record = format!("{target_id}.{incarnation}.{FORGED_RECORD_INDEX}.{FORGED_RECORD_INDEX}");
+                        let headers = Headers { record: Some(record), ..headers };
+                        (peer_messages::heartbeat(sender, 0), headers, ErrorReason::StaleIncarnation, "heartbeat")
+                    }
+                    _ => {
+                        let headers = Headers { cluster_name: headers.cluster_name, ..Headers::default() };
+                        (peer_messages::heartbeat(sender, 0), headers, ErrorReason::WrongPeer, "heartbeat")
+                    }
+                };
+                let tried = format!("term-0 {rpc} with forged headers ({forgery}) from member node {sender} {to}");
+                let sequence = self.invoke(attack, tried);
+                let reply = if rpc == "Vote" {
+                    answer(peer.vote(headers.on(message))).await
+                } else {
+                    answer(peer.append_entries(headers.on(message))).await
+                };
+                let outcome = must_refuse(reply, &[expected], false, answered("the node answered the forged message"));
+                self.complete(sequence, attack, outcome);
+            }
+            _ => {
+                let leader = if sender == status.leader_id { " (its leader)" } else { "" };
+                let tried =
+                    format!("Retire from member node {sender}{leader} to voter node {target_id} at {peer_addr}");
+                let sequence = self.invoke(attack, tried);
+                let message = pb::RetireRequest { cluster_name: status.cluster_name.clone() };
+                let outcome = match answer(peer.retire(request(message))).await {
+                    Answer::Ok(_) => self.judge_retirement(target_id).await,
+                    other => must_refuse(other, &wrong_peer, false, |_| unreachable!("answered above")),
+                };
+                self.complete(sequence, attack, outcome);
+            }
+        }
+    }
+
+    /// A voter took a forged retire notice: the attack's success, unless the leader
+    /// was removing the node at that moment (a member-replace or a disk fault), when
+    /// the node was retiring anyway and the notice proves nothing.
+    async fn judge_retirement(&mut self, target: u64) -> Outcome {
+        for endpoint in self.endpoints.clone() {
+            let asked =
+                tokio::time::timeout(Duration::from_millis(ATTACK_RPC_TIMEOUT_MS), self.client.status_of(&endpoint))
+                    .await;
+            let Ok(Ok(status)) = asked else { continue };
+            if status.state != "leader" {
+                continue;
+            }
+            let role = status.members.iter().find(|member| member.node_id == target).map(|member| member.role.clone());
+            return match role.as_deref() {
+                Some(VOTER_ROLE) => Outcome::Succeeded(format!(
+                    "voter node {target} took the retire notice; leader {} still lists it as a voter",
+                    status.node_id
+                )),
+                other => Outcome::Unknown(format!(
+                    "node {target} took the retire notice while leader {} was removing it (now {})",
+                    status.node_id,
+                    other.unwrap_or("not a member")
+                )),
+            };
+        }
+        Outcome::Succeeded(format!("voter node {target} took the retire notice (no leader answered a status after)"))
+    }
+}
+
+/// The evidence of a forged Raft message that was answered: `what`, and the answer's size.
+fn answered(what: &'static str) -> impl FnOnce(pb::RaftMessage) -> String {
+    move |message| format!("{what} ({} bytes)", message.payload.len())
+}
+
+/// A voter the forged-message attacks aim at, and its own status.
+struct VoterTarget {
+    id: u64,
+    peer_addr: String,
+    status: pb::StatusResponse,
+}
+
+/// A member's role in a status as the server spells it.
+const VOTER_ROLE: &str = "voter";
+
+/// The certificate and key files of node `id` in a `--node-certificates` directory.
+pub fn node_certificate_files(directory: &Path, id: u64) -> (PathBuf, PathBuf) {
+    let stem = format!("{NODE_CERTIFICATE_PREFIX}{id}");
+    (directory.join(format!("{stem}.pem")), directory.join(format!("{stem}.key")))
+}
+
+/// The node id a certificate file of a `--node-certificates` directory is for.
+fn node_certificate_id(file_name: &str) -> Option<u64> {
+    file_name.strip_prefix(NODE_CERTIFICATE_PREFIX)?.strip_suffix(".pem")?.parse().ok()
+}
+
+/// Every node certificate in `directory`, by node id.
+fn read_node_identities(directory: &Path) -> anyhow::Result<BTreeMap<u64, (String, String)>> {
+    let mut identities = BTreeMap::new();
+    for entry in std::fs::read_dir(directory).with_context(|| format!("read {}", directory.display()))? {
+        let path = entry?.path();
+        let Some(id) = path.file_name().and_then(|name| name.to_str()).and_then(node_certificate_id) else {
+            continue;
+        };
+        let (cert_file, key_file) = node_certificate_files(directory, id);
+        let read = |path: &Path| std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()));
+        identities.insert(id, (read(&cert_file)?, read(&key_file)?));
+    }
+    Ok(identities)
 }
 
 /// Runs the intruder until the harness says `final`; then closes its own session.
@@ -1549,6 +1844,13 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
         bail!("the attack worker needs --tenant-certificate and --tenant-key");
     };
     let tenant_identity = (std::fs::read(cert_file)?, std::fs::read(key_file)?);
+    let Some(node_certificates) = &arguments.node_certificates else {
+        bail!("the attack worker needs --node-certificates");
+    };
+    let node_identities = read_node_identities(node_certificates)?;
+    if !node_identities.contains_key(&NON_MEMBER_NODE_ID) {
+        bail!("--node-certificates {} has no certificate of node {NON_MEMBER_NODE_ID}", node_certificates.display());
+    }
     let history = HistoryWriter::create(&arguments.history).context("open the history")?;
     let mut final_signal = crate::workload::final_signal();
     let mut random = StdRng::seed_from_u64(arguments.seed);
@@ -1562,6 +1864,7 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
         ca_pem,
         client,
         tenant_identity,
+        node_identities,
         client_id,
         request_sequence: 0,
         status: None,
@@ -1572,6 +1875,9 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
         arguments,
     };
     let mut order = Attack::ALL.to_vec();
+    if intruder.arguments.older_release_nodes {
+        order.retain(|attack| !attack.needs_membership_checks());
+    }
     while !*final_signal.borrow_and_update() {
         intruder.refresh_status().await;
         intruder.ensure_own().await;
@@ -1609,6 +1915,29 @@ mod tests {
             assert!(Attack::ALL.iter().any(|attack| attack.kind() == kind), "{kind:?} has no attack");
         }
         assert_eq!(Attack::from_name("lock/0"), None);
+        for name in ["peer-non-member-append", "peer-non-member-vote", "peer-forged-headers", "peer-high-term"] {
+            let attack = Attack::from_name(name).unwrap_or_else(|| panic!("{name} is an attack"));
+            assert_eq!(attack.kind(), AttackKind::PeerPort, "{name}");
+        }
+        assert_eq!(Attack::from_name("peer-retire-voter").map(Attack::kind), Some(AttackKind::PeerPort));
+    }
+
+    #[test]
+    fn node_certificate_files_are_found_by_node_id() {
+        let directory = tempfile::tempdir().unwrap();
+        for id in [1, 2, NON_MEMBER_NODE_ID] {
+            let (cert, key) = node_certificate_files(directory.path(), id);
+            std::fs::write(cert, format!("cert {id}")).unwrap();
+            std::fs::write(key, format!("key {id}")).unwrap();
+        }
+        std::fs::write(directory.path().join("node-x.pem"), "not a node's").unwrap();
+        std::fs::write(directory.path().join("ca.pem"), "the CA's").unwrap();
+        let identities = read_node_identities(directory.path()).unwrap();
+        assert_eq!(identities.keys().copied().collect::<Vec<_>>(), vec![1, 2, NON_MEMBER_NODE_ID]);
+        let expected = (format!("cert {NON_MEMBER_NODE_ID}"), format!("key {NON_MEMBER_NODE_ID}"));
+        assert_eq!(identities[&NON_MEMBER_NODE_ID], expected);
+        assert_eq!(node_certificate_id("node-12.pem"), Some(12));
+        assert_eq!(node_certificate_id("node-12.key"), None);
     }
 
     #[test]

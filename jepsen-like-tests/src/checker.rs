@@ -19,6 +19,9 @@
 //! * (g) `liveness` — after the final heal every worker acquired within a bound.
 //! * `refusals` — every node the nemesis started on a wiped or corrupted data
 //!   directory stopped with the documented exit code instead of serving.
+//! * `node_exits` — no node process ended on its own except where a fault stops it
+//!   (a removal, a refused data directory, a full disk): a node that an attack or a
+//!   fault's side effect stopped is named, with its exit code.
 //! * `attacks` — no attack of the intruder tenant ever succeeded, and every attack
 //!   was refused often enough that the check says something (see `attack`).
 //! * (h) `believed_at_once` — no two workers believed they held a lock at once,
@@ -819,7 +822,18 @@ pub fn attack_counts(operations: &[Operation]) -> BTreeMap<String, AttackCount> 
 /// at least `ATTACK_REFUSALS_MIN` times and every kind `ATTACK_KIND_REFUSALS_MIN`
 /// times. Unknown tries (no answer during a fault) prove nothing either way;
 /// refusals with an unexpected reason are counted in the detail, not failed.
-pub fn attacks(operations: &[Operation]) -> CheckResult {
+/// The attacks a run is expected to have tried: all of them, but those that only the
+/// peer port's membership checks refuse when the run had nodes of an older release
+/// (as the history shows: none of those tried).
+pub fn expected_attacks(operations: &[Operation]) -> Vec<Attack> {
+    let tried = |attack: Attack| {
+        operations.iter().any(|operation| operation.function == Function::Attack && operation.key == attack.name())
+    };
+    let older_release = !Attack::ALL.into_iter().any(|attack| attack.needs_membership_checks() && tried(attack));
+    Attack::ALL.into_iter().filter(|attack| !(older_release && attack.needs_membership_checks())).collect()
+}
+
+pub fn attacks(operations: &[Operation], expected: &[Attack]) -> CheckResult {
     let mut anomalies = Vec::new();
     for operation in operations.iter().filter(|operation| operation.function == Function::Attack) {
         if operation.outcome == Kind::Ok {
@@ -837,7 +851,7 @@ pub fn attacks(operations: &[Operation]) -> CheckResult {
     }
     let counts = attack_counts(operations);
     let mut by_kind: BTreeMap<AttackKind, usize> = BTreeMap::new();
-    for attack in Attack::ALL {
+    for attack in expected.iter().copied() {
         let refused = counts.get(attack.name()).map(|count| count.refused).unwrap_or(0);
         *by_kind.entry(attack.kind()).or_default() += refused;
         if refused < ATTACK_REFUSALS_MIN {
@@ -1354,6 +1368,47 @@ pub fn refusals(refusals: &[Refusal]) -> CheckResult {
     CheckResult::from_anomalies(
         "refused-nodes",
         format!("{} node(s) started on a wiped, corrupted or full data directory", refusals.len()),
+        anomalies,
+    )
+}
+
+/// The node-exits check's name in the summary.
+pub const NODE_EXITS_CHECK_NAME: &str = "nodes stayed up";
+
+/// A node process that ended on its own where no fault stops nodes (the harness
+/// looks between faults, after each fault but for that fault's own targets, and
+/// before the final heal restarts what is down).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NodeExit {
+    pub node: u64,
+    /// The exit code (128 + the signal for a signal).
+    pub exit: i32,
+    /// When the harness saw it gone.
+    pub seen_ns: u64,
+    /// The last lines of the node's log, which say why.
+    pub log_tail: String,
+}
+
+/// No node exited on its own outside the faults that stop nodes: an intruder's
+/// forged message (a retire notice, a header that says the node is another
+/// incarnation or too old) or a crash must not stop a node, and would otherwise be
+/// hidden by the final heal, which restarts every node that is down.
+pub fn node_exits(exits: &[NodeExit]) -> CheckResult {
+    let anomalies = exits
+        .iter()
+        .map(|exit| Anomaly {
+            what: format!(
+                "node {} exited with code {} (seen at {} ms) where no fault stops it",
+                exit.node,
+                exit.exit,
+                exit.seen_ns / 1_000_000
+            ),
+            operations: exit.log_tail.lines().map(|line| format!("log: {line}")).collect(),
+        })
+        .collect();
+    CheckResult::from_anomalies(
+        NODE_EXITS_CHECK_NAME,
+        format!("{} unexpected node exit(s) outside the faults that stop nodes", exits.len()),
         anomalies,
     )
 }
@@ -2107,7 +2162,7 @@ mod tests {
         let mut unexpected = attack_try(Attack::AddTenant, Kind::Fail, 5);
         unexpected.error = Some(format!("{UNEXPECTED_REFUSAL} TENANT_EXISTS: tenant \"x\" exists"));
         history.push(unexpected);
-        let result = attacks(&history);
+        let result = attacks(&history, &Attack::ALL);
         assert_eq!(result.verdict, Verdict::Pass, "{:?}", result.anomalies);
         assert!(result.detail.contains("1 with an unexpected reason"), "{}", result.detail);
         let counts = attack_counts(&history);
@@ -2120,7 +2175,7 @@ mod tests {
     fn one_successful_attack_fails_the_run() {
         let mut history = attacks_refused(4);
         history.push(attack_try(Attack::HijackRelease, Kind::Ok, 7_000_000));
-        let result = attacks(&history);
+        let result = attacks(&history, &Attack::ALL);
         assert_eq!(result.verdict, Verdict::Fail);
         assert_eq!(result.anomalies.len(), 1, "{:?}", result.anomalies);
         let what = &result.anomalies[0].what;
@@ -2130,22 +2185,22 @@ mod tests {
 
     #[test]
     fn attacks_that_were_never_refused_are_vacuous() {
-        let result = attacks(&[]);
+        let result = attacks(&[], &Attack::ALL);
         assert_eq!(result.verdict, Verdict::Fail);
         assert!(result.anomalies.iter().all(|anomaly| anomaly.what.starts_with("vacuous")));
         assert_eq!(result.anomalies.len(), Attack::ALL.len() + AttackKind::ALL.len());
         // Tries that all went unanswered prove nothing either.
         let unanswered: Vec<Operation> =
             Attack::ALL.into_iter().map(|attack| attack_try(attack, Kind::Info, 10)).collect();
-        assert_eq!(attacks(&unanswered).verdict, Verdict::Fail);
+        assert_eq!(attacks(&unanswered, &Attack::ALL).verdict, Verdict::Fail);
         // One attack never refused: named.
         let history: Vec<Operation> =
             attacks_refused(4).into_iter().filter(|try_| try_.key != Attack::PeerRogueCa.name()).collect();
-        let result = attacks(&history);
+        let result = attacks(&history, &Attack::ALL);
         assert_eq!(result.verdict, Verdict::Fail);
         assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("attack peer-rogue-ca was refused 0")));
         // A kind refused too rarely, although each of its attacks was refused.
-        let result = attacks(&attacks_refused(1));
+        let result = attacks(&attacks_refused(1), &Attack::ALL);
         assert_eq!(result.verdict, Verdict::Fail);
         assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("(a) unauthenticated attacks")));
     }
@@ -2165,6 +2220,23 @@ mod tests {
         let crashed = refusals(&[refusal(Some(134))]);
         assert_eq!(crashed.verdict, Verdict::Fail, "a crash is not the documented refusal");
         assert!(crashed.anomalies[0].what.contains("exited with code 134"));
+    }
+
+    #[test]
+    fn a_node_that_exited_outside_the_faults_fails_the_run() {
+        assert_eq!(node_exits(&[]).verdict, Verdict::Pass);
+        let stopped = NodeExit {
+            node: 3,
+            exit: 4,
+            seen_ns: 12_000_000,
+            log_tail: "the cluster knows node 3 as incarnation 12345\nexit code 4".into(),
+        };
+        let result = node_exits(&[stopped]);
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert_eq!(result.anomalies.len(), 1);
+        let anomaly = &result.anomalies[0];
+        assert!(anomaly.what.contains("node 3 exited with code 4 (seen at 12 ms)"), "{}", anomaly.what);
+        assert_eq!(anomaly.operations, vec!["log: the cluster knows node 3 as incarnation 12345", "log: exit code 4"]);
     }
 
     fn upgrade(node: u64, exit: Option<i32>, caught_up: bool) -> Upgrade {

@@ -19,8 +19,8 @@ use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 
-use crate::attack::INTRUDER_TENANT;
-use crate::checker::{self, CheckResult, Refusal, ReplicaState, RestartObservation, Upgrade, Verdict};
+use crate::attack::{node_certificate_files, Attack, INTRUDER_TENANT, NON_MEMBER_NODE_ID};
+use crate::checker::{self, CheckResult, NodeExit, Refusal, ReplicaState, RestartObservation, Upgrade, Verdict};
 use crate::cluster::{binary, Addressing, ClusterOptions, TestCluster};
 use crate::fenced_store::FencedStore;
 use crate::history::{self, monotonic_ns, Kind, Record};
@@ -29,6 +29,9 @@ use crate::workload::{Workload, LOCK_DELAY_MS_DEFAULT, LOCK_DELAY_MS_MAX, SEMAPH
 
 /// Set in the environment of the harness once it runs inside its namespace.
 pub const NAMESPACE_ENV: &str = "LEASEHOLD_JEPSEN_IN_NAMESPACE";
+/// The cluster sizes a run starts: 3 or `NODES_MAX` nodes, ids 1 to `--nodes`.
+pub const NODES_MIN: u64 = 3;
+pub const NODES_MAX: u64 = 5;
 /// Fixed ports of every node (each node has its own address).
 pub const CLIENT_PORT: u16 = 7100;
 pub const PEER_PORT: u16 = 7200;
@@ -50,6 +53,10 @@ pub const REMOVED_EXIT_MS_MAX: u64 = 15_000;
 /// How long a node started on a wiped or corrupted data directory may take to stop
 /// (it learns of its record at the first message from the leader).
 pub const REFUSED_EXIT_MS_MAX: u64 = 10_000;
+/// `wipe-early` kills its follower within this long of seeing the first leader.
+pub const WIPE_EARLY_MS_MAX: u64 = 1_000;
+/// How many of its last log lines a node that exited on its own is reported with.
+pub const EXIT_LOG_LINES_MAX: usize = 8;
 /// The exit codes of `leasehold-server` that the disk faults expect (README,
 /// "Exit codes").
 pub const EXIT_DATA_DIRECTORY_REFUSED: i32 = 3;
@@ -101,8 +108,9 @@ pub struct RunArguments {
     /// lock, fenced-counter, semaphore, election, attack or all (comma-separated).
     #[arg(long, default_value = "all")]
     pub workload: String,
-    /// Comma-separated: kill, pause, partition, clock, member, all, none;
-    /// worker-pause for the GC pause of workers alone.
+    /// Comma-separated: kill, pause, partition, clock, member, disk, wipe-early,
+    /// upgrade, all, none; worker-pause for the GC pause of workers alone, holder-kill
+    /// for a holder's stop across a leader kill alone.
     #[arg(long, default_value = "all")]
     pub nemesis: String,
     /// Where the history, the summary and (on failure) node logs and data go.
@@ -193,7 +201,7 @@ fn parse_workloads(text: &str) -> anyhow::Result<Vec<Workload>> {
 
 /// Entry point of `run`: enters the namespace, then runs.
 pub async fn run(mut arguments: RunArguments) -> anyhow::Result<i32> {
-    if arguments.nodes != 3 && arguments.nodes != 5 {
+    if arguments.nodes != NODES_MIN && arguments.nodes != NODES_MAX {
         bail!("--nodes must be 3 or 5, got {}", arguments.nodes);
     }
     parse_workloads(&arguments.workload)?;
@@ -247,12 +255,15 @@ pub async fn run(mut arguments: RunArguments) -> anyhow::Result<i32> {
 }
 
 /// What the attack worker is given: the intruder tenant's token and its client
-/// certificate from the cluster CA (files in `--out`/intruder/). Not the admin
-/// token, not the test tenant's.
+/// certificate from the cluster CA, and node certificates from the cluster CA (every
+/// member's and a never-member's, as stolen node keys), all files in
+/// `--out`/intruder/. Not the admin token, not the test tenant's.
 struct IntruderCredentials {
     token_file: PathBuf,
     certificate_file: PathBuf,
     key_file: PathBuf,
+    /// `node-<id>.pem` and `.key` for ids 1 to `--nodes` and `NON_MEMBER_NODE_ID`.
+    node_certificates: PathBuf,
 }
 
 struct WorkerProcess {
@@ -284,6 +295,11 @@ struct Harness {
     /// Nodes still on `--previous-server`, and the upgrades done so far.
     previous: BTreeSet<u64>,
     upgrades: Vec<Upgrade>,
+    /// Node processes that ended on their own where no fault stops them.
+    node_exits: Vec<NodeExit>,
+    /// Nodes seen down whose exit is accounted for (noted, the harness's kill, or
+    /// the fault's own), until they are seen running again.
+    exits_accounted: BTreeSet<u64>,
     started: Instant,
 }
 
@@ -296,9 +312,10 @@ impl Harness {
         let workloads = parse_workloads(&arguments.workload)?;
         let kinds = NemesisKind::parse_list(&arguments.nemesis).map_err(anyhow::Error::msg)?;
         let mut faults_enabled: Vec<Fault> = Vec::new();
-        // The upgrades run on a schedule of their own (see `upgrade_due`), not drawn.
+        // The upgrades and the early wipe run on a schedule of their own (see
+        // `upgrade_due`, `wipe_early`), not drawn.
         for fault in kinds.iter().flat_map(|kind| kind.faults().iter().copied()) {
-            if fault != Fault::RollingUpgrade && !faults_enabled.contains(&fault) {
+            if !fault.scheduled() && !faults_enabled.contains(&fault) {
                 faults_enabled.push(fault);
             }
         }
@@ -321,7 +338,7 @@ impl Harness {
         let previous: BTreeSet<u64> =
             if arguments.previous_server.is_some() { cluster.nodes.keys().copied().collect() } else { BTreeSet::new() };
         let store = FencedStore::new(!arguments.no_fencing);
-        let harness = Harness {
+        let mut harness = Harness {
             random: StdRng::seed_from_u64(seed),
             seed,
             refusals: Vec::new(),
@@ -337,10 +354,15 @@ impl Harness {
             skewed: BTreeSet::new(),
             previous,
             upgrades: Vec::new(),
+            node_exits: Vec::new(),
+            exits_accounted: BTreeSet::new(),
             started: Instant::now(),
         };
-        if harness.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await.is_none() {
+        let Some(first_leader) = harness.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await else {
             bail!("the cluster elected no leader within {RECOVERY_MS_MAX} ms of starting");
+        };
+        if kinds.contains(&NemesisKind::WipeEarly) {
+            harness.wipe_early(first_leader, Instant::now()).await;
         }
         // The tenant the workers act as, and its token file.
         harness.cluster.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await;
@@ -395,7 +417,15 @@ impl Harness {
         let pem = leasehold::certs::tenant_certificate(&ca_key, INTRUDER_TENANT)?;
         let (certificate_file, key_file) =
             leasehold::certs::write_pair(&directory, &format!("tenant-{INTRUDER_TENANT}"), &pem)?;
-        Ok(IntruderCredentials { token_file, certificate_file, key_file })
+        let node_certificates = directory.join("nodes");
+        std::fs::create_dir_all(&node_certificates)?;
+        for id in (1..=self.arguments.nodes).chain([NON_MEMBER_NODE_ID]) {
+            let (cert, key) = self.cluster.credentials.node_identity(id);
+            let (cert_file, key_file) = node_certificate_files(&node_certificates, id);
+            leasehold::certs::write_file(&cert_file, &cert, false)?;
+            leasehold::certs::write_file(&key_file, &key, true)?;
+        }
+        Ok(IntruderCredentials { token_file, certificate_file, key_file, node_certificates })
     }
 
     fn spawn_workers(
@@ -431,6 +461,9 @@ impl Harness {
                         .arg(&intruder.certificate_file)
                         .arg("--tenant-key")
                         .arg(&intruder.key_file)
+                        .arg("--node-certificates")
+                        .arg(&intruder.node_certificates)
+                        .args(self.arguments.previous_server.is_some().then_some("--older-release-nodes"))
                         .arg("--leak-from")
                         .arg(self.arguments.out.join("workers"));
                 }
@@ -488,7 +521,7 @@ impl Harness {
         while Instant::now() < end {
             let gap = self.random.random_range(FAULT_GAP_MS_MIN..=FAULT_GAP_MS_MAX);
             let left = end.saturating_duration_since(Instant::now());
-            tokio::time::sleep(Duration::from_millis(gap).min(left)).await;
+            self.watched_sleep(Duration::from_millis(gap).min(left)).await;
             let upgrade = upgrade_due.get(self.upgrades.len()).is_some_and(|due| Instant::now() >= *due);
             if Instant::now() >= end || (self.faults_enabled.is_empty() && !upgrade) {
                 continue;
@@ -497,6 +530,10 @@ impl Harness {
                 if upgrade { Fault::RollingUpgrade } else { *self.faults_enabled.choose(&mut self.random).unwrap() };
             let start_ns = monotonic_ns();
             let (outcome, targets, detail) = self.inject(fault).await;
+            // A node fault's targets may be down by the fault's design; any other node
+            // that is down ended on its own.
+            let excused = if fault.stops_its_targets() { targets.clone() } else { Vec::new() };
+            self.watch_nodes(&excused).await;
             let mut record = FaultRecord { fault: fault.name(), outcome, targets, detail, start_ns, end_ns: 0 };
             if self.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await.is_none() {
                 record.detail.push_str("; no leader within the recovery deadline after healing");
@@ -536,7 +573,84 @@ impl Harness {
         if !stuck.is_empty() {
             self.log(&format!("workers {stuck:?} did not exit in time and were killed"));
         }
+        self.watch_nodes(&[]).await;
         self.check_and_report(final_ns).await
+    }
+
+    /// Notes every node process that ended on its own since the last look, for the
+    /// `nodes stayed up` check; `excused` nodes are down by the design of the fault
+    /// just installed. A node the harness killed or stopped is no exit of its own
+    /// (`try_exit_status` knows only how a process ended by itself).
+    async fn watch_nodes(&mut self, excused: &[u64]) {
+        let ids: Vec<u64> = self.cluster.nodes.keys().copied().collect();
+        for id in ids {
+            if self.cluster.is_running(id) {
+                self.exits_accounted.remove(&id);
+                continue;
+            }
+            if !self.exits_accounted.insert(id) || excused.contains(&id) {
+                continue;
+            }
+            let Some(status) = self.cluster.try_exit_status(id, Duration::ZERO).await else {
+                continue;
+            };
+            let exit = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            let tail = self.cluster.log_tail(id);
+            let lines: Vec<&str> = tail.lines().collect();
+            let log_tail = lines[lines.len().saturating_sub(EXIT_LOG_LINES_MAX)..].join("\n");
+            self.log(&format!("node {id} exited on its own with code {exit}; its log ends:\n{log_tail}"));
+            self.node_exits.push(NodeExit { node: id, exit, seen_ns: monotonic_ns(), log_tail });
+        }
+    }
+
+    /// Waits `duration`, looking for nodes that exit on their own meanwhile.
+    async fn watched_sleep(&mut self, duration: Duration) {
+        let until = Instant::now() + duration;
+        loop {
+            self.watch_nodes(&[]).await;
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(left.min(Duration::from_millis(STATUS_POLL_MS))).await;
+        }
+    }
+
+    /// `wipe-early`: in the fresh cluster, within `WIPE_EARLY_MS_MAX` of seeing the
+    /// first leader (`leader`, seen at `leader_seen`), a follower is killed, its data
+    /// directory emptied and the node restarted at once with its usual flags. The
+    /// leader may not have recorded every member yet; the node must stop all the same
+    /// (exit code 4, for the `refused-nodes` check) and the leader must live (the
+    /// `nodes stayed up` check). Then the node is replaced as the README says. Recorded
+    /// like every fault.
+    async fn wipe_early(&mut self, leader: u64, leader_seen: Instant) {
+        let start_ns = monotonic_ns();
+        let (outcome, targets, detail) = match self.random_follower(Some(leader)) {
+            Err(skipped) => skipped,
+            Ok(target) => {
+                self.cluster.wipe(target);
+                self.cluster.restart(target);
+                let after_ms = leader_seen.elapsed().as_millis() as u64;
+                let late = if after_ms > WIPE_EARLY_MS_MAX { " (late: the machine is slow)" } else { "" };
+                let mut detail = format!(
+                    "node {target} killed, wiped and restarted {after_ms} ms after leader {leader} was seen{late}; "
+                );
+                detail.push_str(&self.expect_refusal(Fault::WipeEarly, target, EXIT_STALE_INCARNATION).await);
+                let leader_lives = self.cluster.is_running(leader);
+                detail.push_str(&format!("leader {leader} {}; ", if leader_lives { "lives" } else { "is down" }));
+                let outcome = self.replace_in_place(target, &mut detail).await;
+                (outcome, vec![target], detail)
+            }
+        };
+        let fault = Fault::WipeEarly.name();
+        let mut record = FaultRecord { fault, outcome, targets, detail, start_ns, end_ns: 0 };
+        self.watch_nodes(&record.targets).await;
+        if self.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await.is_none() {
+            record.detail.push_str("; no leader within the recovery deadline after healing");
+        }
+        record.end_ns = monotonic_ns();
+        self.log(&format!("{} {:?} {:?} {}", record.fault, record.outcome, record.targets, record.detail));
+        self.faults.push(record);
     }
 
     fn running_nodes(&mut self) -> Vec<u64> {
@@ -659,6 +773,7 @@ impl Harness {
             Fault::CorruptReplace => self.corrupt_replace(leader).await,
             Fault::DiskFull => self.disk_full(leader).await,
             Fault::RollingUpgrade => self.rolling_upgrade(leader).await,
+            Fault::WipeEarly => (Outcome::Skipped, vec![], "runs once, at the start (see `wipe_early`)".into()),
         }
     }
 
@@ -1109,6 +1224,8 @@ impl Harness {
     /// Heals everything: partitions, pauses, clocks, dead nodes; waits until every
     /// node applied the leader's commit index.
     async fn final_heal(&mut self) {
+        // Before anything down is restarted: a node that ended on its own is noted.
+        self.watch_nodes(&[]).await;
         nemesis::heal_partition();
         let ids: Vec<u64> = self.cluster.nodes.keys().copied().collect();
         for id in &ids {
@@ -1222,6 +1339,7 @@ impl Harness {
             checker::elections(&operations),
             checker::replica_states(&operations, &self.replica_states, SEMAPHORE_LIMIT),
             checker::refusals(&self.refusals),
+            checker::node_exits(&self.node_exits),
             checker::liveness(
                 &operations,
                 &processes,
@@ -1230,7 +1348,10 @@ impl Harness {
             ),
         ];
         if self.workloads.contains(&Workload::Attack) {
-            checks.push(checker::attacks(&operations));
+            let older_release = self.arguments.previous_server.is_some();
+            let expected: Vec<Attack> =
+                Attack::ALL.into_iter().filter(|attack| !(older_release && attack.needs_membership_checks())).collect();
+            checks.push(checker::attacks(&operations, &expected));
             let counts = checker::attack_counts(&operations);
             std::fs::write(out.join("attacks.json"), serde_json::to_string_pretty(&counts)?)?;
         }

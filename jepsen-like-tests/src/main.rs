@@ -56,7 +56,7 @@ async fn main() -> anyhow::Result<()> {
             ];
             // A run with the attack workload: no attack may have succeeded.
             if operations.iter().any(|operation| operation.function == records::Function::Attack) {
-                checks.push(checker::attacks(&operations));
+                checks.push(checker::attacks(&operations, &checker::expected_attacks(&operations)));
             }
             for check in checks {
                 println!("{} {} {}", check.name, check.verdict.name(), check.detail);

@@ -32,22 +32,26 @@ pub enum NemesisKind {
     /// A rolling upgrade from an older release's build (`--previous-server`); not in
     /// `all`, which needs no second build.
     Upgrade,
+    /// A follower wiped in the first second of a fresh cluster, once, before the
+    /// workers start: the moments before the leader has recorded every member.
+    WipeEarly,
 }
 
 impl NemesisKind {
-    pub const ALL: [NemesisKind; 6] = [
+    pub const ALL: [NemesisKind; 7] = [
         NemesisKind::Kill,
         NemesisKind::Pause,
         NemesisKind::Partition,
         NemesisKind::Clock,
         NemesisKind::Member,
         NemesisKind::Disk,
+        NemesisKind::WipeEarly,
     ];
 
-    /// Parses "kill,pause,partition,clock,member,disk" or "all" (or "none"), "upgrade",
-    /// and
-    /// "worker-pause" (only the GC pause of workers: the unfenced control) and
-    /// "holder-kill" (only a holder's stop and a leader kill: the lease bound).
+    /// Parses "kill,pause,partition,clock,member,disk,wipe-early" or "all" (or
+    /// "none"), "upgrade", and "worker-pause" (only the GC pause of workers: the
+    /// unfenced control) and "holder-kill" (only a holder's stop and a leader kill: the
+    /// lease bound).
     pub fn parse_list(text: &str) -> Result<BTreeSet<NemesisKind>, String> {
         let mut kinds = BTreeSet::new();
         for word in text.split(',').map(str::trim).filter(|word| !word.is_empty()) {
@@ -81,8 +85,11 @@ impl NemesisKind {
                 "upgrade" => {
                     kinds.insert(NemesisKind::Upgrade);
                 }
+                "wipe-early" => {
+                    kinds.insert(NemesisKind::WipeEarly);
+                }
                 other => {
-                    let known = "kill, pause, partition, clock, member, disk, upgrade, all or none";
+                    let known = "kill, pause, partition, clock, member, disk, wipe-early, upgrade, all or none";
                     return Err(format!("unknown nemesis {other:?}: use {known}"));
                 }
             }
@@ -106,6 +113,7 @@ impl NemesisKind {
             NemesisKind::Member => &[Fault::MemberReplace],
             NemesisKind::Disk => &[Fault::WipeRejoin, Fault::CorruptReplace, Fault::DiskFull],
             NemesisKind::Upgrade => &[Fault::RollingUpgrade],
+            NemesisKind::WipeEarly => &[Fault::WipeEarly],
         }
     }
 }
@@ -157,9 +165,34 @@ pub enum Fault {
     /// operator upgrades; it must catch up with the leader. Followers go first, the
     /// leader last.
     RollingUpgrade,
+    /// In a fresh cluster, within the first second after the first leader is seen, a
+    /// follower is killed (-9), its data directory emptied and the node restarted at
+    /// once with the same flags: it must stop (exit code 4) and the leader must live;
+    /// then it is replaced as the README says. Runs once, before the workers start.
+    WipeEarly,
 }
 
 impl Fault {
+    /// Whether the fault runs once at a time of its own (the harness's schedule), not
+    /// drawn between the others.
+    pub fn scheduled(self) -> bool {
+        matches!(self, Fault::RollingUpgrade | Fault::WipeEarly)
+    }
+
+    /// Whether the fault itself stops its target nodes' processes (removal, a refused
+    /// data directory, a full disk), so that their exits are not unexpected.
+    pub fn stops_its_targets(self) -> bool {
+        matches!(
+            self,
+            Fault::MemberReplace
+                | Fault::WipeRejoin
+                | Fault::CorruptReplace
+                | Fault::DiskFull
+                | Fault::RollingUpgrade
+                | Fault::WipeEarly
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Fault::KillLeader => "kill-leader",
@@ -181,6 +214,7 @@ impl Fault {
             Fault::CorruptReplace => "corrupt-replace",
             Fault::DiskFull => "disk-full",
             Fault::RollingUpgrade => "rolling-upgrade",
+            Fault::WipeEarly => "wipe-early",
         }
     }
 }
@@ -292,7 +326,13 @@ mod tests {
 
     #[test]
     fn nemesis_lists_parse() {
-        assert_eq!(NemesisKind::parse_list("all").unwrap().len(), 6);
+        assert_eq!(NemesisKind::parse_list("all").unwrap().len(), 7);
+        let early = NemesisKind::parse_list("wipe-early,kill").unwrap();
+        assert_eq!(early, BTreeSet::from([NemesisKind::Kill, NemesisKind::WipeEarly]));
+        assert!(NemesisKind::parse_list("all").unwrap().contains(&NemesisKind::WipeEarly));
+        assert_eq!(NemesisKind::WipeEarly.faults(), &[Fault::WipeEarly]);
+        assert!(Fault::WipeEarly.scheduled() && Fault::WipeEarly.stops_its_targets());
+        assert!(!Fault::KillRandom.scheduled() && !Fault::KillRandom.stops_its_targets());
         assert_eq!(NemesisKind::parse_list("disk").unwrap(), BTreeSet::from([NemesisKind::Disk]));
         assert_eq!(
             NemesisKind::parse_list("kill,pause").unwrap(),

@@ -171,6 +171,16 @@ pub struct WorkloadWorkerArguments {
     pub tenant_certificate: Option<PathBuf>,
     #[arg(long)]
     pub tenant_key: Option<PathBuf>,
+    /// Attack workload: a directory of node certificates the cluster CA signed
+    /// (`node-<id>.pem` and `.key`): every member's and one for a node id that is never
+    /// a member, as a stolen node key would give them.
+    #[arg(long)]
+    pub node_certificates: Option<PathBuf>,
+    /// Attack workload: some nodes run an older release (a rolling upgrade), which
+    /// predates the peer port's membership checks: the attacks that only those checks
+    /// refuse (`Attack::needs_membership_checks`) are left out.
+    #[arg(long)]
+    pub older_release_nodes: bool,
     /// Attack workload: the directory of the other workers' histories, read for
     /// session ids and tokens (a leak of ids, which are no secret).
     #[arg(long)]

@@ -2,7 +2,10 @@
 //! run` harness on 3 nodes with every nemesis and every workload, with a fixed seed
 //! and a random one (printed), must end `valid: true` — the nodes sharing this
 //! machine's cores in one run, each with a thread per core in the other — and its
-//! attack workload must have run, every attack refused; the control with fencing
+//! attack workload must have run, every attack refused (forged Raft messages with
+//! node certificates of the cluster CA included), no node may have exited outside the
+//! faults that stop nodes, and a follower wiped in the fresh cluster's first second
+//! must have been refused and replaced; the control with fencing
 //! switched off must end `valid: false` with the lost writes listed, and the control
 //! with the nodes' incarnation checks off must take a wiped node back. A lock holder
 //! stopped while the leader is killed must lose its lock within the published bound
@@ -20,7 +23,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use leasehold_jepsen::checker::{
-    ATTACKS_CHECK_NAME, DEAD_HOLDER_CHECK_NAME, LOCK_DELAY_CHECK_NAME, UPGRADE_CHECK_NAME,
+    ATTACKS_CHECK_NAME, DEAD_HOLDER_CHECK_NAME, LOCK_DELAY_CHECK_NAME, NODE_EXITS_CHECK_NAME, UPGRADE_CHECK_NAME,
 };
 use leasehold_jepsen::cluster::{binary, previous_release, previous_server};
 
@@ -70,6 +73,14 @@ fn assert_valid(seed: u64, node_threads: Option<usize>) {
     assert!(
         text.lines().any(|line| line.contains(ATTACKS_CHECK_NAME) && line.contains(" pass ")),
         "the attack workload must run under every nemesis, every attack refused (seed {seed}):\n{text}"
+    );
+    assert!(
+        text.lines().any(|line| line.contains(NODE_EXITS_CHECK_NAME) && line.contains(" pass ")),
+        "no node may exit on its own outside the faults that stop nodes (seed {seed}):\n{text}"
+    );
+    assert!(
+        text.lines().any(|line| line.trim_start().starts_with("wipe-early") && line.contains("installed   1")),
+        "the early wipe must have run once and been healed (seed {seed}):\n{text}"
     );
     println!("{text}");
     let _ = std::fs::remove_dir_all(&out);
