@@ -261,9 +261,9 @@ impl Incarnations {
                 ),
             });
         }
-        self.note_speaker(sender, metadata);
         let record = self.record();
         if !self.checked {
+            self.note_speaker(sender, metadata);
             let _ = self.heard(node, incarnation);
             return Ok(());
         }
@@ -294,64 +294,65 @@ impl Incarnations {
                 ));
             }
         }
+        self.check_sender_incarnation(rpc, node, incarnation, their_index, &record)?;
+        // Only a message taken says which build its sender runs.
+        self.note_speaker(sender, metadata);
+        Ok(())
+    }
+
+    /// Refuses a message from another incarnation of `node` than the recorded one (or,
+    /// before the record, the one heard first).
+    fn check_sender_incarnation(
+        &self,
+        rpc: &str,
+        node: NodeId,
+        incarnation: u64,
+        their_index: u64,
+        record: &ClusterRecord,
+    ) -> Result<(), Status> {
         match record.recorded(node) {
             Some(recorded) if recorded.incarnation != incarnation && their_index <= recorded.index => {
-                let applied = *self.applied_index.borrow();
-                if self.refusals.allow() {
-                    tracing::warn!(
-                        target: "audit",
-                        rpc,
-                        node,
-                        incarnation,
-                        recorded = recorded.incarnation,
-                        "refused a Raft message from a member whose data directory is not the one recorded"
-                    );
-                }
-                Err(error_status(
-                    ErrorReason::StaleIncarnation,
-                    format!(
-                        "{rpc} refused: node {node} is recorded as incarnation {}, and this message comes from \
-                         incarnation {incarnation}: its data directory was wiped or replaced",
-                        recorded.incarnation
-                    ),
-                    &[
-                        ("node", node.to_string()),
-                        ("recorded_incarnation", recorded.incarnation.to_string()),
-                        ("recorded_index", recorded.index.to_string()),
-                        ("incarnation", incarnation.to_string()),
-                        ("applied_index", applied.to_string()),
-                    ],
-                ))
+                Err(self.refuse_stale_sender(rpc, node, incarnation, recorded.incarnation, recorded.index))
             }
             Some(_) => Ok(()),
-            None => self.heard(node, incarnation).map_err(|first| {
-                if self.refusals.allow() {
-                    tracing::warn!(
-                        target: "audit",
-                        rpc,
-                        node,
-                        incarnation,
-                        first,
-                        "refused a Raft message from a member wiped before its incarnation was recorded"
-                    );
-                }
-                let applied = *self.applied_index.borrow();
-                error_status(
-                    ErrorReason::StaleIncarnation,
-                    format!(
-                        "{rpc} refused: node {node} was heard as incarnation {first} before the log recorded it, and \
-                         this message comes from incarnation {incarnation}: its data directory was wiped or replaced"
-                    ),
-                    &[
-                        ("node", node.to_string()),
-                        ("recorded_incarnation", first.to_string()),
-                        ("recorded_index", "0".to_string()),
-                        ("incarnation", incarnation.to_string()),
-                        ("applied_index", applied.to_string()),
-                    ],
-                )
-            }),
+            None => self
+                .heard(node, incarnation)
+                .map_err(|first| self.refuse_stale_sender(rpc, node, incarnation, first, 0)),
         }
+    }
+
+    /// The refusal of a message from incarnation `incarnation` of `node`, which the log
+    /// recorded as `known` by the entry at `known_index`, or (index 0) which this node
+    /// heard first as `known`, before the record. Its metadata is what the sender
+    /// needs to decide whether it is the stale one (`on_refusal`).
+    fn refuse_stale_sender(&self, rpc: &str, node: NodeId, incarnation: u64, known: u64, known_index: u64) -> Status {
+        let how = if known_index == 0 { "heard first, before the log recorded it," } else { "recorded" };
+        if self.refusals.allow() {
+            tracing::warn!(
+                target: "audit",
+                rpc,
+                node,
+                incarnation,
+                known,
+                known_index,
+                "refused a Raft message from a member whose data directory is not the one {how}"
+            );
+        }
+        let applied = *self.applied_index.borrow();
+        error_status(
+            ErrorReason::StaleIncarnation,
+            format!(
+                "{rpc} refused: node {node} is {how} as incarnation {known}, and this message comes from incarnation \
+                 {incarnation}: its data directory was wiped or replaced"
+            ),
+            &[
+                ("node", node.to_string()),
+                ("recorded_incarnation", known.to_string()),
+                ("recorded_index", known_index.to_string()),
+                ("incarnation", incarnation.to_string()),
+                ("applied_index", applied.to_string()),
+            ],
+        )
     }
 
     /// Checks the answer `target` gave: an answer from another incarnation than the
