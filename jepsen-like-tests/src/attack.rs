@@ -93,7 +93,6 @@ pub const NOT_ALIVE: &str = "NOT_ALIVE";
 /// The node id of the cluster-CA certificate that is never a member: above every
 /// node id a run uses, so that no replacement ever makes it one.
 pub const NON_MEMBER_NODE_ID: u64 = 9;
-const _: () = assert!(NON_MEMBER_NODE_ID > crate::harness::NODES_MAX);
 /// The forged `leasehold-log-command-level` of a member's vote: above every build's.
 pub const FORGED_LOG_COMMAND_LEVEL: u32 = 999;
 /// The forged `leasehold-record` of a member's heartbeat says the receiver is this

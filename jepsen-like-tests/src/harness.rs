@@ -32,6 +32,8 @@ pub const NAMESPACE_ENV: &str = "LEASEHOLD_JEPSEN_IN_NAMESPACE";
 /// The cluster sizes a run starts: 3 or `NODES_MAX` nodes, ids 1 to `--nodes`.
 pub const NODES_MIN: u64 = 3;
 pub const NODES_MAX: u64 = 5;
+// The intruder's never-member certificate is of an id no run gives a node.
+const _: () = assert!(NON_MEMBER_NODE_ID > NODES_MAX);
 /// Fixed ports of every node (each node has its own address).
 pub const CLIENT_PORT: u16 = 7100;
 pub const PEER_PORT: u16 = 7200;
