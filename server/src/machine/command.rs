@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use super::caller::{Caller, SecretHash, TenantId};
 use super::delay::DelayKey;
+use super::error::{
+    validate_election_value, validate_lock_delay_ms, validate_name, validate_semaphore_limit, CommandError,
+};
 use super::limits::{QuotaChange, Quotas};
 use super::{ResourceKind, SessionId, Token};
 
@@ -295,6 +298,44 @@ impl Command {
                 Some((ResourceKind::Election, name, *token))
             }
             _ => None,
+        }
+    }
+
+    /// The checks of a session command's own fields (names, limits, values, delays),
+    /// which depend on nothing in the state: `execute` runs them before it looks the
+    /// session up, so a command with a bad field gets the same refusal whether or not its
+    /// session lives, and the leader's early refusal (`StateMachine::certain_refusal`)
+    /// runs the same ones. Other commands check their fields where they are carried out.
+    pub(super) fn validate_fields(&self) -> Result<(), CommandError> {
+        use ResourceKind::{Election, Lock, Semaphore};
+        match self {
+            Command::Acquire { name, .. } | Command::CancelWait { name, .. } | Command::Release { name, .. } => {
+                validate_name(Lock, name)
+            }
+            Command::AcquireWithDelay { name, delay_ms, .. } => {
+                validate_lock_delay_ms(*delay_ms).and_then(|()| validate_name(Lock, name))
+            }
+            Command::SemAcquire { name, limit, .. } | Command::SemSetLimit { name, limit, .. } => {
+                validate_name(Semaphore, name).and_then(|()| validate_semaphore_limit(*limit))
+            }
+            Command::SemAcquireWithDelay { name, limit, delay_ms, .. } => validate_lock_delay_ms(*delay_ms)
+                .and_then(|()| validate_name(Semaphore, name))
+                .and_then(|()| validate_semaphore_limit(*limit)),
+            Command::SemRelease { name, .. } | Command::SemCancelWait { name, .. } => validate_name(Semaphore, name),
+            Command::Campaign { name, value, .. } | Command::Proclaim { name, value, .. } => {
+                validate_name(Election, name).and_then(|()| validate_election_value(value))
+            }
+            Command::CampaignCancelWait { name, .. } | Command::Resign { name, .. } => validate_name(Election, name),
+            Command::CreateSession { .. }
+            | Command::CloseSession { .. }
+            | Command::ExpireSessions { .. }
+            | Command::AddTenant { .. }
+            | Command::RotateTenantToken { .. }
+            | Command::SetTenantQuotas { .. }
+            | Command::RemoveTenant { .. }
+            | Command::RecordMember { .. }
+            | Command::CheckpointSessions { .. }
+            | Command::EndLockDelays { .. } => Ok(()),
         }
     }
 

@@ -3,9 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::caller::TenantId;
-use super::error::{
-    not_leader, session_locks_full, unknown_session, validate_election_value, validate_name, waiters_full,
-};
+use super::error::{not_leader, session_locks_full, unknown_session, waiters_full};
 use super::lock::Holder;
 use super::session::Role;
 use super::{
@@ -53,8 +51,6 @@ impl StateMachine {
         wait: bool,
         events: &mut Vec<Event>,
     ) -> Result<AcquireOutcome, CommandError> {
-        validate_name(KIND, name)?;
-        validate_election_value(value)?;
         let Some(session) = self.sessions.get(&session_id) else {
             return Err(unknown_session(session_id));
         };
@@ -105,7 +101,6 @@ impl StateMachine {
         name: &str,
         events: &mut Vec<Event>,
     ) -> Result<CancelOutcome, CommandError> {
-        validate_name(KIND, name)?;
         let Some(tenant) = self.sessions.get(&session_id).map(|session| session.tenant) else {
             return Err(unknown_session(session_id));
         };
@@ -140,8 +135,6 @@ impl StateMachine {
         value: &str,
         events: &mut Vec<Event>,
     ) -> Result<Response, CommandError> {
-        validate_name(KIND, name)?;
-        validate_election_value(value)?;
         let tenant = self.check_leadership(session_id, name, token, "proclaim")?;
         let election = self.election_mut(tenant, name);
         if election.value != value {
@@ -160,7 +153,6 @@ impl StateMachine {
         token: Token,
         events: &mut Vec<Event>,
     ) -> Result<Response, CommandError> {
-        validate_name(KIND, name)?;
         let tenant = self.check_leadership(session_id, name, token, "resign")?;
         self.session_mut(session_id).remove_claim(KIND, Role::Holds, name);
         events.push(Event::Released { kind: KIND, name: name.to_owned(), session: session_id, token });
@@ -231,7 +223,7 @@ impl StateMachine {
 
     /// Rejects a proclaim or resign whose token is not the session's current leadership;
     /// returns the session's tenant.
-    fn check_leadership(
+    pub(super) fn check_leadership(
         &self,
         session_id: SessionId,
         name: &str,

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
 use super::caller::TenantId;
-use super::error::{not_holder, session_locks_full, unknown_session, validate_name, waiters_full};
+use super::error::{not_holder, session_locks_full, unknown_session, waiters_full};
 use super::session::{push_compact, Role};
 use super::{
     position_u32, remove_name, AcquireOutcome, CancelOutcome, CommandError, Event, ResourceKind, Response, SessionId,
@@ -49,7 +49,6 @@ impl StateMachine {
         delay_ms: u64,
         events: &mut Vec<Event>,
     ) -> Result<AcquireOutcome, CommandError> {
-        validate_name(ResourceKind::Lock, name)?;
         let Some(session) = self.sessions.get(&session_id) else {
             return Err(unknown_session(session_id));
         };
@@ -106,7 +105,6 @@ impl StateMachine {
         name: &str,
         events: &mut Vec<Event>,
     ) -> Result<CancelOutcome, CommandError> {
-        validate_name(ResourceKind::Lock, name)?;
         let Some(session) = self.sessions.get_mut(&session_id) else {
             return Err(unknown_session(session_id));
         };
@@ -142,26 +140,33 @@ impl StateMachine {
         token: Token,
         events: &mut Vec<Event>,
     ) -> Result<Response, CommandError> {
-        validate_name(ResourceKind::Lock, name)?;
-        let Some(session) = self.sessions.get_mut(&session_id) else {
+        let Some(tenant) = self.sessions.get(&session_id).map(|session| session.tenant) else {
             return Err(unknown_session(session_id));
         };
-        let tenant = session.tenant;
-        let current = self
-            .namespaces
-            .get(&tenant)
-            .and_then(|namespace| namespace.locks.get(name))
-            .map(|lock| (lock.holder.session, lock.holder.token));
+        self.check_lock_holder(tenant, session_id, name, token)?;
+        remove_name(&mut self.session_mut(session_id).held, name);
+        self.forget_claim_delay(session_id, ResourceKind::Lock, name);
+        events.push(Event::Released { kind: ResourceKind::Lock, name: name.to_owned(), session: session_id, token });
+        self.hand_over(index, stamp_ms, tenant, name, events);
+        Ok(Response::Released { token })
+    }
+
+    /// Rejects a release whose token is not the session's current grant of `name` in
+    /// `tenant`'s namespace.
+    pub(super) fn check_lock_holder(
+        &self,
+        tenant: TenantId,
+        session_id: SessionId,
+        name: &str,
+        token: Token,
+    ) -> Result<(), CommandError> {
+        let current = self.namespace(tenant).locks.get(name).map(|lock| (lock.holder.session, lock.holder.token));
         if current != Some((session_id, token)) {
             // A stale token must not release a later grant of the same session either:
             // the release may come from the paused process that held the earlier grant.
             return Err(not_holder(session_id, name, token, current));
         }
-        remove_name(&mut session.held, name);
-        self.forget_claim_delay(session_id, ResourceKind::Lock, name);
-        events.push(Event::Released { kind: ResourceKind::Lock, name: name.to_owned(), session: session_id, token });
-        self.hand_over(index, stamp_ms, tenant, name, events);
-        Ok(Response::Released { token })
+        Ok(())
     }
 
     /// The holder of `name` in `tenant`'s namespace has left (and no longer lists it):

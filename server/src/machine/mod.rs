@@ -41,6 +41,8 @@
 //!   commands.
 //! - `tenant.rs`: `Tenant`, the namespaces, `authorize` (who may run a command),
 //!   usage against quotas, and the tenant commands.
+//! - `early_refusal.rs`: `certain_refusal`, the refusals a leader may answer before a
+//!   command costs a log entry, because no later entry can undo them.
 //! - `view.rs`: the read-only answers of the queries.
 //! - `listing.rs`: bounded, searchable pages of every table, for the status page.
 //! - `invariants.rs`: `check_invariants`, the named checks every replica's state passes.
@@ -53,6 +55,7 @@
 mod caller;
 mod command;
 mod delay;
+mod early_refusal;
 mod election;
 mod error;
 mod event;
@@ -100,7 +103,7 @@ pub use limits::{QuotaChange, Quotas};
 pub use members::{ClusterRecord, Recorded};
 pub use tenant::{Tenant, Usage};
 
-use error::{request_id_reused, token_not_yet_applied, validate_lock_delay_ms};
+use error::{request_id_reused, token_not_yet_applied};
 use session::{push_compact, Answer, ClientName, Remembered, Role};
 use tenant::{Namespace, EMPTY_NAMESPACE};
 
@@ -721,6 +724,9 @@ impl StateMachine {
                 return Response::Rejected(token_not_yet_applied(kind, session, name, token, index));
             }
         }
+        if let Err(error) = command.validate_fields() {
+            return Response::Rejected(error);
+        }
         let result = match command {
             Command::CreateSession { request: _, ttl_ms, client_name } => {
                 self.create_session(index, caller, *ttl_ms, client_name)
@@ -731,9 +737,7 @@ impl StateMachine {
                 self.acquire(index, stamp_ms, *session, name, *wait, 0, events).map(Response::Acquire)
             }
             Command::AcquireWithDelay { request: _, session, name, wait, delay_ms } => {
-                validate_lock_delay_ms(*delay_ms).and_then(|()| {
-                    self.acquire(index, stamp_ms, *session, name, *wait, *delay_ms, events).map(Response::Acquire)
-                })
+                self.acquire(index, stamp_ms, *session, name, *wait, *delay_ms, events).map(Response::Acquire)
             }
             Command::CancelWait { request: _, session, name } => {
                 self.cancel_wait(*session, name, events).map(Response::WaitCancelled)
@@ -744,12 +748,9 @@ impl StateMachine {
             Command::SemAcquire { request: _, session, name, limit, wait } => {
                 self.sem_acquire(index, stamp_ms, *session, name, *limit, *wait, 0, events).map(Response::SemAcquire)
             }
-            Command::SemAcquireWithDelay { request: _, session, name, limit, wait, delay_ms } => {
-                validate_lock_delay_ms(*delay_ms).and_then(|()| {
-                    self.sem_acquire(index, stamp_ms, *session, name, *limit, *wait, *delay_ms, events)
-                        .map(Response::SemAcquire)
-                })
-            }
+            Command::SemAcquireWithDelay { request: _, session, name, limit, wait, delay_ms } => self
+                .sem_acquire(index, stamp_ms, *session, name, *limit, *wait, *delay_ms, events)
+                .map(Response::SemAcquire),
             Command::SemRelease { request: _, session, name, token } => {
                 self.sem_release(index, stamp_ms, *session, name, *token, events)
             }

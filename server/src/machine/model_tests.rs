@@ -1785,6 +1785,14 @@ struct Run {
     /// Whether the last entry holds only commands that may share an entry, so that
     /// the next such command may join it (`JOIN_ENTRY`).
     entry_open: bool,
+    /// Every command the leader would have refused before proposing it
+    /// (`certain_refusal` on the state before its entry), with that refusal's kind:
+    /// each must still be refused by the state at the end of the run.
+    early_refused: Vec<(Caller, Command, ErrorKind)>,
+    /// Commands from a client that `certain_refusal` left to the log and the log
+    /// refused, by kind: the early refusals must not be so narrow that they miss the
+    /// cases they are for (the coverage test reads these).
+    refused_by_the_log: Vec<ErrorKind>,
 }
 
 /// The `gap` that makes a step's command join the previous entry when both may share
@@ -1809,6 +1817,8 @@ impl Run {
             last_events: vec![],
             held_back_cuts: vec![],
             entry_open: false,
+            early_refused: vec![],
+            refused_by_the_log: vec![],
         };
         run.machine.apply_empty(0);
         run.log.push(Entry { index: 0, stamp_ms: 0, caller: Caller::Cluster, command: None, response: None });
@@ -2404,6 +2414,9 @@ impl Run {
         let stamp_ms = stamp_ms(index);
         let before = self.model.clone();
         let machine_before = self.machine.clone();
+        // What the leader would answer before proposing, from the state it applied:
+        // the state before this entry, or, joining an entry, before this command.
+        let early = machine_before.certain_refusal(&caller, &command);
 
         let (response, events) = match (joining, caller) {
             (false, _) => self.machine.apply_as(index, stamp_ms, &caller, &command),
@@ -2425,6 +2438,18 @@ impl Run {
                 unchanged == self.machine,
                 "{command:?} from {caller:?} at {index} was refused ({error}) but changed more than the applied index"
             );
+        }
+        match (&early, &response) {
+            (Some(early), response) => {
+                assert_eq!(
+                    response,
+                    &Response::Rejected(early.clone()),
+                    "{command:?} from {caller:?} at {index} was refused early ({early}); applying it answered otherwise"
+                );
+                self.early_refused.push((caller, command.clone(), early.kind));
+            }
+            (None, Response::Rejected(error)) if caller != Caller::Cluster => self.refused_by_the_log.push(error.kind),
+            (None, _) => {}
         }
         let (model_response, model_events) = self.model.apply(index, stamp_ms, &caller, &command);
         assert_eq!(without_message(&response), model_response, "{command:?} from {caller:?} at {index}");
@@ -2451,6 +2476,39 @@ impl Run {
         self.check_views();
         self.log.push(Entry { index, stamp_ms, caller, command: Some(command), response: Some(response) });
         self.note_held_back_cut();
+    }
+
+    /// Every command refused early is still refused by the state the run ended in,
+    /// whatever the entries after it did: what the leader refuses early, no later entry
+    /// could have let through. A check that comes first may refuse it now instead: the
+    /// tenant was removed since (`Unauthenticated`), an unused session took a retried
+    /// creation's secret (`WrongSessionSecret`), the session ended (`UnknownSession`,
+    /// or `InvalidArgument` for a malformed field, which is checked before the session
+    /// is looked up) or a later request took the id (`RequestIdReused`); otherwise it
+    /// is the refusal it had.
+    fn check_early_refusals_hold(&self) {
+        let mut later = self.machine.clone();
+        let mut index = self.index;
+        for (caller, command, kind) in &self.early_refused {
+            index += 1;
+            let (response, events) = later.apply_as(index, stamp_ms(index), caller, command);
+            let Response::Rejected(error) = response else {
+                panic!("{command:?} from {caller:?} was refused early ({kind:?}) but taken at the end: {response:?}");
+            };
+            assert!(
+                error.kind == *kind
+                    || matches!(
+                        error.kind,
+                        ErrorKind::Unauthenticated
+                            | ErrorKind::InvalidArgument
+                            | ErrorKind::WrongSessionSecret
+                            | ErrorKind::UnknownSession
+                            | ErrorKind::RequestIdReused
+                    ),
+                "{command:?} from {caller:?} was refused early ({kind:?}), at the end for another reason: {error}"
+            );
+            assert!(events.is_empty());
+        }
     }
 
     /// Notes the log's length as a cut in the middle of a delay, if a grant is held back.
@@ -2964,6 +3022,7 @@ proptest! {
         for (op, pose, gap) in &steps {
             run.step(op, pose, *gap);
         }
+        run.check_early_refusals_hold();
 
         let mut replayed = StateMachine::new();
         replay(&mut replayed, &run.log);
@@ -3019,6 +3078,24 @@ fn the_grant_check_catches_a_lifo_hand_over() {
     let index = run.index + 1;
     let (_, events) = run.machine.apply(index, stamp_ms(index), &command);
     run.check_grants(index, &command, &before, &events);
+}
+
+/// The check of early refusals must be able to fail: a release of the lock the session
+/// holds, as if it had been refused early, is taken at the end and caught.
+#[test]
+#[should_panic(expected = "was refused early (NotHolder) but taken at the end")]
+fn the_early_refusal_check_catches_a_refusal_a_later_entry_undoes() {
+    let mut run = Run::new();
+    run.step(&Op::Create { client: 0, tenant: 0, ttl: 10, long_client_name: false }, &Pose::Owner, 0);
+    let session = run.created[0];
+    let request = run.request(0);
+    run.index += 1;
+    let command = Command::Acquire { request, session, name: NAMES[0].to_owned(), wait: false };
+    run.apply(run.index, Caller::Cluster, command, false);
+    let token = run.model.lock(ADMIN_TENANT, NAMES[0]).unwrap().token;
+    let release = Command::Release { request: run.request(0), session, name: NAMES[0].to_owned(), token };
+    run.early_refused.push((Caller::Cluster, release, ErrorKind::NotHolder));
+    run.check_early_refusals_hold();
 }
 
 /// The generator must reach the situations the checks are about; otherwise the property
@@ -3301,6 +3378,27 @@ fn the_generated_runs_reach_every_rule() {
                 }
             }
         }
+        for (_, _, kind) in &run.early_refused {
+            let what = match kind {
+                ErrorKind::UnknownSession => "refused early: a gone session",
+                ErrorKind::NotHolder | ErrorKind::NotElectionLeader => "refused early: an ended grant's token",
+                ErrorKind::WrongSessionSecret => "refused early: a wrong secret",
+                ErrorKind::PermissionDenied => "refused early: outside the caller's rights",
+                ErrorKind::Unauthenticated => "refused early: a removed tenant",
+                ErrorKind::InvalidArgument => "refused early: a malformed field",
+                _ => continue,
+            };
+            *seen.entry(what).or_default() += 1;
+        }
+        for kind in &run.refused_by_the_log {
+            let what = match kind {
+                ErrorKind::QuotaExceeded => "left to the log: a quota",
+                ErrorKind::NotHolder | ErrorKind::NotElectionLeader => "left to the log: a token of this entry",
+                ErrorKind::WrongSessionSecret => "left to the log: the secret of an unused session",
+                _ => continue,
+            };
+            *seen.entry(what).or_default() += 1;
+        }
         for ((_, kind, _), tokens) in &run.grants {
             if *kind == ResourceKind::Election && tokens.len() >= 3 {
                 *seen.entry("election led three times").or_default() += 1;
@@ -3317,6 +3415,15 @@ fn the_generated_runs_reach_every_rule() {
         }
     }
     let expected = [
+        "refused early: a gone session",
+        "refused early: an ended grant's token",
+        "refused early: a wrong secret",
+        "refused early: outside the caller's rights",
+        "refused early: a removed tenant",
+        "refused early: a malformed field",
+        "left to the log: a quota",
+        "left to the log: a token of this entry",
+        "left to the log: the secret of an unused session",
         "one name twice in an entry",
         "a tenant's command joining an entry",
         "a grant kept from ending in its own entry",

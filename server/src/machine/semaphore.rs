@@ -6,8 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::caller::TenantId;
 use super::error::{
-    limit_mismatch, not_permit_holder, semaphore_unused, session_locks_full, unknown_session, validate_name,
-    validate_semaphore_limit, waiters_full,
+    limit_mismatch, not_permit_holder, semaphore_unused, session_locks_full, unknown_session, waiters_full,
 };
 use super::lock::Holder;
 use super::session::Role;
@@ -75,8 +74,6 @@ impl StateMachine {
         delay_ms: u64,
         events: &mut Vec<Event>,
     ) -> Result<AcquireOutcome, CommandError> {
-        validate_name(KIND, name)?;
-        validate_semaphore_limit(limit)?;
         let Some(session) = self.sessions.get(&session_id) else {
             return Err(unknown_session(session_id));
         };
@@ -135,10 +132,28 @@ impl StateMachine {
         token: Token,
         events: &mut Vec<Event>,
     ) -> Result<Response, CommandError> {
-        validate_name(KIND, name)?;
         let Some(tenant) = self.sessions.get(&session_id).map(|session| session.tenant) else {
             return Err(unknown_session(session_id));
         };
+        self.check_permit_holder(tenant, session_id, name, token)?;
+        let semaphore = self.semaphore_mut(tenant, name);
+        semaphore.holders.retain(|holder| holder.session != session_id);
+        self.session_mut(session_id).remove_claim(KIND, Role::Holds, name);
+        self.forget_claim_delay(session_id, KIND, name);
+        events.push(Event::Released { kind: KIND, name: name.to_owned(), session: session_id, token });
+        self.fill_semaphore(index, stamp_ms, tenant, name, events);
+        Ok(Response::SemReleased { token })
+    }
+
+    /// Rejects a permit's release whose token is not the session's current permit of
+    /// `name` in `tenant`'s namespace.
+    pub(super) fn check_permit_holder(
+        &self,
+        tenant: TenantId,
+        session_id: SessionId,
+        name: &str,
+        token: Token,
+    ) -> Result<(), CommandError> {
         let current = self
             .namespace(tenant)
             .semaphores
@@ -148,13 +163,7 @@ impl StateMachine {
         if current != Some(token) {
             return Err(not_permit_holder(session_id, name, token, current));
         }
-        let semaphore = self.semaphore_mut(tenant, name);
-        semaphore.holders.retain(|holder| holder.session != session_id);
-        self.session_mut(session_id).remove_claim(KIND, Role::Holds, name);
-        self.forget_claim_delay(session_id, KIND, name);
-        events.push(Event::Released { kind: KIND, name: name.to_owned(), session: session_id, token });
-        self.fill_semaphore(index, stamp_ms, tenant, name, events);
-        Ok(Response::SemReleased { token })
+        Ok(())
     }
 
     /// Lowering the limit revokes nobody; raising it grants waiters up to the new limit
@@ -170,8 +179,6 @@ impl StateMachine {
         of_tenant: Option<TenantId>,
         events: &mut Vec<Event>,
     ) -> Result<Response, CommandError> {
-        validate_name(KIND, name)?;
-        validate_semaphore_limit(limit)?;
         let Some(own) = self.sessions.get(&session_id).map(|session| session.tenant) else {
             return Err(unknown_session(session_id));
         };
@@ -196,7 +203,6 @@ impl StateMachine {
         name: &str,
         events: &mut Vec<Event>,
     ) -> Result<CancelOutcome, CommandError> {
-        validate_name(KIND, name)?;
         let Some(tenant) = self.sessions.get(&session_id).map(|session| session.tenant) else {
             return Err(unknown_session(session_id));
         };

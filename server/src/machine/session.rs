@@ -113,6 +113,19 @@ impl Session {
         &self.secret == secret_hash
     }
 
+    /// Whether the session's secret may still change: no request has named it yet, so a
+    /// retried `CreateSession` (whose first answer, with the secret, was lost) gives it
+    /// the retry's secret (`StateMachine::recalled`).
+    pub(super) fn secret_may_change(&self) -> bool {
+        matches!(self.remembered.first(), Some(Remembered { answer: Answer::SessionCreated { .. }, .. }))
+    }
+
+    /// Whether the session remembers the answer to `request`: a retry gets that answer,
+    /// whatever the state says now.
+    pub(super) fn remembers(&self, request: RequestId) -> bool {
+        self.remembered.iter().any(|remembered| remembered.request == request)
+    }
+
     /// What the session holds, waits for and takes in the state now, for its tenant's
     /// usage.
     pub(super) fn counted_now(&self) -> Counted {
