@@ -5,6 +5,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use leasehold::client::Transport;
+use leasehold::proto::errors::error_reason;
+use leasehold::proto::leasehold_client::LeaseholdClient;
+use leasehold::proto::{self as pb, acquire_response::Outcome, ErrorReason};
 use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
 use leasehold_jepsen::wait;
 
@@ -28,6 +32,101 @@ fn scrape(address: &str) -> Option<BTreeMap<String, f64>> {
             })
             .collect(),
     )
+}
+
+fn request_id(sequence: u64) -> Option<pb::RequestId> {
+    Some(pb::RequestId { client_id: 4343, sequence })
+}
+
+/// Expects `result` refused with `reason`; panics naming `what` otherwise.
+fn expect_reason<T: std::fmt::Debug>(result: Result<T, tonic::Status>, reason: ErrorReason, what: &str) {
+    match result {
+        Ok(answer) => panic!("{what}: answered {answer:?}, but must be refused with {reason:?}"),
+        Err(status) => assert_eq!(error_reason(&status), Some(reason), "{what}: {status:?}"),
+    }
+}
+
+/// A client that loops on commands certain to be refused (closing a session that is
+/// gone, releasing with the token of a grant that ended, acting with a wrong secret)
+/// gets the refusals applying them would give, and the leader proposes no log entry
+/// for them: its log and `leasehold_entries_proposed_total` stay where they were while
+/// `leasehold_commands_refused_early_total` counts every one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_certain_to_be_refused_cost_no_log_entry() {
+    const REFUSALS: u64 = 600;
+    let cluster = TestCluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let channel = cluster.client().raw_channel(&cluster.nodes[&leader].client_addr).expect("a channel");
+    let mut raw: LeaseholdClient<Transport> = LeaseholdClient::new(channel);
+    let create = |sequence| {
+        let mut raw = raw.clone();
+        async move {
+            let request = pb::CreateSessionRequest {
+                request_id: request_id(sequence),
+                ttl_ms: 600_000,
+                client_name: "refused".into(),
+            };
+            let created = raw.create_session(request).await.expect("create a session").into_inner();
+            (created.session_id, created.session_secret)
+        }
+    };
+    let (gone, gone_secret) = create(1).await;
+    let (live, secret) = create(2).await;
+    let close = |sequence| pb::CloseSessionRequest {
+        request_id: request_id(sequence),
+        session_id: gone,
+        session_secret: gone_secret.clone(),
+    };
+    raw.close_session(close(3)).await.expect("close the session");
+    let acquire = |sequence, secret: &Vec<u8>| pb::AcquireRequest {
+        request_id: request_id(sequence),
+        session_id: live,
+        session_secret: secret.clone(),
+        name: "refused/lock".into(),
+        wait_ms: 0,
+        lock_delay_ms: None,
+    };
+    let granted = raw.acquire(acquire(4, &secret)).await.expect("acquire").into_inner();
+    let Some(Outcome::Granted(pb::Granted { token })) = granted.outcome else { panic!("a free lock: {granted:?}") };
+    let release = |sequence| pb::ReleaseRequest {
+        request_id: request_id(sequence),
+        session_id: live,
+        session_secret: secret.clone(),
+        name: "refused/lock".into(),
+        token,
+    };
+    raw.release(release(5)).await.expect("release the lock");
+
+    let address = cluster.nodes[&leader].metrics_addr.clone().expect("ephemeral test nodes serve metrics");
+    let before = scrape(&address).expect("the leader's metrics");
+    let wrong_secret = vec![7u8; secret.len()];
+    for sequence in 10..10 + REFUSALS {
+        match sequence % 3 {
+            0 => expect_reason(raw.close_session(close(sequence)).await, ErrorReason::UnknownSession, "a gone session"),
+            1 => expect_reason(raw.release(release(sequence)).await, ErrorReason::NotHolder, "an ended grant's token"),
+            _ => expect_reason(
+                raw.acquire(acquire(sequence, &wrong_secret)).await,
+                ErrorReason::WrongSessionSecret,
+                "a wrong secret",
+            ),
+        }
+    }
+    let after = scrape(&address).expect("the leader's metrics");
+    let value = |page: &BTreeMap<String, f64>, name: &str| *page.get(name).unwrap_or_else(|| panic!("no {name}"));
+    assert_eq!(value(&after, "leasehold_raft_is_leader"), 1.0, "node {leader} led throughout");
+    assert_eq!(value(&after, "leasehold_raft_term"), value(&before, "leasehold_raft_term"), "no election");
+    // Entries the cluster proposes on its own (a checkpoint of quiet sessions) may
+    // come meanwhile; one per refusal may not.
+    let entries = value(&after, "leasehold_raft_last_log_index") - value(&before, "leasehold_raft_last_log_index");
+    assert!(entries < 5.0, "{REFUSALS} refusals took {entries} log entries");
+    assert_eq!(
+        value(&after, "leasehold_commands_refused_early_total")
+            - value(&before, "leasehold_commands_refused_early_total"),
+        REFUSALS as f64
+    );
+    // And the session that was refused so often is still usable.
+    let again = raw.acquire(acquire(1_000_000, &secret)).await.expect("acquire again").into_inner();
+    assert!(matches!(again.outcome, Some(Outcome::Granted(_))), "{again:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

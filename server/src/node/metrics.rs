@@ -105,6 +105,11 @@ pub fn render(replica: &Replica) -> String {
             &counters.budget_refusals,
         ),
         (
+            "leasehold_commands_refused_early_total",
+            "Commands this node refused as leader before proposing them, because no entry could make them succeed.",
+            &counters.refused_early,
+        ),
+        (
             "leasehold_leadership_checks_total",
             "Keepalives and linearizable reads those rounds answered.",
             &counters.leadership_checks,

@@ -75,6 +75,9 @@ pub struct Counters {
     pub leadership_checks: AtomicU64,
     /// Requests refused because the state was at its budget.
     pub budget_refusals: AtomicU64,
+    /// Commands refused from the applied state before they were proposed, because no
+    /// entry could make them succeed (a gone session, a stale token, a wrong secret).
+    pub refused_early: AtomicU64,
 }
 
 pub struct Replica {
@@ -160,12 +163,28 @@ impl Replica {
     /// answered. Concurrent commands share log entries (see `run_proposals`).
     pub async fn propose(&self, caller: Caller, command: Command) -> Result<Response, Status> {
         if caller != Caller::Cluster {
+            if let Some(refusal) = self.certain_refusal(&caller, &command) {
+                return Ok(Response::Rejected(refusal));
+            }
             self.wait_for_the_record().await?;
         }
         let (reply, answer) = oneshot::channel();
         let submission = Submission { caller, command };
         self.proposals.send(Pending { submission, reply }).await.map_err(|_| shutting_down())?;
         answer.await.map_err(|_| shutting_down())?
+    }
+
+    /// The refusal a leader gives at once, from its applied state, to a command that no
+    /// entry could make succeed (see `StateMachine::certain_refusal`): it costs no log
+    /// entry, so a client that repeats such commands slows no one else. A follower
+    /// proposes nothing and answers with the leader as before.
+    fn certain_refusal(&self, caller: &Caller, command: &Command) -> Option<crate::machine::CommandError> {
+        if !self.is_leader() {
+            return None;
+        }
+        let refusal = self.shared.applied.read().unwrap().machine.certain_refusal(caller, command)?;
+        self.counters.refused_early.fetch_add(1, Ordering::Relaxed);
+        Some(refusal)
     }
 
     /// Proposes a command on behalf of the cluster (session expiry): no client waits.
