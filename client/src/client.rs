@@ -31,8 +31,42 @@ pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:710
 pub const REQUEST_DEADLINE_MS_DEFAULT: u64 = 10_000;
 /// How long one attempt may take before it is abandoned and retried.
 pub const ATTEMPT_TIMEOUT_MS: u64 = 2_000;
-/// Pause between attempts when no leader is known.
+/// The first pause between attempts when no leader is known or an attempt was lost;
+/// each further pause of the same request doubles it, up to `RETRY_PAUSE_MS_MAX`, and
+/// each is drawn at random from its upper half (see `RetryPause`).
 pub const RETRY_PAUSE_MS: u64 = 50;
+/// The longest pause between two attempts of one request.
+pub const RETRY_PAUSE_MS_MAX: u64 = 800;
+const _: () = assert!(RETRY_PAUSE_MS <= RETRY_PAUSE_MS_MAX && RETRY_PAUSE_MS_MAX < REQUEST_DEADLINE_MS_DEFAULT);
+
+/// The pauses between the attempts of one request. Each is drawn at random between
+/// half and all of a step that doubles from `RETRY_PAUSE_MS` to `RETRY_PAUSE_MS_MAX`:
+/// clients that lost the same leader at the same moment come back spread out rather
+/// than in lock-step, and a cluster without a leader for a while is asked less and
+/// less often.
+#[derive(Debug)]
+pub(crate) struct RetryPause {
+    step_ms: u64,
+}
+
+impl RetryPause {
+    pub(crate) fn new() -> Self {
+        RetryPause { step_ms: RETRY_PAUSE_MS }
+    }
+
+    /// The next pause (the step then doubles).
+    pub(crate) fn next(&mut self) -> Duration {
+        let step_ms = self.step_ms;
+        self.step_ms = (step_ms * 2).min(RETRY_PAUSE_MS_MAX);
+        Duration::from_millis(rand::random_range(step_ms / 2..=step_ms))
+    }
+
+    /// A pause of the first step, drawn the same way, for loops that retry for as long
+    /// as they live (a keepalive stream, an observer) and must not fall behind a lease.
+    pub(crate) fn first() -> Duration {
+        RetryPause::new().next()
+    }
+}
 pub const CONNECT_TIMEOUT_MS: u64 = 500;
 
 /// A connection to one node that presents the client's credential on every request.
@@ -310,6 +344,7 @@ impl Client {
         Fut: Future<Output = std::result::Result<T, Status>>,
     {
         let give_up = Instant::now() + deadline;
+        let mut pause = RetryPause::new();
         let mut sent_unanswered: Option<String> = None;
         let mut last_error;
         let mut redirect: Option<String> = None;
@@ -346,11 +381,11 @@ impl Client {
                             redirect = None;
                             self.prefer(Some(&leader));
                             self.prefer(None);
-                            tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+                            tokio::time::sleep(pause.next()).await;
                         }
                         None => {
                             self.prefer(None);
-                            tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+                            tokio::time::sleep(pause.next()).await;
                         }
                     }
                 }
@@ -358,7 +393,7 @@ impl Client {
                     last_error = message.clone();
                     sent_unanswered = Some(message);
                     self.prefer(None);
-                    tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
+                    tokio::time::sleep(pause.next()).await;
                 }
             }
             if Instant::now() >= give_up {
@@ -709,6 +744,22 @@ mod tests {
     use super::*;
 
     const OWN_SESSION: u64 = 7;
+
+    #[test]
+    fn retry_pauses_grow_to_their_bound_and_are_spread_at_random() {
+        let mut pause = RetryPause::new();
+        let mut step_ms = RETRY_PAUSE_MS;
+        for _ in 0..12 {
+            let next = pause.next().as_millis() as u64;
+            assert!(next >= step_ms / 2 && next <= step_ms, "{next} ms from a step of {step_ms} ms");
+            step_ms = (step_ms * 2).min(RETRY_PAUSE_MS_MAX);
+        }
+        // Clients that start retrying together do not all wait the same: 200 first
+        // pauses of 26 possible values (25 to 50 ms) all equal would be a broken draw.
+        let firsts: std::collections::BTreeSet<u128> = (0..200).map(|_| RetryPause::first().as_millis()).collect();
+        assert!(firsts.len() > 5, "first pauses drawn: {firsts:?}");
+        assert!(firsts.iter().all(|ms| (RETRY_PAUSE_MS as u128 / 2..=RETRY_PAUSE_MS as u128).contains(ms)));
+    }
 
     /// What the retry loop does with an attempt, with the error's variant.
     fn shape(attempt: Attempt<()>) -> String {

@@ -8,7 +8,7 @@ use futures::Stream;
 use leasehold_proto as pb;
 use tokio::sync::{mpsc, watch};
 
-use crate::client::{Client, RETRY_PAUSE_MS};
+use crate::client::{Client, RetryPause};
 use crate::error::{Error, Result};
 use crate::session::{Session, SessionKey, SessionState, WaitAnswer};
 
@@ -255,7 +255,7 @@ impl Client {
                 if sender.is_closed() {
                     return;
                 }
-                tokio::time::sleep(std::time::Duration::from_millis(RETRY_PAUSE_MS)).await;
+                tokio::time::sleep(RetryPause::first()).await;
             }
         });
         Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))

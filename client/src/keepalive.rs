@@ -16,7 +16,7 @@ use leasehold_proto as pb;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::client::{Client, ATTEMPT_TIMEOUT_MS, RETRY_PAUSE_MS};
+use crate::client::{Client, RetryPause, ATTEMPT_TIMEOUT_MS, RETRY_PAUSE_MS};
 use crate::session::SessionState;
 
 /// Keepalives are sent this many times per TTL: more often than the leader's quiet
@@ -224,7 +224,7 @@ async fn run(client: Client, mut commands: mpsc::UnboundedReceiver<Command>) {
                     expire_due(&mut schedule, Instant::now());
                     tokio::select! {
                         command = commands.recv() => if let Some(command) = command { schedule.handle(command) },
-                        _ = tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)) => {}
+                        _ = tokio::time::sleep(RetryPause::first()) => {}
                     }
                     continue;
                 }

@@ -113,3 +113,17 @@ def test_the_end_of_the_waiting_session_is_session_lost(client: leasehold.Client
     assert raised.value.session_id == 41
     with pytest.raises(leasehold.Refused):
         client._with_leader("acquire", 1.0, call, session_id=42)
+
+
+def test_retry_pauses_grow_to_their_bound_and_are_spread_at_random() -> None:
+    from leasehold.client import RETRY_PAUSE_MS, RETRY_PAUSE_MS_MAX, RetryPauses
+
+    pauses = RetryPauses()
+    step_ms = RETRY_PAUSE_MS
+    for _ in range(12):
+        pause_ms = pauses.next() * 1_000
+        assert step_ms / 2 <= pause_ms <= step_ms, f"{pause_ms} ms from a step of {step_ms} ms"
+        step_ms = min(step_ms * 2, RETRY_PAUSE_MS_MAX)
+    # Clients that start retrying together do not all wait the same.
+    firsts = {round(RetryPauses().next() * 1_000, 3) for _ in range(200)}
+    assert len(firsts) > 5, firsts

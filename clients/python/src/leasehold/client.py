@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import secrets
 import socket
 import threading
@@ -57,8 +58,27 @@ DEFAULT_ENDPOINTS = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
 REQUEST_DEADLINE_MS_DEFAULT = 10_000
 #: How long one attempt may take before it is abandoned and retried.
 ATTEMPT_TIMEOUT_MS = 2_000
-#: Pause between attempts when no leader is known.
+#: The first pause between attempts when no leader is known or an attempt was lost
+#: (see RetryPauses).
 RETRY_PAUSE_MS = 50
+#: The longest pause between two attempts of one request.
+RETRY_PAUSE_MS_MAX = 800
+
+
+class RetryPauses:
+    """The pauses between the attempts of one request, in seconds. Each is drawn at
+    random between half and all of a step that doubles from RETRY_PAUSE_MS to
+    RETRY_PAUSE_MS_MAX: clients that lost the same leader at the same moment come back
+    spread out rather than in lock-step, and a cluster without a leader for a while is
+    asked less and less often."""
+
+    def __init__(self) -> None:
+        self._step_ms = RETRY_PAUSE_MS
+
+    def next(self) -> float:
+        step_ms = self._step_ms
+        self._step_ms = min(step_ms * 2, RETRY_PAUSE_MS_MAX)
+        return random.uniform(step_ms / 2, step_ms) / 1_000
 #: How long a connection attempt to one node may take.
 CONNECT_TIMEOUT_MS = 500
 #: The longest pause gRPC makes between attempts to reconnect to a node that was
@@ -393,7 +413,7 @@ class Client:
         sent_unanswered: Optional[str] = None
         last_error = "no attempt was made"
         redirect: Optional[str] = None
-        pause = RETRY_PAUSE_MS / 1_000
+        pauses = RetryPauses()
         while True:
             endpoint = redirect if redirect is not None else self._preferred_endpoint()
             redirect = None
@@ -423,15 +443,15 @@ class Client:
                     # A stale hint that names the node itself: wait for a new leader.
                     self._prefer(leader)
                     self._prefer(None)
-                    time.sleep(pause)
+                    time.sleep(pauses.next())
                 else:
                     self._prefer(None)
-                    time.sleep(pause)
+                    time.sleep(pauses.next())
             else:
                 assert outcome == _LOST
                 last_error = sent_unanswered = str(payload)
                 self._prefer(None)
-                time.sleep(pause)
+                time.sleep(pauses.next())
             if time.monotonic() >= give_up:
                 if sent_unanswered is not None:
                     raise Indeterminate(f"{what}: {sent_unanswered}")
