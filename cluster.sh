@@ -19,6 +19,7 @@
 # a browser warns unless .cluster/certs/ca.pem is imported; it asks for the admin
 # token in .cluster/admin.token).
 # LEASEHOLD_SERVER_FLAGS adds flags to every node (e.g. "--election-timeout-min-ms 300").
+# LEASEHOLD_SERVER=PATH runs that leasehold-server binary instead of this checkout's.
 # The nodes share this machine's cores: each gets --worker-threads cores/N (at least
 # 1) unless LEASEHOLD_SERVER_FLAGS sets it.
 # Credentials, made by the first `start` and kept until `clean`, under .cluster/:
@@ -33,7 +34,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/env.sh"
 # Absolute, so that the nodes, `restart` and `env` name the same files from any directory.
 CLUSTER_DIR="$(realpath -m "${LEASEHOLD_CLUSTER_DIR:-$LEASEHOLD_ROOT/.cluster}")"
 CLUSTER_NAME="local"
-SERVER="$LEASEHOLD_BIN/leasehold-server"
+# LEASEHOLD_SERVER runs another build of the node (a benchmark's "before" side).
+SERVER="${LEASEHOLD_SERVER:-$LEASEHOLD_BIN/leasehold-server}"
 CLI="$LEASEHOLD_BIN/leasehold"
 CERTS_DIR="$CLUSTER_DIR/certs"
 CA_FILE="$CERTS_DIR/ca.pem"

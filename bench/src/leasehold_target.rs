@@ -24,6 +24,16 @@ pub struct LeaseholdWorker {
     keepalive: Option<KeepAliveStream>,
     /// The lock-delay of every acquire (`--lock-delay`); None: the cluster's default.
     lock_delay: Option<Duration>,
+    /// The refused workload's gRPC client on the leader and the session it closes
+    /// again and again, closed once before; made on first use.
+    refused: Option<Refused>,
+}
+
+struct Refused {
+    leader: pb::leasehold_client::LeaseholdClient<leasehold::client::Transport>,
+    gone_session: u64,
+    gone_secret: Vec<u8>,
+    sequence: u64,
 }
 
 struct KeepAliveStream {
@@ -91,7 +101,7 @@ impl LeaseholdWorker {
         let client = client(endpoints)?;
         client.status_any().await.context("connect to Leasehold")?;
         let session = client.session(ttl).await.context("create a session")?;
-        Ok(LeaseholdWorker { endpoints: endpoints.to_vec(), session, keepalive: None, lock_delay })
+        Ok(LeaseholdWorker { endpoints: endpoints.to_vec(), session, keepalive: None, lock_delay, refused: None })
     }
 
     pub async fn lock(&mut self, name: &str, wait: Duration) -> anyhow::Result<Option<LeaseholdHeld>> {
@@ -150,6 +160,42 @@ impl LeaseholdWorker {
             Err(_) => {
                 self.keepalive = None;
                 bail!("keepalive not answered in {KEEPALIVE_ANSWER_TIMEOUT_MS} ms")
+            }
+        }
+    }
+
+    /// One `CloseSession` of a session that was closed before, sent to the leader:
+    /// done when the cluster answers that the session does not exist.
+    pub async fn close_a_gone_session(&mut self) -> anyhow::Result<()> {
+        if self.refused.is_none() {
+            let client = client(&self.endpoints)?;
+            let gone = client.session(Duration::from_secs(60)).await.context("create the session to close")?;
+            let (gone_session, gone_secret) = (gone.id(), gone.secret());
+            gone.close().await.context("close the session")?;
+            let leader = leader_index(&self.endpoints).await?.context("no node says it leads")?;
+            let channel = client.raw_channel(&self.endpoints[leader])?;
+            let leader = pb::leasehold_client::LeaseholdClient::new(channel);
+            self.refused = Some(Refused { leader, gone_session, gone_secret, sequence: 0 });
+        }
+        let refused = self.refused.as_mut().expect("made above");
+        refused.sequence += 1;
+        let request = pb::CloseSessionRequest {
+            // A request id of its own per worker and attempt: each close is a new mistake.
+            request_id: Some(pb::RequestId { client_id: refused.gone_session, sequence: refused.sequence }),
+            session_id: refused.gone_session,
+            session_secret: refused.gone_secret.clone(),
+        };
+        match refused.leader.close_session(request).await {
+            Ok(_) => bail!("session {} was closed twice", refused.gone_session),
+            Err(status)
+                if leasehold::proto::errors::error_reason(&status) == Some(pb::ErrorReason::UnknownSession) =>
+            {
+                Ok(())
+            }
+            Err(status) => {
+                // A leader change: find the leader again on the next operation.
+                self.refused = None;
+                Err(status.into())
             }
         }
     }

@@ -42,12 +42,13 @@ impl TargetKind {
     }
 
     /// Whether `workload` means something on this system: etcd has no semaphore
-    /// primitive, and a single Redis has no leader to kill.
+    /// primitive, a single Redis has no leader to kill, and the refused workload is
+    /// Leasehold's sessions.
     pub fn supports(self, workload: Workload) -> bool {
         !matches!(
             (self, workload),
-            (TargetKind::Etcd, Workload::Semaphore)
-                | (TargetKind::Redis, Workload::Semaphore)
+            (TargetKind::Etcd, Workload::Semaphore | Workload::Refused)
+                | (TargetKind::Redis, Workload::Semaphore | Workload::Refused)
                 | (TargetKind::Redis, Workload::Failover)
         )
     }
@@ -136,6 +137,14 @@ impl Worker {
             Worker::Leasehold(worker) => worker.keepalive().await,
             Worker::Etcd(worker) => worker.keepalive().await,
             Worker::Redis(worker) => worker.keepalive().await,
+        }
+    }
+
+    /// Closes a session that is gone, which the cluster refuses (the refused workload).
+    pub async fn close_a_gone_session(&mut self) -> anyhow::Result<()> {
+        match self {
+            Worker::Leasehold(worker) => worker.close_a_gone_session().await,
+            _ => anyhow::bail!("the refused workload is measured on Leasehold only"),
         }
     }
 

@@ -34,6 +34,10 @@ pub enum Workload {
     Semaphore,
     /// lock-cycle while the leader is killed with SIGKILL.
     Failover,
+    /// Each client closes a session that is already gone, over and over: a buggy
+    /// client whose every command is refused (Leasehold only). Run beside another
+    /// tenant's lock-cycle, it measures what refused work costs the others.
+    Refused,
 }
 
 impl Workload {
@@ -44,6 +48,7 @@ impl Workload {
             Workload::Keepalive => "keepalive",
             Workload::Semaphore => "semaphore",
             Workload::Failover => "failover",
+            Workload::Refused => "refused",
         }
     }
 }
@@ -246,6 +251,10 @@ async fn drive_client(
                 }
                 Workload::Keepalive => {
                     worker.keepalive().await?;
+                    Ok(started.elapsed())
+                }
+                Workload::Refused => {
+                    worker.close_a_gone_session().await?;
                     Ok(started.elapsed())
                 }
             }
