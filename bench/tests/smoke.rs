@@ -42,7 +42,7 @@ fn run_bench_with_env(cluster: &TestCluster, workload: &str, extra: &[&str], env
 async fn every_workload_runs_against_a_cluster() {
     let cluster = TestCluster::start(ClusterOptions::default());
     cluster.wait_for_leader(Duration::from_millis(LEADER_WAIT_MS)).await;
-    for workload in ["lock-cycle", "contended", "keepalive", "semaphore"] {
+    for workload in ["lock-cycle", "contended", "keepalive", "semaphore", "refused"] {
         let report = run_bench(&cluster, workload, &["--duration", "1s", "--limit", "1"]);
         assert!(report.operations > 0, "{workload}: no operation completed: {report:?}");
         assert_eq!(report.errors, 0, "{workload}: {:?}", report.error_samples);
