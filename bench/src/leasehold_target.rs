@@ -187,9 +187,7 @@ impl LeaseholdWorker {
         };
         match refused.leader.close_session(request).await {
             Ok(_) => bail!("session {} was closed twice", refused.gone_session),
-            Err(status)
-                if leasehold::proto::errors::error_reason(&status) == Some(pb::ErrorReason::UnknownSession) =>
-            {
+            Err(status) if leasehold::proto::errors::error_reason(&status) == Some(pb::ErrorReason::UnknownSession) => {
                 Ok(())
             }
             Err(status) => {
