@@ -18,9 +18,11 @@
 //! - the session is gone: session ids are the indexes of their creating entries, so a
 //!   session whose id is at or below the applied index and that is not in the state
 //!   was closed or expired (or never existed), and never comes back;
-//! - a release, resign or proclaim presents a token at or below the applied index that
+//! - a release, resign or proclaim presents a token below the last applied index that
 //!   is not the session's current grant: that grant was made by an applied entry and
-//!   has ended, and no later entry grants with an old index.
+//!   has ended, and no later entry grants with an old index. (A token of the last
+//!   applied entry or later is left to the log, which checks it against the entry the
+//!   command lands in first of all.)
 //!
 //! A request the session remembers is never refused early: its retry gets the
 //! remembered answer from the log, whatever the state says now. Everything else (a
@@ -65,21 +67,25 @@ impl StateMachine {
         if command.request().is_some_and(|request| session.remembers(request)) {
             return None;
         }
+        // A token of the last applied entry or later may be a grant of the very entry
+        // the command lands in, which `execute` refuses before anything else (a grant
+        // must not end in the entry that made it): only the log can tell.
+        if command.presented_token().is_some_and(|(_, _, token)| token >= self.last_applied_index()) {
+            return None;
+        }
         if let Err(error) = command.validate_fields() {
             return Some(error);
         }
         let tenant = session.tenant();
+        // The token is older than the last applied entry (checked above): its grant
+        // was made by an applied entry, and if it is not current it has ended.
         let ended = match command {
-            Command::Release { name, token, .. } if *token <= self.last_applied_index() => {
-                self.check_lock_holder(tenant, session_id, name, *token)
-            }
-            Command::SemRelease { name, token, .. } if *token <= self.last_applied_index() => {
-                self.check_permit_holder(tenant, session_id, name, *token)
-            }
-            Command::Proclaim { name, token, .. } if *token <= self.last_applied_index() => {
+            Command::Release { name, token, .. } => self.check_lock_holder(tenant, session_id, name, *token),
+            Command::SemRelease { name, token, .. } => self.check_permit_holder(tenant, session_id, name, *token),
+            Command::Proclaim { name, token, .. } => {
                 self.check_leadership(session_id, name, *token, "proclaim").map(|_| ())
             }
-            Command::Resign { name, token, .. } if *token <= self.last_applied_index() => {
+            Command::Resign { name, token, .. } => {
                 self.check_leadership(session_id, name, *token, "resign").map(|_| ())
             }
             _ => Ok(()),
