@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use leasehold_proto as pb;
 use leasehold_proto::admin_client::AdminClient;
 use leasehold_proto::elections_client::ElectionsClient;
-use leasehold_proto::errors::{error_metadata, error_reason, METADATA_LEADER, METADATA_SESSION_ID};
+use leasehold_proto::errors::{
+    error_metadata, error_reason, METADATA_LEADER, METADATA_RETRY_AFTER_MS, METADATA_SESSION_ID,
+};
 use leasehold_proto::leasehold_client::LeaseholdClient;
 use leasehold_proto::semaphores_client::SemaphoresClient;
 use leasehold_proto::ErrorReason;
@@ -37,6 +39,8 @@ pub const ATTEMPT_TIMEOUT_MS: u64 = 2_000;
 pub const RETRY_PAUSE_MS: u64 = 50;
 /// The longest pause between two attempts of one request.
 pub const RETRY_PAUSE_MS_MAX: u64 = 800;
+/// The longest retry-after a client honours (a server asking for more is waited this).
+pub const RETRY_AFTER_MS_CAP: u64 = 5_000;
 const _: () = assert!(RETRY_PAUSE_MS <= RETRY_PAUSE_MS_MAX && RETRY_PAUSE_MS_MAX < REQUEST_DEADLINE_MS_DEFAULT);
 
 /// The pauses between the attempts of one request. Each is drawn at random between
@@ -59,6 +63,14 @@ impl RetryPause {
         let step_ms = self.step_ms;
         self.step_ms = (step_ms * 2).min(RETRY_PAUSE_MS_MAX);
         Duration::from_millis(rand::random_range(step_ms / 2..=step_ms))
+    }
+
+    /// The pause before trying again after a server asked for `retry_after_ms`: drawn
+    /// at random between that and half as long again (at most `RETRY_AFTER_MS_CAP`), so
+    /// that the clients a leader refused at one moment come back spread out.
+    pub(crate) fn after(retry_after_ms: u64) -> Duration {
+        let retry_after_ms = retry_after_ms.clamp(1, RETRY_AFTER_MS_CAP);
+        Duration::from_millis(rand::random_range(retry_after_ms..=retry_after_ms + retry_after_ms / 2))
     }
 
     /// A pause of the first step, drawn the same way, for loops that retry for as long
@@ -146,6 +158,9 @@ enum Attempt<T> {
     /// Refused as a reuse of its request id: a definite refusal, unless an earlier
     /// attempt of this request went unanswered (then that one may have been applied).
     Reused(Error),
+    /// Refused before any work with a time to wait (`OVERLOADED`): not applied; try
+    /// again after the pause.
+    Later(Duration, Error),
     Failed(Error),
 }
 
@@ -369,6 +384,19 @@ impl Client {
                     return Err(Error::Indeterminate(format!("{what}: {error}")));
                 }
                 Attempt::Reused(error) | Attempt::Failed(error) => return Err(error),
+                Attempt::Later(wait, error) => {
+                    // The leader refused it before any work: wait what it asked, if
+                    // the deadline allows, and try the same node again.
+                    if Instant::now() + wait >= give_up {
+                        return Err(match sent_unanswered {
+                            Some(message) => Error::Indeterminate(format!("{what}: {message}")),
+                            None => error,
+                        });
+                    }
+                    last_error = error.to_string();
+                    redirect = Some(endpoint.clone());
+                    tokio::time::sleep(wait).await;
+                }
                 Attempt::Redirect(leader) => {
                     last_error = format!("{endpoint} is not the leader");
                     match leader.as_deref().and_then(|leader| self.learn_endpoint(leader)) {
@@ -699,6 +727,12 @@ fn classify<T>(status: &Status, endpoint: &str, session: Option<u64>) -> Attempt
         | ErrorReason::ReadNotApplied
         | ErrorReason::Internal => lost(),
         ErrorReason::RequestIdReused => Attempt::Reused(Error::from_status(status)),
+        ErrorReason::Overloaded => {
+            let retry_after_ms = error_metadata(status, METADATA_RETRY_AFTER_MS)
+                .and_then(|value| value.parse::<u64>().ok())
+                .unwrap_or(RETRY_PAUSE_MS);
+            Attempt::Later(RetryPause::after(retry_after_ms), Error::from_status(status))
+        }
         ErrorReason::UnknownSession | ErrorReason::SessionEnded
             if session.is_some()
                 && error_metadata(status, METADATA_SESSION_ID) == session.map(|session| session.to_string()) =>
@@ -761,6 +795,20 @@ mod tests {
         assert!(firsts.iter().all(|ms| (RETRY_PAUSE_MS as u128 / 2..=RETRY_PAUSE_MS as u128).contains(ms)));
     }
 
+    #[test]
+    fn an_overloaded_refusal_is_tried_again_after_its_retry_after_with_jitter() {
+        let waits: std::collections::BTreeSet<u128> = (0..200)
+            .map(|_| match classify::<()>(&status(ErrorReason::Overloaded, "queue full"), "n1", None) {
+                Attempt::Later(wait, Error::Overloaded(_)) => wait.as_millis(),
+                _ => panic!("OVERLOADED is tried again later"),
+            })
+            .collect();
+        assert!(waits.iter().all(|ms| (40..=60).contains(ms)), "the server asked for 40 ms: {waits:?}");
+        assert!(waits.len() > 5, "clients refused together come back spread out: {waits:?}");
+        let capped = RetryPause::after(60_000).as_millis() as u64;
+        assert!((RETRY_AFTER_MS_CAP..=RETRY_AFTER_MS_CAP * 3 / 2).contains(&capped), "{capped} ms for 60 s asked");
+    }
+
     /// What the retry loop does with an attempt, with the error's variant.
     fn shape(attempt: Attempt<()>) -> String {
         match attempt {
@@ -768,6 +816,7 @@ mod tests {
             Attempt::Redirect(leader) => format!("redirect to {leader:?}"),
             Attempt::Lost(_) => "lost".into(),
             Attempt::Reused(error) => format!("reused: {}", variant(&error)),
+            Attempt::Later(_, error) => format!("later: {}", variant(&error)),
             Attempt::Failed(error) => format!("failed: {}", variant(&error)),
         }
     }
@@ -786,6 +835,7 @@ mod tests {
             (METADATA_SESSION_ID, OWN_SESSION.to_string()),
             (METADATA_LEADER, "127.0.0.1:7102".to_string()),
             (leasehold_proto::errors::METADATA_LEADER_ID, "2".to_string()),
+            (METADATA_RETRY_AFTER_MS, "40".to_string()),
         ];
         let sent = error_status(reason, message, &metadata);
         // As it arrives: code, message and the details' bytes.
@@ -822,6 +872,7 @@ mod tests {
             assert_eq!(classify_as(maybe_applied, None), "lost", "{maybe_applied:?} is retried with the same id");
         }
         assert_eq!(classify_as(ErrorReason::RequestIdReused, None), "reused: Refused");
+        assert_eq!(classify_as(ErrorReason::Overloaded, None), "later: Overloaded", "tried again after a pause");
         assert_eq!(classify_as(ErrorReason::UnknownSession, Some(OWN_SESSION)), "failed: SessionLost");
         assert_eq!(classify_as(ErrorReason::SessionEnded, Some(OWN_SESSION)), "failed: SessionLost");
         assert_eq!(classify_as(ErrorReason::UnknownSession, Some(8)), "failed: NotFound", "another session");

@@ -38,6 +38,12 @@ pub enum Error {
     /// No node could be reached, or none leads; the request was never applied.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The leader had as many of this tenant's requests waiting for the log as it
+    /// queues for one tenant; the request was never applied. The client waited the
+    /// retry-after the leader gave (with jitter) and tried again until the request's
+    /// deadline; this is the last refusal.
+    #[error("overloaded: {0}")]
+    Overloaded(String),
     /// The session expired or was closed: every lock it held is lost. A wait (acquire,
     /// semaphore acquire, campaign) whose session ended reports this too; it may have
     /// been granted just before the end, and is released with the session either way.
@@ -78,6 +84,7 @@ impl Error {
             | ErrorReason::QuotaExceeded
             | ErrorReason::BudgetExceeded
             | ErrorReason::DiskLow => Error::LimitReached(message),
+            ErrorReason::Overloaded => Error::Overloaded(message),
             ErrorReason::Unauthenticated => Error::Unauthenticated(message),
             ErrorReason::PermissionDenied | ErrorReason::WrongSessionSecret | ErrorReason::WrongPeer => {
                 Error::PermissionDenied(message)

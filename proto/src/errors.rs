@@ -21,6 +21,9 @@ pub const METADATA_LEADER: &str = "leader";
 pub const METADATA_LEADER_ID: &str = "leader_id";
 /// ErrorInfo metadata: the tenant a refusal is about.
 pub const METADATA_TENANT: &str = "tenant";
+/// ErrorInfo metadata of `OVERLOADED`: how long to wait before trying again, in
+/// milliseconds (a client adds jitter).
+pub const METADATA_RETRY_AFTER_MS: &str = "retry_after_ms";
 
 impl ErrorReason {
     /// The gRPC code that always comes with this reason.
@@ -32,7 +35,8 @@ impl ErrorReason {
             ErrorReason::LimitExceeded
             | ErrorReason::QuotaExceeded
             | ErrorReason::BudgetExceeded
-            | ErrorReason::DiskLow => Code::ResourceExhausted,
+            | ErrorReason::DiskLow
+            | ErrorReason::Overloaded => Code::ResourceExhausted,
             ErrorReason::RequestIdReused | ErrorReason::AlreadyMember | ErrorReason::TenantExists => {
                 Code::AlreadyExists
             }

@@ -106,7 +106,7 @@ pub fn help_table() -> String {
 pub fn code_of(error: &Error) -> u8 {
     match error {
         Error::InvalidArgument(_) => EXIT_USAGE,
-        Error::Unavailable(_) => EXIT_UNAVAILABLE,
+        Error::Unavailable(_) | Error::Overloaded(_) => EXIT_UNAVAILABLE,
         Error::Indeterminate(_) => EXIT_INDETERMINATE,
         Error::NotFound(_) | Error::Refused(_) | Error::LimitReached(_) | Error::SessionLost(_) => EXIT_REFUSED,
         Error::Unauthenticated(_) | Error::PermissionDenied(_) => EXIT_NOT_PERMITTED,
@@ -133,6 +133,7 @@ mod tests {
         let cases = [
             (Error::InvalidArgument("name too long".into()), EXIT_USAGE),
             (Error::Unavailable("no leader".into()), EXIT_UNAVAILABLE),
+            (Error::Overloaded("tenant queue full".into()), EXIT_UNAVAILABLE),
             (Error::Indeterminate("no answer".into()), EXIT_INDETERMINATE),
             (Error::NotFound("session 7".into()), EXIT_REFUSED),
             (Error::Refused("limit 2, not 3".into()), EXIT_REFUSED),
@@ -152,6 +153,7 @@ mod tests {
         let errors = [
             Error::InvalidArgument(String::new()),
             Error::Unavailable(String::new()),
+            Error::Overloaded(String::new()),
             Error::Indeterminate(String::new()),
             Error::NotFound(String::new()),
             Error::Refused(String::new()),

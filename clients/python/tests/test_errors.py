@@ -14,7 +14,7 @@ from leasehold.errors import KNOWN_REASONS, STATUS_DETAILS_KEY, error_from_statu
 from fakes import CODE_OF_REASON, FakeRpcError, refusal, status_details
 
 OWN_SESSION = 7
-METADATA = {"session_id": str(OWN_SESSION), "leader": "127.0.0.1:7102", "leader_id": "2"}
+METADATA = {"session_id": str(OWN_SESSION), "leader": "127.0.0.1:7102", "leader_id": "2", "retry_after_ms": "40"}
 
 REWORDINGS = [
     "",
@@ -33,6 +33,8 @@ def shape(outcome: tuple) -> str:
         return f"redirect to {payload!r}"
     if kind == "lost":
         return "lost"
+    if kind == "later":
+        return f"later: {type(payload[1]).__name__}"
     return f"{kind}: {type(payload).__name__}"
 
 
@@ -74,6 +76,7 @@ def test_each_reason_gets_the_treatment_it_documents() -> None:
     for maybe_applied in ["SHUTTING_DOWN", "COMMIT_UNCERTAIN", "LEADERSHIP_UNCONFIRMED", "READ_NOT_APPLIED"]:
         assert classify(maybe_applied, None) == "lost", f"{maybe_applied} is retried with the same id"
     assert classify("REQUEST_ID_REUSED", None) == "reused: Refused"
+    assert classify("OVERLOADED", None) == "later: Overloaded", "tried again after a pause"
     assert classify("UNKNOWN_SESSION", OWN_SESSION) == "failed: SessionLost"
     assert classify("SESSION_ENDED", OWN_SESSION) == "failed: SessionLost"
     assert classify("UNKNOWN_SESSION", 8) == "failed: NotFound", "another session"
@@ -84,6 +87,17 @@ def test_each_reason_gets_the_treatment_it_documents() -> None:
     assert classify("INVALID_ARGUMENT", None) == "failed: InvalidArgument"
     assert classify("WRONG_SESSION_SECRET", None) == "failed: PermissionDenied"
     assert classify("UNAUTHENTICATED", None) == "failed: Unauthenticated"
+
+
+def test_an_overloaded_refusal_is_tried_again_after_its_retry_after_with_jitter() -> None:
+    waits = set()
+    for _ in range(200):
+        kind, (wait, error) = _classify(refusal("OVERLOADED", "queue full", METADATA), "n1", None)
+        assert kind == "later" and isinstance(error, leasehold.Overloaded)
+        assert 0.040 <= wait <= 0.060, f"the server asked for 40 ms, the client waits {wait} s"
+        waits.add(round(wait, 3))
+    assert len(waits) > 5, f"clients refused together come back spread out: {sorted(waits)}"
+    assert leasehold.client.pause_after(60_000) <= leasehold.client.RETRY_AFTER_MS_CAP * 1.5 / 1_000
 
 
 def test_a_status_without_a_reason_is_classed_by_its_code_not_its_message() -> None:

@@ -56,6 +56,7 @@ from leasehold.errors import (
     SemaphoreNotAcquired,
     SessionLost,
     Unauthenticated,
+    Overloaded,
     Unavailable,
 )
 from leasehold.fence import FenceCheck, FencingToken, FencingTokenError
@@ -95,6 +96,7 @@ __all__ = [
     "SessionState",
     "Settings",
     "Unauthenticated",
+    "Overloaded",
     "Unavailable",
     "parse_endpoints",
     "proto",

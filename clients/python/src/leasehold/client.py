@@ -30,6 +30,7 @@ from leasehold._proto import leasehold_pb2_grpc as pb_grpc
 from leasehold.errors import (
     LEADER_METADATA_KEY,
     METADATA_LEADER,
+    METADATA_RETRY_AFTER_MS,
     METADATA_SESSION_ID,
     InvalidArgument,
     Indeterminate,
@@ -63,6 +64,17 @@ ATTEMPT_TIMEOUT_MS = 2_000
 RETRY_PAUSE_MS = 50
 #: The longest pause between two attempts of one request.
 RETRY_PAUSE_MS_MAX = 800
+#: The longest retry-after the client honours (a server asking for more is waited this).
+RETRY_AFTER_MS_CAP = 5_000
+
+
+def pause_after(retry_after_ms: int) -> float:
+    """The pause, in seconds, before trying again after a server asked for
+    `retry_after_ms`: drawn at random between that and half as long again (at most
+    RETRY_AFTER_MS_CAP), so that the clients a leader refused at one moment come back
+    spread out."""
+    retry_after_ms = min(max(retry_after_ms, 1), RETRY_AFTER_MS_CAP)
+    return random.uniform(retry_after_ms, retry_after_ms * 1.5) / 1_000
 
 
 class RetryPauses:
@@ -103,6 +115,9 @@ _LOST = "lost"
 #: Refused as a reuse of its request id: definite, unless an earlier attempt of this
 #: request went unanswered (then that one may have been applied).
 _REUSED = "reused"
+#: Refused before any work with a time to wait (OVERLOADED): not applied; try the same
+#: node again after the pause (the payload: seconds, and the error).
+_LATER = "later"
 _FAILED = "failed"
 
 #: What an attempt is given: the node, and the seconds it may take.
@@ -179,6 +194,12 @@ def _classify(error: grpc.RpcError, endpoint: str, session_id: Optional[int]) ->
         return _LOST, lost
     if reason == "REQUEST_ID_REUSED":
         return _REUSED, error_from_status(error)
+    if reason == "OVERLOADED":
+        try:
+            retry_after_ms = int(info.metadata.get(METADATA_RETRY_AFTER_MS, RETRY_PAUSE_MS))
+        except ValueError:
+            retry_after_ms = RETRY_PAUSE_MS
+        return _LATER, (pause_after(retry_after_ms), error_from_status(error))
     if (
         reason in ("UNKNOWN_SESSION", "SESSION_ENDED")
         and session_id is not None
@@ -433,6 +454,18 @@ class Client:
             if outcome in (_REUSED, _FAILED):
                 assert isinstance(payload, LeaseholdError)
                 raise payload
+            if outcome == _LATER:
+                # The leader refused it before any work: wait what it asked, if the
+                # deadline allows, and try the same node again.
+                wait, refusal = payload  # type: ignore[misc]
+                if time.monotonic() + wait >= give_up:
+                    if sent_unanswered is not None:
+                        raise Indeterminate(f"{what}: {sent_unanswered}")
+                    raise refusal
+                last_error = str(refusal)
+                redirect = endpoint
+                time.sleep(wait)
+                continue
             if outcome == _REDIRECT:
                 last_error = f"{endpoint} is not the leader" if payload else f"{endpoint}: no connection"
                 leader = self._learn_endpoint(payload)  # type: ignore[arg-type]

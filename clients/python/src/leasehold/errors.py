@@ -35,6 +35,8 @@ METADATA_LEADER = "leader"
 METADATA_LEADER_ID = "leader_id"
 #: ErrorInfo metadata: the tenant a refusal is about.
 METADATA_TENANT = "tenant"
+#: ErrorInfo metadata of OVERLOADED: how long to wait before trying again, in ms.
+METADATA_RETRY_AFTER_MS = "retry_after_ms"
 #: The response metadata key in which a follower also names the leader's address.
 LEADER_METADATA_KEY = "leasehold-leader"
 
@@ -162,6 +164,15 @@ class Unavailable(LeaseholdError):
     kind = "unavailable"
 
 
+class Overloaded(LeaseholdError):
+    """The leader had as many of this tenant's requests waiting for the log as it
+    queues for one tenant: the request was never applied. The client waited the
+    retry-after the leader gave (with jitter) and tried again until the request's
+    deadline; this is the last refusal."""
+
+    kind = "overloaded"
+
+
 class Indeterminate(LeaseholdError):
     """The request was sent, but no answer came before the deadline: it may or may not
     have taken effect. The client already retried it with the same request id until
@@ -217,6 +228,7 @@ _ERROR_OF_REASON: Dict[str, Type[LeaseholdError]] = {
     "QUOTA_EXCEEDED": LimitReached,
     "BUDGET_EXCEEDED": LimitReached,
     "DISK_LOW": LimitReached,
+    "OVERLOADED": Overloaded,
     "UNAUTHENTICATED": Unauthenticated,
     "PERMISSION_DENIED": PermissionDenied,
     "WRONG_SESSION_SECRET": PermissionDenied,
