@@ -267,3 +267,76 @@ async fn watched_names_report_their_grants_and_the_time_of_the_latest() {
         assert!(!page.keys().any(|key| key.contains("unwatched")), "node {id}: an unwatched name has a series");
     }
 }
+
+/// A tenant with more commands in flight than the leader queues for one tenant
+/// (`--tenant-queue-max`) is refused with OVERLOADED and a retry-after, before any
+/// work; another tenant's command goes in at once meanwhile; and the client library,
+/// honouring the retry-after, gets every command of the burst through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_queue_is_told_when_to_retry_and_others_go_on() {
+    const BURST: u64 = 64;
+    let options =
+        ClusterOptions { extra_arguments: vec!["--tenant-queue-max".into(), "1".into()], ..Default::default() };
+    let cluster = TestCluster::start(options);
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let channel = cluster.client().raw_channel(&cluster.nodes[&leader].client_addr).expect("a channel");
+    let raw: LeaseholdClient<Transport> = LeaseholdClient::new(channel);
+    let created = raw
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            request_id: request_id(1),
+            ttl_ms: 600_000,
+            client_name: "burst".into(),
+        })
+        .await
+        .expect("create a session")
+        .into_inner();
+    let other_tenant = cluster.admin_client().session(Duration::from_secs(60)).await.expect("the admin's session");
+
+    let burst = (0..BURST).map(|n| {
+        let mut raw = raw.clone();
+        let request = pb::AcquireRequest {
+            request_id: request_id(100 + n),
+            session_id: created.session_id,
+            session_secret: created.session_secret.clone(),
+            name: format!("burst/{n}"),
+            wait_ms: 0,
+            lock_delay_ms: None,
+        };
+        async move { raw.acquire(request).await }
+    });
+    let (answers, other) =
+        tokio::join!(futures::future::join_all(burst), async { other_tenant.try_lock("other/lock").await });
+    let other = other.expect("another tenant's lock is not held back");
+    assert!(other.is_some(), "the other tenant's free lock is granted");
+    let mut overloaded = 0;
+    for answer in &answers {
+        match answer {
+            Ok(granted) => {
+                assert!(matches!(granted.get_ref().outcome, Some(Outcome::Granted(_))), "{granted:?}")
+            }
+            Err(status) => {
+                assert_eq!(error_reason(status), Some(ErrorReason::Overloaded), "{status:?}");
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+                let retry_after: u64 = leasehold::proto::errors::error_metadata(status, "retry_after_ms")
+                    .and_then(|value| value.parse().ok())
+                    .unwrap_or_else(|| panic!("OVERLOADED carries retry_after_ms: {status:?}"));
+                assert!((10..=2_000).contains(&retry_after), "retry after {retry_after} ms");
+                overloaded += 1;
+            }
+        }
+    }
+    assert!(overloaded > 0, "{BURST} commands at once past a queue of 1: none was refused");
+    let address = cluster.nodes[&leader].metrics_addr.clone().expect("ephemeral test nodes serve metrics");
+    let page = scrape(&address).expect("the leader's metrics");
+    assert!(page["leasehold_commands_refused_overloaded_total"] >= overloaded as f64, "{page:?}");
+
+    // The library waits the retry-after and tries again: the whole burst gets through.
+    let session = cluster.client().session(Duration::from_secs(60)).await.expect("a session");
+    let names: Vec<String> = (0..BURST).map(|n| format!("library/{n}")).collect();
+    let locks = names.iter().map(|name| session.try_lock(name));
+    for (n, outcome) in futures::future::join_all(locks).await.into_iter().enumerate() {
+        let guard = outcome.unwrap_or_else(|error| panic!("lock {n} of the burst: {error}"));
+        assert!(guard.is_some(), "lock {n} is free");
+    }
+}

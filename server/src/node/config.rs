@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::machine::limits::{LOCK_DELAY_MS_MAX, LOCK_NAME_BYTES_MAX};
 use crate::machine::COMMAND_LEVEL;
+use crate::raft::replica::{PROPOSALS_QUEUED_MAX, TENANT_QUEUED_MAX_DEFAULT};
 use crate::raft::types::{Node, NodeId, MEMBERS_MAX};
 use crate::shell::credentials::read_admin_token;
 use crate::shell::tls::{ClientCertificates, PeerClientTls, ServerTls, TlsFiles};
@@ -146,6 +147,11 @@ pub struct RawConfig {
     /// status` and the metrics.
     #[arg(long)]
     pub disk_reserve_bytes: Option<u64>,
+    /// Commands one tenant may have waiting for a log entry on the leader (default
+    /// 4096): past it the tenant's requests are refused with OVERLOADED and a
+    /// retry-after, before any work is done, while other tenants' go on.
+    #[arg(long)]
+    pub tenant_queue_max: Option<usize>,
     /// This node's data directory was lost and the node comes back on an empty one
     /// to join as a new member, under the same id: the node never bootstraps and
     /// waits to be added (`leasehold member add`). Without it, an empty directory under
@@ -221,6 +227,7 @@ impl RawConfig {
             admin_token_file: self.admin_token_file.or(file.admin_token_file),
             state_budget_bytes: self.state_budget_bytes.or(file.state_budget_bytes),
             disk_reserve_bytes: self.disk_reserve_bytes.or(file.disk_reserve_bytes),
+            tenant_queue_max: self.tenant_queue_max.or(file.tenant_queue_max),
             new_incarnation: self.new_incarnation || file.new_incarnation,
             test_accept_any_incarnation: self.test_accept_any_incarnation || file.test_accept_any_incarnation,
             test_full_ttl_restart: self.test_full_ttl_restart || file.test_full_ttl_restart,
@@ -268,6 +275,7 @@ pub struct Config {
     pub admin_token_file: PathBuf,
     pub state_budget_bytes: u64,
     pub disk_reserve_bytes: u64,
+    pub tenant_queue_max: usize,
     /// Join as a new member on an empty directory (see `RawConfig::new_incarnation`).
     pub new_incarnation: bool,
     pub test_accept_any_incarnation: bool,
@@ -549,6 +557,11 @@ impl Config {
             ));
         }
 
+        let tenant_queue_max = raw.tenant_queue_max.unwrap_or(TENANT_QUEUED_MAX_DEFAULT);
+        if !(1..=PROPOSALS_QUEUED_MAX).contains(&tenant_queue_max) {
+            return fail(format!("--tenant-queue-max {tenant_queue_max} is not between 1 and {PROPOSALS_QUEUED_MAX}"));
+        }
+
         let command_level = match raw.test_command_level {
             None => COMMAND_LEVEL,
             Some(level) if level <= COMMAND_LEVEL => level,
@@ -580,6 +593,7 @@ impl Config {
             admin_token_file,
             state_budget_bytes,
             disk_reserve_bytes: raw.disk_reserve_bytes.unwrap_or(DISK_RESERVE_BYTES_DEFAULT),
+            tenant_queue_max,
             new_incarnation: raw.new_incarnation,
             test_accept_any_incarnation: raw.test_accept_any_incarnation,
             test_full_ttl_restart: raw.test_full_ttl_restart,
@@ -672,6 +686,7 @@ mod tests {
             (RawConfig { snapshot_every_entries: Some(1), ..raw(1) }, "below the minimum"),
             (RawConfig { worker_threads: Some(0), ..raw(1) }, "--worker-threads 0 is not between 1"),
             (RawConfig { worker_threads: Some(WORKER_THREADS_MAX + 1), ..raw(1) }, "--worker-threads"),
+            (RawConfig { tenant_queue_max: Some(0), ..raw(1) }, "--tenant-queue-max 0 is not between 1"),
             (RawConfig { insecure_plaintext: false, ..raw(1) }, "TLS needs --tls-cert, --tls-key, --peer-cert"),
             (
                 RawConfig { tls_cert: Some("/etc/hostname".into()), ..raw(1) },

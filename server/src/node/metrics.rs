@@ -49,6 +49,11 @@ pub fn render(replica: &Replica) -> String {
         metrics.membership_config.membership().nodes().count() as u64,
     );
     gauge("leasehold_sessions", "Live sessions in the applied state.", sessions as u64);
+    gauge(
+        "leasehold_commands_queued",
+        "Commands waiting for a log entry on this node (the leader), all tenants.",
+        replica.queued_commands() as u64,
+    );
     gauge("leasehold_locks", "Locks held in the applied state.", locks as u64);
     gauge("leasehold_elections", "Elections with a leader in the applied state.", elections as u64);
     gauge("leasehold_semaphores", "Semaphores with holders or waiters in the applied state.", semaphores.len() as u64);
@@ -108,6 +113,16 @@ pub fn render(replica: &Replica) -> String {
             "leasehold_commands_refused_early_total",
             "Commands this node refused as leader before proposing them, because no entry could make them succeed.",
             &counters.refused_early,
+        ),
+        (
+            "leasehold_commands_refused_overloaded_total",
+            "Commands this node refused as leader with OVERLOADED: their tenant's queue for the log was full.",
+            &counters.refused_overloaded,
+        ),
+        (
+            "leasehold_early_refusals_paced_total",
+            "Early refusals this node answered after a pause: their tenant was past 1,000 of them that second.",
+            &counters.refusals_paced,
         ),
         (
             "leasehold_leadership_checks_total",

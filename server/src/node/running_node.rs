@@ -229,6 +229,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         clock.clone(),
         config.state_budget_bytes,
         disk.clone(),
+        config.tenant_queue_max,
     );
     let lock_delay = Arc::new(LockDelayPolicy::new(config.lock_delay_defaults.clone(), incarnations.clone()));
     let (stop, stopped) = watch::channel(false);

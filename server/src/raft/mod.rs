@@ -14,6 +14,8 @@
 //!   that the state is packed in a heap arena of its own.
 //! * `replica` — `Replica`: propose (batched into entries), confirm leadership
 //!   (batched into rounds), linearizable reads.
+//! * `tenant_queues` — the leader's per-tenant queues of commands waiting for an
+//!   entry, and how an entry is filled from them (deficit round-robin).
 //! * `network` — Raft RPCs to peers over tonic.
 //! * `peer_service` — the `Peer` gRPC service: Raft RPCs from peers.
 //! * `backup` — the backup file: the state at one index, with a checksum.
@@ -33,4 +35,5 @@ pub mod quiet_deadlines;
 pub mod replica;
 pub mod state_machine_store;
 pub mod storage;
+pub mod tenant_queues;
 pub mod types;

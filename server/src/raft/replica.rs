@@ -2,23 +2,24 @@
 //! command and get its applied response, confirm leadership (batched), and read the
 //! state linearizably.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use leasehold_proto::errors::{error_status, METADATA_LEADER, METADATA_LEADER_ID};
+use leasehold_proto::errors::{error_status, METADATA_LEADER, METADATA_LEADER_ID, METADATA_RETRY_AFTER_MS};
 use leasehold_proto::ErrorReason;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use openraft::ServerState;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
 use crate::machine::{Caller, Command, Response, StateMachine, Submission};
 use crate::raft::state_machine_store::Shared;
+use crate::raft::tenant_queues::{Filling, QueueKey, Refused, TenantQueues, QUANTUM_COMMANDS};
 use crate::raft::types::{Node, NodeId, Proposal, Raft};
-use crate::shell::clock::Clock;
+use crate::shell::clock::{Clock, MonotonicMs};
 use crate::shell::clock::LogLimiter;
 use crate::shell::disk::DiskSpace;
 
@@ -36,8 +37,28 @@ type LeaderCheckReply = oneshot::Sender<Result<u64, Status>>;
 /// unavailable. The recorder proposes the record as soon as it hears a member.
 pub const RECORD_WAIT_MS_MAX: u64 = 5_000;
 
-/// Commands waiting for a log entry at most; a full queue makes proposers wait.
+/// Commands waiting for a log entry at most, all tenants together; past it every
+/// command is refused with `OVERLOADED` until the queue drains.
 pub const PROPOSALS_QUEUED_MAX: usize = 65_536;
+/// Commands one tenant may have waiting for a log entry on the leader, by default
+/// (`--tenant-queue-max`); past it the tenant's commands are refused with
+/// `OVERLOADED` and a retry-after. Enough for a few thousand clients of a tenant with
+/// a request each in flight.
+pub const TENANT_QUEUED_MAX_DEFAULT: usize = 4_096;
+/// Commands of one tenant a second the leader refuses early (see
+/// `Replica::certain_refusal`) and answers at once; past it, in that second, each
+/// such refusal is answered after `EARLY_REFUSAL_PAUSE_MS`. A client that loops on a
+/// mistake (closing a session that is gone, releasing with an old token) then loops
+/// slower, and leaves the leader's cores to the other tenants; a correct client seldom
+/// meets a refusal and never this many.
+pub const EARLY_REFUSALS_PER_S_UNPAUSED: u32 = 1_000;
+pub const EARLY_REFUSAL_PAUSE_MS: u64 = 250;
+/// The retry-after an `OVERLOADED` refusal gives, at least and at most.
+pub const RETRY_AFTER_MS_MIN: u64 = 10;
+pub const RETRY_AFTER_MS_MAX: u64 = 2_000;
+/// Tenants whose early refusals are counted at once, before the counts of tenants
+/// quiet for a second are dropped.
+const PACED_TENANTS_MAX: usize = 1_024;
 /// Commands in one log entry at most.
 pub const COMMANDS_PER_ENTRY_MAX: usize = 512;
 /// Entries being committed at once. While they are, new commands gather into the
@@ -78,6 +99,11 @@ pub struct Counters {
     /// Commands refused from the applied state before they were proposed, because no
     /// entry could make them succeed (a gone session, a stale token, a wrong secret).
     pub refused_early: AtomicU64,
+    /// Commands refused because their tenant's queue for the log was full.
+    pub refused_overloaded: AtomicU64,
+    /// Early refusals answered after a pause (their tenant was past
+    /// `EARLY_REFUSALS_PER_S_UNPAUSED`).
+    pub refusals_paced: AtomicU64,
 }
 
 pub struct Replica {
@@ -94,7 +120,9 @@ pub struct Replica {
     /// The data directory's free space: below its reserve, new state is refused.
     pub disk: Arc<DiskSpace>,
     leader_checks: mpsc::Sender<LeaderCheckReply>,
-    proposals: mpsc::Sender<Pending>,
+    admission: Arc<Admission>,
+    /// Early refusals per tenant in the current second (see `EARLY_REFUSALS_PER_S_UNPAUSED`).
+    refusal_pacing: Mutex<HashMap<QueueKey, (MonotonicMs, u32)>>,
     /// False while, as leader, a member this node heard from is not recorded yet:
     /// clients' commands wait (the recorder keeps it; see `record_members`).
     clients_may_commit: watch::Sender<bool>,
@@ -109,12 +137,13 @@ impl Replica {
         clock: Clock,
         state_budget_bytes: u64,
         disk: Arc<DiskSpace>,
+        tenant_queued_max: usize,
     ) -> Arc<Self> {
         let counters = Arc::new(Counters::default());
         let (leader_checks, queue) = mpsc::channel(LEADER_CHECKS_QUEUED_MAX);
         tokio::spawn(run_leader_checks(raft.clone(), queue, counters.clone()));
-        let (proposals, pending) = mpsc::channel(PROPOSALS_QUEUED_MAX);
-        tokio::spawn(run_proposals(raft.clone(), clock.clone(), pending, counters.clone()));
+        let admission = Arc::new(Admission::new(tenant_queued_max));
+        tokio::spawn(run_proposals(raft.clone(), clock.clone(), admission.clone(), counters.clone()));
         Arc::new(Self {
             raft,
             shared,
@@ -126,7 +155,8 @@ impl Replica {
             budget_refusals_logged: LogLimiter::new(Duration::from_secs(1)),
             disk,
             leader_checks,
-            proposals,
+            admission,
+            refusal_pacing: Mutex::new(HashMap::new()),
             clients_may_commit: watch::Sender::new(false),
         })
     }
@@ -164,14 +194,26 @@ impl Replica {
     pub async fn propose(&self, caller: Caller, command: Command) -> Result<Response, Status> {
         if caller != Caller::Cluster {
             if let Some(refusal) = self.certain_refusal(&caller, &command) {
+                if self.refusal_paced(caller.tenant()) {
+                    tokio::time::sleep(Duration::from_millis(EARLY_REFUSAL_PAUSE_MS)).await;
+                }
                 return Ok(Response::Rejected(refusal));
             }
             self.wait_for_the_record().await?;
         }
         let (reply, answer) = oneshot::channel();
+        let key: QueueKey = caller.tenant();
         let submission = Submission { caller, command };
-        self.proposals.send(Pending { submission, reply }).await.map_err(|_| shutting_down())?;
+        if let Err(status) = self.admission.admit(key, 1, Pending { submission, reply }) {
+            self.counters.refused_overloaded.fetch_add(1, Ordering::Relaxed);
+            return Err(status);
+        }
         answer.await.map_err(|_| shutting_down())?
+    }
+
+    /// Commands waiting for a log entry on this node, all tenants.
+    pub fn queued_commands(&self) -> usize {
+        self.admission.queued()
     }
 
     /// The refusal a leader gives at once, from its applied state, to a command that no
@@ -185,6 +227,27 @@ impl Replica {
         let refusal = self.shared.applied.read().unwrap().machine.certain_refusal(caller, command)?;
         self.counters.refused_early.fetch_add(1, Ordering::Relaxed);
         Some(refusal)
+    }
+
+    /// Counts an early refusal of `tenant`'s and says whether its answer waits (the
+    /// tenant is past `EARLY_REFUSALS_PER_S_UNPAUSED` this second).
+    fn refusal_paced(&self, tenant: QueueKey) -> bool {
+        let now = self.clock.now_ms();
+        let mut pacing = self.refusal_pacing.lock().unwrap();
+        if pacing.len() > PACED_TENANTS_MAX {
+            pacing.retain(|_, (since, _)| now.saturating_sub(*since) < 1_000);
+        }
+        let (since, count) = pacing.entry(tenant).or_insert((now, 0));
+        if now.saturating_sub(*since) >= 1_000 {
+            *since = now;
+            *count = 0;
+        }
+        *count = count.saturating_add(1);
+        if *count <= EARLY_REFUSALS_PER_S_UNPAUSED {
+            return false;
+        }
+        self.counters.refusals_paced.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Proposes a command on behalf of the cluster (session expiry): no client waits.
@@ -314,6 +377,12 @@ impl Replica {
     }
 }
 
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.admission.close();
+    }
+}
+
 pub fn not_leader_status(node_id: NodeId, leader_id: Option<NodeId>, leader_addr: Option<String>) -> Status {
     let message = match (&leader_id, &leader_addr) {
         (Some(id), Some(address)) => {
@@ -355,54 +424,128 @@ impl EntryLoad {
     }
 }
 
-/// Adds to `batch` the deferred and then the queued commands that may share its
-/// entry; those that may not are deferred, in their order.
-fn fill(batch: &mut Vec<Pending>, deferred: &mut VecDeque<Pending>, queue: &mut mpsc::Receiver<Pending>) {
-    if batch[0].submission.command.batch_key().is_none() {
-        return;
-    }
-    let fits = |pending: &Pending, batch_len: usize| {
-        batch_len < COMMANDS_PER_ENTRY_MAX && pending.submission.command.batch_key().is_some()
-    };
-    let mut still_deferred = VecDeque::new();
-    while let Some(pending) = deferred.pop_front() {
-        if fits(&pending, batch.len()) {
-            batch.push(pending);
-        } else {
-            still_deferred.push_back(pending);
+/// The leader's admission of commands: the per-tenant queues the proposer fills
+/// entries from, and what a tenant is told when its queue is full.
+pub struct Admission {
+    queues: Mutex<TenantQueues<Pending>>,
+    ready: Notify,
+    closed: AtomicBool,
+    /// How long the last entries took from proposal to answer, on average (in
+    /// microseconds, about the last 8 entries): the basis of the retry-after a full
+    /// queue answers with.
+    entry_commit_us: AtomicU64,
+}
+
+impl Admission {
+    fn new(tenant_queued_max: usize) -> Self {
+        Admission {
+            queues: Mutex::new(TenantQueues::new(tenant_queued_max)),
+            ready: Notify::new(),
+            closed: AtomicBool::new(false),
+            entry_commit_us: AtomicU64::new(0),
         }
     }
-    *deferred = still_deferred;
-    while batch.len() < COMMANDS_PER_ENTRY_MAX {
-        let Ok(pending) = queue.try_recv() else { break };
-        if fits(&pending, batch.len()) {
-            batch.push(pending);
-        } else {
-            deferred.push_back(pending);
+
+    /// Queues `pending` for the proposer, or refuses it with `OVERLOADED` and a
+    /// retry-after when its tenant's queue (or all queues together) is full. A
+    /// refused command did nothing.
+    fn admit(&self, key: QueueKey, weight: u32, pending: Pending) -> Result<(), Status> {
+        let refused = {
+            let mut queues = self.queues.lock().unwrap();
+            if queues.len() >= PROPOSALS_QUEUED_MAX {
+                let queued = queues.queued_of(key);
+                Some((queued, queues.len(), 0))
+            } else {
+                match queues.push(key, weight, pending) {
+                    Ok(()) => None,
+                    Err((Refused::TenantFull { queued, last_share }, _)) => Some((queued, queued, last_share)),
+                }
+            }
+        };
+        match refused {
+            None => {
+                self.ready.notify_one();
+                Ok(())
+            }
+            Some((queued, ahead, last_share)) => Err(self.overloaded(key, queued, ahead, last_share)),
         }
+    }
+
+    /// `OVERLOADED` with a retry-after: about how long the `ahead` commands take to
+    /// drain at the share the tenant last had of an entry.
+    fn overloaded(&self, key: QueueKey, queued: usize, ahead: usize, last_share: usize) -> Status {
+        let entry_ms = self.entry_commit_us.load(Ordering::Relaxed).div_ceil(1_000).max(1);
+        let entries = ahead.div_ceil(last_share.max(QUANTUM_COMMANDS)) as u64;
+        let retry_after_ms = (entries * entry_ms).clamp(RETRY_AFTER_MS_MIN, RETRY_AFTER_MS_MAX);
+        let whose = match key {
+            Some(_) => "this tenant's",
+            None => "the cluster's",
+        };
+        error_status(
+            ErrorReason::Overloaded,
+            format!(
+                "the leader has {queued} of {whose} commands queued for the log, its limit (--tenant-queue-max); \
+                 nothing was done: retry after {retry_after_ms} ms"
+            ),
+            &[(METADATA_RETRY_AFTER_MS, retry_after_ms.to_string()), ("queued", queued.to_string())],
+        )
+    }
+
+    fn note_entry_commit(&self, took: Duration) {
+        let took = took.as_micros().min(u64::MAX as u128) as u64;
+        let average = self.entry_commit_us.load(Ordering::Relaxed);
+        let next = if average == 0 { took } else { average - average / 8 + took / 8 };
+        self.entry_commit_us.store(next, Ordering::Relaxed);
+    }
+
+    /// Commands queued, all tenants.
+    pub fn queued(&self) -> usize {
+        self.queues.lock().unwrap().len()
+    }
+
+    /// The next entry's commands; waits while nothing is queued. `None` once closed.
+    async fn next_entry(&self) -> Option<(Vec<Pending>, Filling)> {
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                return None;
+            }
+            let (entry, filling) = self.queues.lock().unwrap().take_entry(COMMANDS_PER_ENTRY_MAX, batchable);
+            if !entry.is_empty() {
+                return Some((entry, filling));
+            }
+            self.ready.notified().await;
+        }
+    }
+
+    fn top_up(&self, entry: &mut Vec<Pending>, filling: &mut Filling) {
+        self.queues.lock().unwrap().top_up(entry, filling, COMMANDS_PER_ENTRY_MAX, batchable);
+    }
+
+    /// Refuses everything queued and stops the proposer.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for pending in self.queues.lock().unwrap().drain() {
+            let _ = pending.reply.send(Err(shutting_down()));
+        }
+        self.ready.notify_one();
     }
 }
 
-/// Batches proposals into log entries. Commands that touch one resource each share
-/// entries, several on the same resource included (the state machine keeps a grant
-/// from ending in the entry that made it, so a name is still granted at most once per
-/// entry); a command that must be alone (creating, closing or expiring sessions) gets
-/// its own. Commands that had to wait for a later entry keep their order.
-async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pending>, counters: Arc<Counters>) {
+fn batchable(pending: &Pending) -> bool {
+    pending.submission.command.batch_key().is_some()
+}
+
+/// Batches proposals into log entries, filled from the tenants' queues in turn (see
+/// `TenantQueues`). Commands that touch one resource each share entries, several on
+/// the same resource included (the state machine keeps a grant from ending in the
+/// entry that made it, so a name is still granted at most once per entry); a command
+/// that must be alone (creating, closing or expiring sessions) gets its own.
+async fn run_proposals(raft: Raft, clock: Clock, admission: Arc<Admission>, counters: Arc<Counters>) {
     let in_flight = Arc::new(tokio::sync::Semaphore::new(ENTRIES_IN_FLIGHT_MAX));
-    let mut deferred: VecDeque<Pending> = VecDeque::new();
     let mut load = EntryLoad::default();
     loop {
         let Ok(mut permit) = in_flight.clone().acquire_owned().await else { return };
-        let first = match deferred.pop_front() {
-            Some(pending) => pending,
-            None => match queue.recv().await {
-                Some(pending) => pending,
-                None => return,
-            },
-        };
-        let mut batch = vec![first];
-        fill(&mut batch, &mut deferred, &mut queue);
+        let Some((mut batch, mut filling)) = admission.next_entry().await else { return };
         if load.commit_alone(batch.len()) {
             // Under load: this entry is committed alone, so that the commands that
             // come meanwhile gather into one next entry instead of two.
@@ -410,18 +553,21 @@ async fn run_proposals(raft: Raft, clock: Clock, mut queue: mpsc::Receiver<Pendi
                 return;
             };
             permit.merge(other);
-            fill(&mut batch, &mut deferred, &mut queue);
+            admission.top_up(&mut batch, &mut filling);
         }
         counters.entries_proposed.fetch_add(1, Ordering::Relaxed);
         counters.commands_proposed.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let raft = raft.clone();
         let stamp_ms = clock.unix_ms();
+        let admission = admission.clone();
         tokio::spawn(async move {
             let (commands, replies): (Vec<Submission>, Vec<_>) =
                 batch.into_iter().map(|pending| (pending.submission, pending.reply)).unzip();
             let count = commands.len();
+            let started = Instant::now();
             match raft.client_write(Proposal { stamp_ms, commands: commands.into() }).await {
                 Ok(written) if written.data.len() == count => {
+                    admission.note_entry_commit(started.elapsed());
                     for (reply, response) in replies.into_iter().zip(written.data) {
                         let _ = reply.send(Ok(response));
                     }
