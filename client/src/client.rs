@@ -384,9 +384,12 @@ impl Client {
                     return Err(Error::Indeterminate(format!("{what}: {error}")));
                 }
                 Attempt::Reused(error) | Attempt::Failed(error) => return Err(error),
-                Attempt::Later(wait, error) => {
-                    // The leader refused it before any work: wait what it asked, if
-                    // the deadline allows, and try the same node again.
+                Attempt::Later(asked, error) => {
+                    // The leader refused it before any work: wait what it asked, or
+                    // longer as refusals repeat (many clients of one tenant refused
+                    // at once then come back spread over a growing time), if the
+                    // deadline allows, and try the same node again.
+                    let wait = asked.max(pause.next());
                     if Instant::now() + wait >= give_up {
                         return Err(match sent_unanswered {
                             Some(message) => Error::Indeterminate(format!("{what}: {message}")),
@@ -727,7 +730,7 @@ fn classify<T>(status: &Status, endpoint: &str, session: Option<u64>) -> Attempt
         | ErrorReason::ReadNotApplied
         | ErrorReason::Internal => lost(),
         ErrorReason::RequestIdReused => Attempt::Reused(Error::from_status(status)),
-        ErrorReason::Overloaded => {
+        ErrorReason::Overloaded | ErrorReason::RateLimited => {
             let retry_after_ms = error_metadata(status, METADATA_RETRY_AFTER_MS)
                 .and_then(|value| value.parse::<u64>().ok())
                 .unwrap_or(RETRY_PAUSE_MS);
@@ -873,6 +876,7 @@ mod tests {
         }
         assert_eq!(classify_as(ErrorReason::RequestIdReused, None), "reused: Refused");
         assert_eq!(classify_as(ErrorReason::Overloaded, None), "later: Overloaded", "tried again after a pause");
+        assert_eq!(classify_as(ErrorReason::RateLimited, None), "later: Overloaded", "tried again after a pause");
         assert_eq!(classify_as(ErrorReason::UnknownSession, Some(OWN_SESSION)), "failed: SessionLost");
         assert_eq!(classify_as(ErrorReason::SessionEnded, Some(OWN_SESSION)), "failed: SessionLost");
         assert_eq!(classify_as(ErrorReason::UnknownSession, Some(8)), "failed: NotFound", "another session");

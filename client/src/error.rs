@@ -39,7 +39,8 @@ pub enum Error {
     #[error("unavailable: {0}")]
     Unavailable(String),
     /// The leader had as many of this tenant's requests waiting for the log as it
-    /// queues for one tenant; the request was never applied. The client waited the
+    /// queues for one tenant, or the tenant was past its rate quota; the request was
+    /// never applied. The client waited the
     /// retry-after the leader gave (with jitter) and tried again until the request's
     /// deadline; this is the last refusal.
     #[error("overloaded: {0}")]
@@ -84,7 +85,7 @@ impl Error {
             | ErrorReason::QuotaExceeded
             | ErrorReason::BudgetExceeded
             | ErrorReason::DiskLow => Error::LimitReached(message),
-            ErrorReason::Overloaded => Error::Overloaded(message),
+            ErrorReason::Overloaded | ErrorReason::RateLimited => Error::Overloaded(message),
             ErrorReason::Unauthenticated => Error::Unauthenticated(message),
             ErrorReason::PermissionDenied | ErrorReason::WrongSessionSecret | ErrorReason::WrongPeer => {
                 Error::PermissionDenied(message)

@@ -995,7 +995,7 @@ impl Intruder {
                 let message = pb::SetTenantQuotasRequest {
                     request_id: Some(self.request_id()),
                     name: VICTIM_TENANT.into(),
-                    quotas: Some(pb::Quotas { max_sessions: 1, max_holds: 1, max_waiters: 1 }),
+                    quotas: Some(pb::Quotas { max_sessions: 1, max_holds: 1, max_waiters: 1, ..Default::default() }),
                 };
                 let sequence = self.invoke(attack, format!("SetTenantQuotas of {VICTIM_TENANT:?} to 1 on {endpoint}"));
                 let reply = answer(admin.set_tenant_quotas(request(message))).await;

@@ -792,8 +792,12 @@ impl TestCluster {
     /// Adds `TEST_TENANT` with quotas no test reaches, and writes its token.
     async fn make_test_tenant(&self, deadline: Duration) {
         let admin = self.admin_client();
-        let quotas =
-            leasehold::proto::Quotas { max_sessions: 1_000_000, max_holds: 10_000_000, max_waiters: 10_000_000 };
+        let quotas = leasehold::proto::Quotas {
+            max_sessions: 1_000_000,
+            max_holds: 10_000_000,
+            max_waiters: 10_000_000,
+            ..Default::default()
+        };
         let token = wait::until(deadline, "the test tenant to be added", || {
             let (admin, quotas) = (&admin, quotas);
             async move {

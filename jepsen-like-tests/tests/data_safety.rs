@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use leasehold_jepsen::cluster::{binary, ClusterOptions, TestCluster};
+use leasehold_jepsen::cluster::{binary, ClusterOptions, TestCluster, TEST_TENANT};
 use leasehold_jepsen::grants::{assert_held, take_locks};
 use leasehold_jepsen::wait;
 
@@ -500,6 +500,45 @@ async fn a_build_older_than_the_log_refuses_it_and_joins_once_upgraded() {
     for grants in [&grants, &during] {
         assert_held(&client, session.id(), grants).await;
     }
+}
+
+/// A tenant's weight or rate quota is refused with MEMBERS_TOO_OLD while a member
+/// speaks for a build before shares (`--test-command-level 3`), and nothing changes;
+/// with the member on the current build again, the same change goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_share_waits_until_every_member_knows_shares() {
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let leader = wait_recorded(&cluster, 3).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.stop(follower, EXIT_DEADLINE).await;
+    cluster.restart_with(follower, &["--test-command-level", "3"]);
+    // Once it applied an entry committed after its restart, the leader heard it (at
+    // level 3).
+    let session = cluster.client().session(SESSION_TTL).await.expect("a session after the restart");
+    let commit = cluster.status(leader).await.expect("the leader's status").commit_index;
+    cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
+    session.close().await.expect("close the session");
+    let admin = cluster.admin_client();
+    let weight = |weight| leasehold::proto::Quotas { weight, ..Default::default() };
+    match admin.set_tenant_quotas(TEST_TENANT, weight(2)).await {
+        Err(leasehold::Error::Refused(message)) => {
+            assert!(message.contains("command level 4") && message.contains(&format!("node {follower}")), "{message}")
+        }
+        other => panic!("a weight with a member at level 3: {other:?}"),
+    }
+    let tenants = admin.list_tenants().await.expect("the tenants");
+    let test = tenants.iter().find(|tenant| tenant.name == TEST_TENANT).expect("the test tenant");
+    assert_eq!(test.quotas.expect("quotas").weight, 1, "the refused change changed nothing");
+    assert!(cluster.status(follower).await.is_some(), "the older member serves on");
+
+    cluster.stop(follower, EXIT_DEADLINE).await;
+    cluster.restart(follower);
+    let info = wait::until(LEADER_DEADLINE, "the weight to be taken with every member upgraded", || async {
+        admin.set_tenant_quotas(TEST_TENANT, weight(2)).await.ok()
+    })
+    .await;
+    assert_eq!(info.quotas.expect("quotas").weight, 2);
 }
 
 /// A deterministic bug in apply (`--test-panic-on-lock`) hits every replica at the

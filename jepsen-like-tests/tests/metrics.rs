@@ -9,7 +9,7 @@ use leasehold::client::Transport;
 use leasehold::proto::errors::error_reason;
 use leasehold::proto::leasehold_client::LeaseholdClient;
 use leasehold::proto::{self as pb, acquire_response::Outcome, ErrorReason};
-use leasehold_jepsen::cluster::{ClusterOptions, TestCluster};
+use leasehold_jepsen::cluster::{ClusterOptions, TestCluster, TEST_TENANT};
 use leasehold_jepsen::wait;
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(20);
@@ -339,4 +339,81 @@ async fn a_tenant_past_its_queue_is_told_when_to_retry_and_others_go_on() {
         let guard = outcome.unwrap_or_else(|error| panic!("lock {n} of the burst: {error}"));
         assert!(guard.is_some(), "lock {n} is free");
     }
+}
+
+/// A tenant past its rate quota is refused with RATE_LIMITED and a retry-after, before
+/// any work; the client library waits it out and gets every command of a burst
+/// through; the weight and the quota show in the tenant's info, and a quota of 0
+/// takes it away again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_rate_quota_is_told_when_to_retry() {
+    const RATE: u32 = 20;
+    let cluster = TestCluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let admin = cluster.admin_client();
+    let limited = pb::Quotas { weight: 3, max_ops_per_second: Some(RATE), ..Default::default() };
+    let info = admin.set_tenant_quotas(TEST_TENANT, limited).await.expect("set a rate quota");
+    let quotas = info.quotas.expect("quotas in the answer");
+    assert_eq!((quotas.weight, quotas.max_ops_per_second), (3, Some(RATE)));
+    assert_eq!(quotas.max_sessions, 1_000_000, "the other quotas are left as they were");
+
+    let channel = cluster.client().raw_channel(&cluster.nodes[&leader].client_addr).expect("a channel");
+    let raw: LeaseholdClient<Transport> = LeaseholdClient::new(channel);
+    let created = raw
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            request_id: request_id(1),
+            ttl_ms: 600_000,
+            client_name: "rate".into(),
+        })
+        .await
+        .expect("create a session within the quota")
+        .into_inner();
+    // Three seconds' worth at once: about one second's worth goes through.
+    let burst = (0..u64::from(3 * RATE)).map(|n| {
+        let mut raw = raw.clone();
+        let request = pb::AcquireRequest {
+            request_id: request_id(100 + n),
+            session_id: created.session_id,
+            session_secret: created.session_secret.clone(),
+            name: format!("rate/{n}"),
+            wait_ms: 0,
+            lock_delay_ms: None,
+        };
+        async move { raw.acquire(request).await }
+    });
+    let mut limited = 0;
+    for answer in futures::future::join_all(burst).await {
+        let Err(status) = answer else { continue };
+        assert_eq!(error_reason(&status), Some(ErrorReason::RateLimited), "{status:?}");
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        let retry_after: u64 = leasehold::proto::errors::error_metadata(&status, "retry_after_ms")
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("RATE_LIMITED carries retry_after_ms: {status:?}"));
+        assert!((10..=2_000).contains(&retry_after), "retry after {retry_after} ms");
+        limited += 1;
+    }
+    // However slowly this machine sends them, they do not take 2 s.
+    assert!(limited >= RATE / 2, "{} commands at once against {RATE} a second: {limited} refused", 3 * RATE);
+    let address = cluster.nodes[&leader].metrics_addr.clone().expect("ephemeral test nodes serve metrics");
+    let page = scrape(&address).expect("the leader's metrics");
+    assert!(page["leasehold_commands_refused_rate_limited_total"] >= f64::from(limited), "{page:?}");
+    let per_tenant = r#"leasehold_tenant_commands_refused_total{tenant="test",reason="rate_limited"}"#;
+    assert!(page[per_tenant] >= f64::from(limited), "{page:?}");
+    assert!(page[r#"leasehold_tenant_commands_admitted_total{tenant="test"}"#] >= 1.0, "{page:?}");
+
+    // The library waits the retry-after and tries again: a burst of two seconds' worth
+    // gets through.
+    let session = cluster.client().session(Duration::from_secs(60)).await.expect("a session");
+    let names: Vec<String> = (0..2 * RATE).map(|n| format!("library/{n}")).collect();
+    let locks = names.iter().map(|name| session.try_lock(name));
+    for (n, outcome) in futures::future::join_all(locks).await.into_iter().enumerate() {
+        let guard = outcome.unwrap_or_else(|error| panic!("lock {n} of the burst: {error}"));
+        assert!(guard.is_some(), "lock {n} is free");
+    }
+
+    let unlimited = pb::Quotas { max_ops_per_second: Some(0), ..Default::default() };
+    let info = admin.set_tenant_quotas(TEST_TENANT, unlimited).await.expect("take the quota away");
+    let quotas = info.quotas.expect("quotas in the answer");
+    assert_eq!((quotas.weight, quotas.max_ops_per_second), (3, Some(0)), "the weight is left as it was");
 }

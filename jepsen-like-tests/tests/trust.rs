@@ -355,6 +355,23 @@ impl Raw {
         self.call(request, |channel, request| async move { LeaseholdClient::new(channel).acquire(request).await }).await
     }
 
+    async fn acquire_with_delay(
+        &self,
+        session: &RawSession,
+        name: &str,
+        delay_ms: u64,
+    ) -> Result<pb::AcquireResponse, Status> {
+        let request = pb::AcquireRequest {
+            lock_delay_ms: Some(delay_ms),
+            request_id: self.request_id(),
+            session_id: session.id,
+            name: name.to_string(),
+            wait_ms: 0,
+            session_secret: session.secret.clone(),
+        };
+        self.call(request, |channel, request| async move { LeaseholdClient::new(channel).acquire(request).await }).await
+    }
+
     async fn release(&self, session: &RawSession, name: &str, token: u64) -> Result<(), Status> {
         let request = pb::ReleaseRequest {
             request_id: self.request_id(),
@@ -596,7 +613,7 @@ async fn requests_without_a_known_credential_or_the_admin_role_are_refused_and_c
     denied(test.list_tenants().await.map(drop), "ListTenants");
     denied(test.skew_clock(10_000, 60_000).await, "SkewClock");
     denied(test.rotate_tenant_token(TEST_TENANT).await.map(drop), "RotateTenantToken");
-    let tiny = pb::Quotas { max_sessions: 1, max_holds: 1, max_waiters: 1 };
+    let tiny = pb::Quotas { max_sessions: 1, max_holds: 1, max_waiters: 1, ..Default::default() };
     denied(test.set_tenant_quotas(TEST_TENANT, tiny).await.map(drop), "SetTenantQuotas");
     denied(test.remove_tenant(TEST_TENANT).await.map(drop), "RemoveTenant");
     assert_eq!(seen(&admin, &watched).await, before, "a tenant's admin request changed the state");
@@ -995,6 +1012,42 @@ async fn a_tenant_is_held_to_its_quotas_and_a_freed_slot_can_be_used_again() {
     assert_eq!(usage("few-sessions"), (2, 0, 0));
     assert_eq!(usage("few-holds"), (2, 1, 0));
     assert_eq!(usage("few-waiters"), (3, 2, 0));
+}
+
+/// Promise: a lock held back by its lock-delay after its holder's session expired
+/// counts toward its tenant's holds quota until the delay ends. With max_holds 1, the
+/// held-back lock keeps the tenant from a second lock (QUOTA_EXCEEDED, 1 of 1), though
+/// no session of the tenant holds anything; once the delay ended, the slot is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_back_by_its_delay_counts_toward_the_holds_quota() {
+    const DELAY_MS: u64 = 6_000;
+    let cluster = started(ClusterOptions::default()).await;
+    let quotas = pb::Quotas { max_holds: 1, ..pb::Quotas::default() };
+    let raw = Raw::with_token(&cluster, &add_tenant(&cluster, "delayed-holds", quotas).await);
+    let other = raw.create_session(LONG_TTL_MS).await.expect("a long session");
+    // A session of the shortest TTL that sends no keepalive expires within seconds.
+    let expiring = raw.create_session(1_000).await.expect("a short session");
+    granted(raw.acquire_with_delay(&expiring, "delayed/1", DELAY_MS).await.expect("a lock with a delay"));
+    wait::until(CONDITION_DEADLINE, "the short session to expire and its lock to be held back", || async {
+        let lock = raw.describe_lock("delayed/1", "").await.ok()?;
+        lock.holder.filter(|holder| holder.delay_until_unix_ms > 0).map(|_| ())
+    })
+    .await;
+    let tenant = cluster.admin_client().list_tenants().await.expect("the tenants");
+    let usage = tenant.iter().find(|tenant| tenant.name == "delayed-holds").expect("listed");
+    assert_eq!(usage.holds, 0, "no session of the tenant holds anything");
+
+    let status = refused(raw.acquire(&other, "delayed/2", 0).await, &[QUOTA_EXCEEDED], "a lock beside a held-back one");
+    assert_eq!(metadata(&status, "quota"), "holds");
+    assert_eq!((metadata(&status, "limit"), metadata(&status, "usage")), ("1".into(), "1".into()), "{status:?}");
+    assert_eq!(holder_of(&raw, "delayed/2").await, None, "the refused lock was not granted");
+
+    // The delay ends: the held-back lock is free and the slot with it.
+    wait::until(CONDITION_DEADLINE, "the delay to end", || async {
+        raw.describe_lock("delayed/1", "").await.ok()?.holder.is_none().then_some(())
+    })
+    .await;
+    granted(raw.acquire(&other, "delayed/2", 0).await.expect("the slot is free once the delay ended"));
 }
 
 async fn holder_of(raw: &Raw, name: &str) -> Option<(u64, u64)> {

@@ -21,7 +21,7 @@ pub const METADATA_LEADER: &str = "leader";
 pub const METADATA_LEADER_ID: &str = "leader_id";
 /// ErrorInfo metadata: the tenant a refusal is about.
 pub const METADATA_TENANT: &str = "tenant";
-/// ErrorInfo metadata of `OVERLOADED`: how long to wait before trying again, in
+/// ErrorInfo metadata of `OVERLOADED` and `RATE_LIMITED`: how long to wait before trying again, in
 /// milliseconds (a client adds jitter).
 pub const METADATA_RETRY_AFTER_MS: &str = "retry_after_ms";
 
@@ -36,7 +36,8 @@ impl ErrorReason {
             | ErrorReason::QuotaExceeded
             | ErrorReason::BudgetExceeded
             | ErrorReason::DiskLow
-            | ErrorReason::Overloaded => Code::ResourceExhausted,
+            | ErrorReason::Overloaded
+            | ErrorReason::RateLimited => Code::ResourceExhausted,
             ErrorReason::RequestIdReused | ErrorReason::AlreadyMember | ErrorReason::TenantExists => {
                 Code::AlreadyExists
             }

@@ -346,7 +346,7 @@ pub enum TenantAction {
     /// one takes nothing away: it refuses new sessions, holds or waits until the
     /// usage is below it.
     #[command(group(
-        clap::ArgGroup::new("some_quota").required(true).multiple(true).args(["max_sessions", "max_holds", "max_waiters"])
+        clap::ArgGroup::new("some_quota").required(true).multiple(true).args(["max_sessions", "max_holds", "max_waiters", "weight", "max_ops_per_second"])
     ))]
     SetQuotas {
         /// The tenant's name.
@@ -377,6 +377,15 @@ pub struct QuotaArguments {
     /// cluster's default: 100000).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_waiters: Option<u32>,
+    /// Its share of each log entry while other tenants wait too, against their
+    /// weights (default 1, at most 1000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub weight: Option<u32>,
+    /// The commands a second the leader takes from it; past it they are refused with
+    /// RATE_LIMITED and a retry-after, which the clients wait out (0: no quota, the
+    /// default).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=10_000_000))]
+    pub max_ops_per_second: Option<u32>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -510,7 +519,7 @@ mod tests {
         match action.unwrap() {
             TenantAction::Add { name, quotas, token_file } => {
                 assert_eq!(name, "payments");
-                assert_eq!(quotas, QuotaArguments { max_sessions: None, max_holds: Some(9), max_waiters: None });
+                assert_eq!(quotas, QuotaArguments { max_holds: Some(9), ..QuotaArguments::default() });
                 assert_eq!(token_file, Some(PathBuf::from("p.token")));
             }
             other => panic!("{other:?}"),

@@ -351,12 +351,13 @@ pub fn tenants(tenants: &[pb::TenantInfo], as_json: bool) -> String {
                 json!({"name": tenant.name, "sessions": tenant.sessions, "holds": tenant.holds, "waiters": tenant.waiters,
                        "state_bytes": tenant.state_bytes,
                        "quotas": {"max_sessions": quota_json(quotas.max_sessions), "max_holds": quota_json(quotas.max_holds),
-                                  "max_waiters": quota_json(quotas.max_waiters)}})
+                                  "max_waiters": quota_json(quotas.max_waiters), "weight": quotas.weight.max(1),
+                                  "max_ops_per_second": quotas.max_ops_per_second.filter(|rate| *rate > 0)}})
             })
             .collect();
         return format!("{}\n", Value::Array(rows));
     }
-    let header = ["TENANT", "SESSIONS", "HOLDS", "WAITERS", "STATE BYTES"];
+    let header = ["TENANT", "SESSIONS", "HOLDS", "WAITERS", "STATE BYTES", "WEIGHT", "RATE QUOTA"];
     let rows: Vec<Vec<String>> = tenants
         .iter()
         .map(|tenant| {
@@ -367,10 +368,15 @@ pub fn tenants(tenants: &[pb::TenantInfo], as_json: bool) -> String {
                 usage_text(tenant.holds, quotas.max_holds),
                 usage_text(tenant.waiters, quotas.max_waiters),
                 tenant.state_bytes.to_string(),
+                quotas.weight.max(1).to_string(),
+                match quotas.max_ops_per_second.unwrap_or(0) {
+                    0 => "-".to_string(),
+                    rate => format!("{rate}/s"),
+                },
             ]
         })
         .collect();
-    table(&header, &[1, 2, 3, 4], &rows)
+    table(&header, &[1, 2, 3, 4, 5, 6], &rows)
 }
 
 fn held_json(held: &[pb::HeldLock]) -> Vec<Value> {
@@ -564,7 +570,12 @@ SESSION     TTL  CLIENT  LOCKS (token)                 PERMITS (token)  LEADS (t
     fn tenant(name: &str, quota: u32, sessions: u64, state_bytes: u64) -> pb::TenantInfo {
         pb::TenantInfo {
             name: name.to_string(),
-            quotas: Some(pb::Quotas { max_sessions: quota, max_holds: quota, max_waiters: quota }),
+            quotas: Some(pb::Quotas {
+                max_sessions: quota,
+                max_holds: quota,
+                max_waiters: quota,
+                ..pb::Quotas::default()
+            }),
             sessions,
             holds: 2 * sessions,
             waiters: 0,
@@ -574,14 +585,22 @@ SESSION     TTL  CLIENT  LOCKS (token)                 PERMITS (token)  LEADS (t
 
     #[test]
     fn the_tenant_table_shows_usage_against_quotas_and_none_for_the_admin() {
-        let tenants = [tenant("admin", QUOTA_NONE, 0, 0), tenant("payments", 10_000, 12, 4_096)];
+        let mut tenants = [tenant("admin", QUOTA_NONE, 0, 0), tenant("payments", 10_000, 12, 4_096)];
+        let payments = tenants[1].quotas.as_mut().unwrap();
+        (payments.weight, payments.max_ops_per_second) = (2, Some(500));
         let expected = "\
-TENANT    SESSIONS     HOLDS  WAITERS  STATE BYTES
-admin            0         0        0            0
-payments  12/10000  24/10000  0/10000         4096
+TENANT    SESSIONS     HOLDS  WAITERS  STATE BYTES  WEIGHT  RATE QUOTA
+admin            0         0        0            0       1           -
+payments  12/10000  24/10000  0/10000         4096       2       500/s
 ";
         assert_eq!(super::tenants(&tenants, false), expected);
         let json: Value = serde_json::from_str(&super::tenants(&tenants, true)).unwrap();
+        assert_eq!(json[0]["quotas"]["weight"], 1, "the default weight");
+        assert_eq!(json[0]["quotas"]["max_ops_per_second"], Value::Null, "no rate quota is null");
+        assert_eq!(
+            (json[1]["quotas"]["weight"].clone(), json[1]["quotas"]["max_ops_per_second"].clone()),
+            (2.into(), 500.into())
+        );
         assert_eq!(json[0]["quotas"]["max_sessions"], Value::Null, "no quota is null");
         assert_eq!(json[1]["quotas"]["max_holds"], 10_000);
         assert_eq!(json[1]["sessions"], 12);

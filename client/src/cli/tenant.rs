@@ -70,6 +70,8 @@ fn quotas_with(given: QuotaArguments, otherwise: pb::Quotas) -> pb::Quotas {
         max_sessions: given.max_sessions.unwrap_or(otherwise.max_sessions),
         max_holds: given.max_holds.unwrap_or(otherwise.max_holds),
         max_waiters: given.max_waiters.unwrap_or(otherwise.max_waiters),
+        weight: given.weight.unwrap_or(otherwise.weight),
+        max_ops_per_second: given.max_ops_per_second.or(otherwise.max_ops_per_second),
     }
 }
 
@@ -181,11 +183,14 @@ mod tests {
 
     #[test]
     fn quotas_not_given_keep_the_other_values() {
-        let current = pb::Quotas { max_sessions: 5, max_holds: 50, max_waiters: 500 };
-        let given = QuotaArguments { max_sessions: None, max_holds: Some(7), max_waiters: None };
-        assert_eq!(quotas_with(given, current), pb::Quotas { max_sessions: 5, max_holds: 7, max_waiters: 500 });
+        let current = pb::Quotas { max_sessions: 5, max_holds: 50, max_waiters: 500, ..pb::Quotas::default() };
+        let given = QuotaArguments { max_holds: Some(7), max_ops_per_second: Some(100), ..QuotaArguments::default() };
+        assert_eq!(
+            quotas_with(given, current),
+            pb::Quotas { max_sessions: 5, max_holds: 7, max_waiters: 500, weight: 0, max_ops_per_second: Some(100) }
+        );
         let defaults = quotas_with(QuotaArguments::default(), pb::Quotas::default());
-        assert_eq!(defaults, pb::Quotas { max_sessions: 0, max_holds: 0, max_waiters: 0 }, "0 asks for the default");
+        assert_eq!(defaults, pb::Quotas::default(), "0 (or unset) asks for the default");
     }
 
     #[test]

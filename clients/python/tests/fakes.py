@@ -20,6 +20,7 @@ CODE_OF_REASON: Dict[str, grpc.StatusCode] = {
     "BUDGET_EXCEEDED": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "DISK_LOW": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "OVERLOADED": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "RATE_LIMITED": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "REQUEST_ID_REUSED": grpc.StatusCode.ALREADY_EXISTS,
     "ALREADY_MEMBER": grpc.StatusCode.ALREADY_EXISTS,
     "TENANT_EXISTS": grpc.StatusCode.ALREADY_EXISTS,

@@ -77,6 +77,7 @@ def test_each_reason_gets_the_treatment_it_documents() -> None:
         assert classify(maybe_applied, None) == "lost", f"{maybe_applied} is retried with the same id"
     assert classify("REQUEST_ID_REUSED", None) == "reused: Refused"
     assert classify("OVERLOADED", None) == "later: Overloaded", "tried again after a pause"
+    assert classify("RATE_LIMITED", None) == "later: Overloaded", "tried again after a pause"
     assert classify("UNKNOWN_SESSION", OWN_SESSION) == "failed: SessionLost"
     assert classify("SESSION_ENDED", OWN_SESSION) == "failed: SessionLost"
     assert classify("UNKNOWN_SESSION", 8) == "failed: NotFound", "another session"

@@ -11,9 +11,13 @@ use leasehold_proto::ErrorReason;
 use openraft::{ChangeMembers, ServerState};
 use tonic::{Request, Response, Status};
 
-use crate::api::auth::{audit, Auth};
+use crate::api::auth::{audit, Auth, Who};
 use crate::api::convert;
-use crate::machine::{ClusterRecord, Command, QuotaChange, Quotas, Response as MachineResponse, Tenant};
+use crate::api::lock_delay::level_ready;
+use crate::machine::{
+    ClusterRecord, Command, QuotaChange, Quotas, RequestId, Response as MachineResponse, Shares, Tenant,
+    COMMAND_LEVEL_SHARES,
+};
 use crate::raft::incarnations::Incarnations;
 use crate::raft::network::Network;
 use crate::raft::replica::Replica;
@@ -75,13 +79,23 @@ fn quota_change(requested: Option<pb::Quotas>) -> QuotaChange {
     }
 }
 
-fn tenant_info(tenant: &Tenant) -> pb::TenantInfo {
+/// The share change a request asks for, if any: a weight of 0 and an unset rate quota
+/// change nothing.
+fn shares_change(requested: Option<&pb::Quotas>) -> Option<(Option<u32>, Option<u32>)> {
+    let requested = requested?;
+    let weight = (requested.weight != 0).then_some(requested.weight);
+    (weight.is_some() || requested.max_ops_per_second.is_some()).then_some((weight, requested.max_ops_per_second))
+}
+
+fn tenant_info(tenant: &Tenant, shares: Shares) -> pb::TenantInfo {
     pb::TenantInfo {
         name: tenant.name.to_string(),
         quotas: Some(pb::Quotas {
             max_sessions: tenant.quotas.sessions,
             max_holds: tenant.quotas.holds,
             max_waiters: tenant.quotas.waiters,
+            weight: shares.weight,
+            max_ops_per_second: Some(shares.ops_per_s),
         }),
         sessions: u64::from(tenant.usage.sessions),
         holds: u64::from(tenant.usage.holds),
@@ -249,9 +263,43 @@ impl AdminService {
 
     /// The tenant `name` as the local state has it (the leader's, just after its
     /// command applied).
+    /// Ok once a tenant's share may be changed (every member's build knows shares).
+    async fn shares_ready(&self) -> Result<(), Status> {
+        level_ready(&self.replica, &self.incarnations, COMMAND_LEVEL_SHARES, "a tenant's weight or rate quota", "first")
+            .await
+    }
+
+    async fn set_quotas(&self, who: &Who, request: RequestId, name: &str, quotas: QuotaChange) -> Result<(), Status> {
+        let command = Command::SetTenantQuotas { request, name: name.to_string(), quotas };
+        match self.replica.propose(who.caller(&[]), command).await? {
+            MachineResponse::TenantQuotasSet { .. } => Ok(()),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn set_shares(
+        &self,
+        who: &Who,
+        request: RequestId,
+        name: &str,
+        weight: Option<u32>,
+        ops_per_s: Option<u32>,
+    ) -> Result<(), Status> {
+        let command = Command::SetTenantShares { request, name: name.to_string(), weight, ops_per_s };
+        match self.replica.propose(who.caller(&[]), command).await? {
+            MachineResponse::TenantQuotasSet { .. } => Ok(()),
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn tenant_info(&self, name: &str) -> Result<pb::TenantInfo, Status> {
         let applied = self.replica.shared.applied.read().unwrap();
-        let tenant = applied.machine.tenant_by_name(name).map(|(_, tenant)| tenant_info(tenant));
+        let tenant = applied
+            .machine
+            .tenant_by_name(name)
+            .map(|(id, tenant)| tenant_info(tenant, applied.machine.tenant_shares(id)));
         tenant.ok_or_else(|| error_status(ErrorReason::UnknownTenant, format!("tenant {name:?} does not exist"), &[]))
     }
 }
@@ -546,6 +594,10 @@ impl Admin for AdminService {
         let request = request.into_inner();
         audit("AddTenant", &who, &format!("tenant {:?}", request.name));
         let request_id = convert::request_id(request.request_id)?;
+        let shares = shares_change(request.quotas.as_ref());
+        if shares.is_some() {
+            self.shares_ready().await?;
+        }
         let quotas = quotas(request.quotas);
         let token = new_tenant_token();
         let command = Command::AddTenant {
@@ -557,6 +609,9 @@ impl Admin for AdminService {
         self.replica.check_budget()?;
         match self.replica.propose(who.caller(&[]), command).await? {
             MachineResponse::TenantAdded { .. } => {
+                if let Some((weight, ops_per_s)) = shares {
+                    self.set_shares(&who, request_id, &request.name, weight, ops_per_s).await?;
+                }
                 Ok(Response::new(pb::AddTenantResponse { tenant: Some(self.tenant_info(&request.name)?), token }))
             }
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
@@ -572,7 +627,9 @@ impl Admin for AdminService {
         who.require_admin("list the tenants")?;
         let tenants = self
             .replica
-            .read(false, |machine| machine.tenants().map(|(_, tenant)| tenant_info(tenant)).collect())
+            .read(false, |machine| {
+                machine.tenants().map(|(id, tenant)| tenant_info(tenant, machine.tenant_shares(id))).collect()
+            })
             .await?;
         Ok(Response::new(pb::ListTenantsResponse { tenants }))
     }
@@ -606,18 +663,19 @@ impl Admin for AdminService {
         who.require_admin("change a tenant's quotas")?;
         let request = request.into_inner();
         audit("SetTenantQuotas", &who, &format!("tenant {:?}: {:?}", request.name, request.quotas));
-        let command = Command::SetTenantQuotas {
-            request: convert::request_id(request.request_id)?,
-            name: request.name.clone(),
-            quotas: quota_change(request.quotas),
-        };
-        match self.replica.propose(who.caller(&[]), command).await? {
-            MachineResponse::TenantQuotasSet { .. } => {
-                Ok(Response::new(pb::SetTenantQuotasResponse { tenant: Some(self.tenant_info(&request.name)?) }))
+        let request_id = convert::request_id(request.request_id)?;
+        let shares = shares_change(request.quotas.as_ref());
+        let change = quota_change(request.quotas);
+        if let Some((weight, ops_per_s)) = shares {
+            self.shares_ready().await?;
+            if change != QuotaChange::default() {
+                self.set_quotas(&who, request_id, &request.name, change).await?;
             }
-            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
-            other => Err(unexpected(other)),
+            self.set_shares(&who, request_id, &request.name, weight, ops_per_s).await?;
+        } else {
+            self.set_quotas(&who, request_id, &request.name, change).await?;
         }
+        Ok(Response::new(pb::SetTenantQuotasResponse { tenant: Some(self.tenant_info(&request.name)?) }))
     }
 
     async fn remove_tenant(

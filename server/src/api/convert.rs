@@ -300,6 +300,8 @@ mod tests {
             ("WAITERS_PER_TENANT_DEFAULT", u64::from(WAITERS_PER_TENANT_DEFAULT)),
             ("TENANT_NAME_BYTES_MAX", TENANT_NAME_BYTES_MAX as u64),
             ("LOCK_DELAY_MS_MAX", LOCK_DELAY_MS_MAX),
+            ("TENANT_WEIGHT_MAX", u64::from(TENANT_WEIGHT_MAX)),
+            ("TENANT_OPS_PER_S_MAX", u64::from(TENANT_OPS_PER_S_MAX)),
         ];
         let proto = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../proto/proto/leasehold.proto"))
             .expect("read the proto");

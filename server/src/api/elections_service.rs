@@ -20,6 +20,7 @@ use crate::machine::{
     AcquireOutcome, Command, LeaderView, ResourceKind, Response as MachineResponse, StateMachine, TenantId,
 };
 use crate::raft::replica::Replica;
+use crate::shell::observers::{Full, OBSERVERS_MAX, OBSERVERS_PER_TENANT_MAX};
 
 /// Changes buffered per `Observe` stream before the stream is dropped (its client
 /// reconnects and reads the current state).
@@ -140,8 +141,25 @@ impl Elections for ElectionsService {
         let name = convert::resource_name(ResourceKind::Election, &request.name)?;
         // Subscribe first, then read: a change applied in between is in both, and
         // its index tells the stream to skip it.
-        let Some(mut subscription) = self.replica.shared.observers.subscribe(tenant, &name) else {
-            return Err(error_status(ErrorReason::LimitExceeded, "too many open Observe streams on this node", &[]));
+        let mut subscription = match self.replica.shared.observers.subscribe(tenant, &name) {
+            Ok(subscription) => subscription,
+            Err(Full::Node) => {
+                return Err(error_status(
+                    ErrorReason::LimitExceeded,
+                    format!("{OBSERVERS_MAX} Observe streams are open on this node (OBSERVERS_MAX)"),
+                    &[],
+                ))
+            }
+            Err(Full::Tenant) => {
+                return Err(error_status(
+                    ErrorReason::LimitExceeded,
+                    format!(
+                        "{OBSERVERS_PER_TENANT_MAX} Observe streams of this tenant's elections are open on this node \
+                         (OBSERVERS_PER_TENANT_MAX)"
+                    ),
+                    &[],
+                ))
+            }
         };
         let (initial_index, initial) = self
             .replica

@@ -321,10 +321,12 @@ impl Leasehold for LeaseholdService {
         let (sessions, next_page_token) = self
             .replica
             .read(request.stale, |machine| {
-                let mut ids = machine
-                    .sessions_from(start)
-                    .filter(|session| only.is_none_or(|tenant| session.tenant() == tenant))
-                    .map(|session| session.id());
+                // A tenant's page walks its own sessions only (an index by tenant).
+                let sessions: Box<dyn Iterator<Item = &crate::machine::Session>> = match only {
+                    Some(tenant) => Box::new(machine.tenant_sessions_from(tenant, start)),
+                    None => Box::new(machine.sessions_from(start)),
+                };
+                let mut ids = sessions.map(|session| session.id());
                 let page: Vec<SessionId> = ids.by_ref().take(page_size).collect();
                 let next = ids.next().unwrap_or(0);
                 (page.into_iter().filter_map(|id| session_info(machine, id)).collect(), next)

@@ -60,34 +60,50 @@ impl LockDelayPolicy {
     /// Ok once a command of the lock-delay level may be proposed; on a node that does
     /// not lead, Ok too (the proposal itself answers `NOT_LEADER`).
     pub async fn admit(&self, replica: &Replica) -> Result<(), Status> {
-        let deadline = replica.clock.now_ms() + LOCK_DELAY_LEVEL_WAIT_MS;
-        loop {
-            if replica.shared.applied.read().unwrap().machine.command_level() >= COMMAND_LEVEL_LOCK_DELAY {
-                return Ok(());
-            }
-            let (leading, members) = {
-                let metrics = replica.raft.metrics();
-                let metrics = metrics.borrow();
-                let members: Vec<NodeId> = metrics.membership_config.membership().nodes().map(|(id, _)| *id).collect();
-                (metrics.state == ServerState::Leader, members)
-            };
-            if !leading {
-                return Ok(());
-            }
-            let behind = self.incarnations.member_below(COMMAND_LEVEL_LOCK_DELAY, &members);
-            let Some(node) = behind else { return Ok(()) };
-            if replica.clock.now_ms() >= deadline {
-                return Err(error_status(
-                    ErrorReason::MembersTooOld,
-                    format!(
-                        "lock-delay needs every member's build at command level {COMMAND_LEVEL_LOCK_DELAY}, and \
-                         node {node} was not heard at it; upgrade every member, or acquire without a delay"
-                    ),
-                    &[("command_level", COMMAND_LEVEL_LOCK_DELAY.to_string()), ("node", node.to_string())],
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(LEVEL_POLL_MS)).await;
+        level_ready(replica, &self.incarnations, COMMAND_LEVEL_LOCK_DELAY, "lock-delay", "or acquire without a delay")
+            .await
+    }
+}
+
+/// Ok once a command of `level` may be proposed: the log used that level, or this
+/// leader heard every member at it (waiting `LOCK_DELAY_LEVEL_WAIT_MS` for a leader
+/// that took office a moment ago); on a node that does not lead, Ok too (the proposal
+/// itself answers `NOT_LEADER`). Otherwise `MEMBERS_TOO_OLD`, naming `feature` and
+/// what the caller may do instead (`instead`).
+pub async fn level_ready(
+    replica: &Replica,
+    incarnations: &Incarnations,
+    level: u32,
+    feature: &str,
+    instead: &str,
+) -> Result<(), Status> {
+    let deadline = replica.clock.now_ms() + LOCK_DELAY_LEVEL_WAIT_MS;
+    loop {
+        if replica.shared.applied.read().unwrap().machine.command_level() >= level {
+            return Ok(());
         }
+        let (leading, members) = {
+            let metrics = replica.raft.metrics();
+            let metrics = metrics.borrow();
+            let members: Vec<NodeId> = metrics.membership_config.membership().nodes().map(|(id, _)| *id).collect();
+            (metrics.state == ServerState::Leader, members)
+        };
+        if !leading {
+            return Ok(());
+        }
+        let behind = incarnations.member_below(level, &members);
+        let Some(node) = behind else { return Ok(()) };
+        if replica.clock.now_ms() >= deadline {
+            return Err(error_status(
+                ErrorReason::MembersTooOld,
+                format!(
+                    "{feature} needs every member's build at command level {level}, and node {node} was not heard \
+                     at it; upgrade every member, {instead}"
+                ),
+                &[("command_level", level.to_string()), ("node", node.to_string())],
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(LEVEL_POLL_MS)).await;
     }
 }
 

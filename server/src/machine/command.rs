@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::caller::{Caller, SecretHash, TenantId};
 use super::delay::DelayKey;
 use super::error::{
-    validate_election_value, validate_lock_delay_ms, validate_name, validate_semaphore_limit, CommandError,
+    validate_election_value, validate_lock_delay_ms, validate_name, validate_semaphore_limit, validate_shares,
+    CommandError,
 };
 use super::limits::{QuotaChange, Quotas};
 use super::{ResourceKind, SessionId, Token};
@@ -31,14 +32,17 @@ pub struct RequestId {
 /// 2: `Command::CheckpointSessions`.
 /// 3: lock-delay: `Command::AcquireWithDelay`, `Command::SemAcquireWithDelay`,
 ///    `Command::EndLockDelays`.
-pub const COMMAND_LEVEL: u32 = 3;
+/// 4: shares: `Command::SetTenantShares` (a tenant's weight and rate quota).
+pub const COMMAND_LEVEL: u32 = 4;
 pub const COMMAND_LEVEL_RECORD_MEMBER: u32 = 1;
 pub const COMMAND_LEVEL_CHECKPOINT: u32 = 2;
 pub const COMMAND_LEVEL_LOCK_DELAY: u32 = 3;
+pub const COMMAND_LEVEL_SHARES: u32 = 4;
 const _: () = assert!(
     COMMAND_LEVEL_RECORD_MEMBER <= COMMAND_LEVEL
         && COMMAND_LEVEL_CHECKPOINT <= COMMAND_LEVEL
         && COMMAND_LEVEL_LOCK_DELAY <= COMMAND_LEVEL
+        && COMMAND_LEVEL_SHARES <= COMMAND_LEVEL
 );
 
 /// One committed entry's instruction to the state machine.
@@ -217,6 +221,15 @@ pub enum Command {
     EndLockDelays {
         ended: Vec<DelayKey>,
     },
+    /// The admin changes a tenant's share of the leader (see `limits::Shares`): its
+    /// weight and its rate quota. Those left `None` keep their values. Used only once
+    /// every member's build knows it.
+    SetTenantShares {
+        request: RequestId,
+        name: String,
+        weight: Option<u32>,
+        ops_per_s: Option<u32>,
+    },
 }
 
 impl Command {
@@ -242,7 +255,8 @@ impl Command {
             | Command::SetTenantQuotas { request, .. }
             | Command::RemoveTenant { request, .. }
             | Command::AcquireWithDelay { request, .. }
-            | Command::SemAcquireWithDelay { request, .. } => Some(*request),
+            | Command::SemAcquireWithDelay { request, .. }
+            | Command::SetTenantShares { request, .. } => Some(*request),
             Command::ExpireSessions { .. }
             | Command::RecordMember { .. }
             | Command::CheckpointSessions { .. }
@@ -282,6 +296,7 @@ impl Command {
             | Command::AddTenant { .. }
             | Command::RotateTenantToken { .. }
             | Command::SetTenantQuotas { .. }
+            | Command::SetTenantShares { .. }
             | Command::RemoveTenant { .. }
             | Command::RecordMember { .. }
             | Command::CheckpointSessions { .. }
@@ -326,6 +341,7 @@ impl Command {
                 validate_name(Election, name).and_then(|()| validate_election_value(value))
             }
             Command::CampaignCancelWait { name, .. } | Command::Resign { name, .. } => validate_name(Election, name),
+            Command::SetTenantShares { weight, ops_per_s, .. } => validate_shares(*weight, *ops_per_s),
             Command::CreateSession { .. }
             | Command::CloseSession { .. }
             | Command::ExpireSessions { .. }
@@ -362,6 +378,7 @@ impl Command {
             | Command::AddTenant { .. }
             | Command::RotateTenantToken { .. }
             | Command::SetTenantQuotas { .. }
+            | Command::SetTenantShares { .. }
             | Command::RemoveTenant { .. }
             | Command::RecordMember { .. }
             | Command::CheckpointSessions { .. }
@@ -377,6 +394,7 @@ impl Command {
             Command::AcquireWithDelay { .. } | Command::SemAcquireWithDelay { .. } | Command::EndLockDelays { .. } => {
                 COMMAND_LEVEL_LOCK_DELAY
             }
+            Command::SetTenantShares { .. } => COMMAND_LEVEL_SHARES,
             _ => 0,
         }
     }
@@ -530,6 +548,13 @@ impl Command {
                 hasher.write_u64(u64::from(*limit));
                 hasher.write_tag(u8::from(*wait));
                 hasher.write_u64(*delay_ms);
+            }
+            Command::SetTenantShares { request: _, name, weight, ops_per_s } => {
+                hasher.write_tag(24);
+                hasher.write_str(name);
+                for share in [weight, ops_per_s] {
+                    hasher.write_u64(share.map_or(0, |share| u64::from(share) + 1));
+                }
             }
             Command::EndLockDelays { ended } => {
                 hasher.write_tag(23);

@@ -23,8 +23,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::caller::TenantId;
-use super::error::end_delays_batch_too_large;
-use super::{CommandError, Event, ResourceKind, Response, SessionId, StateMachine, Token, COMMAND_LEVEL_LOCK_DELAY};
+use super::error::{end_delays_batch_too_large, quota_exceeded};
+use super::{
+    Caller, Command, CommandError, Event, ResourceKind, Response, SessionId, StateMachine, Token, ADMIN_TENANT,
+    COMMAND_LEVEL_LOCK_DELAY,
+};
 use crate::machine::limits::LOCK_DELAYS_ENDED_PER_COMMAND_MAX;
 
 /// Names one held-back grant: the lock or semaphore and the expired session that held
@@ -227,5 +230,38 @@ impl StateMachine {
     #[cfg(test)]
     pub(super) fn claim_delays(&self) -> &std::collections::BTreeMap<ClaimKey, u32> {
         &self.claim_delays
+    }
+}
+
+impl StateMachine {
+    /// Grants of `tenant` held back after their holder's session expired.
+    pub fn held_back_of(&self, tenant: TenantId) -> usize {
+        let first = DelayKey { tenant, kind: ResourceKind::Lock, name: String::new(), session: 0 };
+        self.held_back.range(first..).take_while(|(key, _)| key.tenant == tenant).count()
+    }
+
+    /// The leader's refusal of a new hold or wait for a lock, permit or leadership
+    /// while the caller's tenant is at its holds quota once its held-back grants count
+    /// too: those keep their names from everyone until their delay ends, as a hold
+    /// does, so a tenant that lets sessions expire does not get more names than its
+    /// quota. Not a refusal the log would make (the log counts what sessions hold), so
+    /// it is the leader's admission only, like a rate quota: a delay that ends in an
+    /// entry in flight may let one through.
+    pub fn held_back_quota_refusal(&self, caller: &Caller, command: &Command) -> Option<CommandError> {
+        let tenant = caller.tenant().filter(|tenant| *tenant != ADMIN_TENANT)?;
+        let new_claim = matches!(
+            command,
+            Command::Acquire { .. }
+                | Command::AcquireWithDelay { .. }
+                | Command::SemAcquire { .. }
+                | Command::SemAcquireWithDelay { .. }
+                | Command::Campaign { .. }
+        );
+        if !new_claim || self.held_back.is_empty() {
+            return None;
+        }
+        let entry = self.tenants.get(&tenant)?;
+        let counted = entry.usage.holds.saturating_add(self.held_back_of(tenant) as u32);
+        (counted >= entry.quotas.holds).then(|| quota_exceeded(&entry.name, "holds", entry.quotas.holds, counted))
     }
 }

@@ -12,7 +12,7 @@ use crate::machine::limits::{
     LOCK_NAME_BYTES_MAX, SEMAPHORE_LIMIT_MAX, SESSIONS_MAX, SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
     WAITERS_PER_LOCK_MAX,
 };
-use crate::machine::limits::{TENANTS_MAX, TENANT_NAME_BYTES_MAX};
+use crate::machine::limits::{TENANTS_MAX, TENANT_NAME_BYTES_MAX, TENANT_OPS_PER_S_MAX, TENANT_WEIGHT_MAX};
 
 /// Why a command was rejected. A rejected command changed nothing but the last applied
 /// index, so the client may fix it and send it again.
@@ -108,6 +108,25 @@ pub(super) fn validate_semaphore_limit(limit: u32) -> Result<(), CommandError> {
             format!(
                 "semaphore limit is {limit}; it must be at least 1 and at most \
                  {SEMAPHORE_LIMIT_MAX} (SEMAPHORE_LIMIT_MAX)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn validate_shares(weight: Option<u32>, ops_per_s: Option<u32>) -> Result<(), CommandError> {
+    if let Some(weight) = weight.filter(|weight| !(1..=TENANT_WEIGHT_MAX).contains(weight)) {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            format!("weight is {weight}; it must be at least 1 and at most {TENANT_WEIGHT_MAX} (TENANT_WEIGHT_MAX)"),
+        ));
+    }
+    if let Some(ops_per_s) = ops_per_s.filter(|ops_per_s| *ops_per_s > TENANT_OPS_PER_S_MAX) {
+        return Err(CommandError::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "the rate quota is {ops_per_s} operations a second; it must be at most {TENANT_OPS_PER_S_MAX} \
+                 (TENANT_OPS_PER_S_MAX), or 0 for none"
             ),
         ));
     }

@@ -7,7 +7,8 @@ use super::error::validate_tenant_name;
 use super::session::Answer;
 use super::session::Role;
 use super::{
-    RequestId, ResourceKind, SessionId, StateMachine, TenantId, Usage, ADMIN_TENANT, COMMAND_LEVEL_LOCK_DELAY,
+    RequestId, ResourceKind, SessionId, Shares, StateMachine, TenantId, Usage, ADMIN_TENANT, COMMAND_LEVEL_LOCK_DELAY,
+    COMMAND_LEVEL_SHARES,
 };
 use crate::machine::limits::TENANTS_MAX;
 use crate::machine::limits::{
@@ -123,6 +124,11 @@ impl StateMachine {
                 self.command_level
             );
         }
+        for (tenant, shares) in &self.tenant_shares {
+            assert!(self.tenants.contains_key(tenant), "tenant {tenant} has a share but does not exist");
+            assert!(*shares != Shares::default(), "tenant {tenant}'s share is the default, kept anyway");
+            assert!(self.command_level >= COMMAND_LEVEL_SHARES, "shares are in use below their command level");
+        }
     }
 
     /// Checkpointed sessions: each is live, has no more left than its TTL, and was
@@ -194,6 +200,9 @@ impl StateMachine {
     /// queue, and none is listed twice.
     fn check_sessions(&self) {
         assert!(self.sessions.len() <= SESSIONS_MAX, "{} sessions exceed SESSIONS_MAX", self.sessions.len());
+        let by_tenant: std::collections::BTreeSet<(TenantId, SessionId)> =
+            self.sessions.values().map(|session| (session.tenant, session.id)).collect();
+        assert_eq!(self.sessions_by_tenant, by_tenant, "the index of sessions by tenant is out of step");
         for (id, session) in &self.sessions {
             assert_eq!(*id, session.id, "session {id} is stored under another id");
             assert!(

@@ -169,6 +169,29 @@ impl Default for Quotas {
     }
 }
 
+/// The highest weight a tenant may have (see `Shares`).
+pub const TENANT_WEIGHT_MAX: u32 = 1_000;
+/// The highest rate quota a tenant may have, in operations a second.
+pub const TENANT_OPS_PER_S_MAX: u32 = 10_000_000;
+
+/// A tenant's share of the leader, set by `SetTenantShares`; a tenant never given one
+/// has the default (weight 1, no rate quota) and no entry in the state.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shares {
+    /// How much of each log entry the tenant gets while others wait too, relative to
+    /// the others' weights (see `raft::tenant_queues`).
+    pub weight: u32,
+    /// The commands a second the leader takes from the tenant; past it they are
+    /// refused with `RATE_LIMITED` and a retry-after. 0: no rate quota.
+    pub ops_per_s: u32,
+}
+
+impl Default for Shares {
+    fn default() -> Shares {
+        Shares { weight: 1, ops_per_s: 0 }
+    }
+}
+
 /// The quotas a `SetTenantQuotas` changes; those it leaves as `None` keep their
 /// values, so two admins changing different quotas at once do not undo each other.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::command::{COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_LOCK_DELAY};
+use crate::machine::command::{COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_LOCK_DELAY, COMMAND_LEVEL_SHARES};
 use crate::machine::delay::{ClaimKey, DelayKey, HeldBack};
-use crate::machine::{CommandError, Response, SessionId, StateMachine};
+use crate::machine::{CommandError, Response, SessionId, Shares, StateMachine, TenantId};
 
 /// A node id as Raft's membership knows it.
 pub type NodeId = u64;
@@ -110,14 +110,19 @@ impl StateMachine {
             return bytes;
         }
         let bytes = postcard::to_extend(&self.claim_delays, bytes).expect("postcard encoding into a Vec cannot fail");
-        postcard::to_extend(&self.held_back, bytes).expect("postcard encoding into a Vec cannot fail")
+        let bytes = postcard::to_extend(&self.held_back, bytes).expect("postcard encoding into a Vec cannot fail");
+        if self.command_level < COMMAND_LEVEL_SHARES {
+            return bytes;
+        }
+        postcard::to_extend(&self.tenant_shares, bytes).expect("postcard encoding into a Vec cannot fail")
     }
 
     /// Reads what `snapshot_into` wrote; nothing after the machine is an empty record
     /// (the leader then records the members again), nothing after the record is no
     /// checkpointed session and no command of level 2 or above used (snapshots of
-    /// builds before either, or of clusters that never used one), and nothing after
-    /// the command level is no lock-delay used.
+    /// builds before either, or of clusters that never used one), nothing after
+    /// the command level is no lock-delay used, and nothing after the held-back grants
+    /// is no tenant given a share.
     pub fn from_snapshot(bytes: &[u8]) -> Result<StateMachine, postcard::Error> {
         let (mut machine, mut rest) = postcard::take_from_bytes::<StateMachine>(bytes)?;
         if !rest.is_empty() {
@@ -133,6 +138,11 @@ impl StateMachine {
                 let (held_back, rest) = postcard::take_from_bytes::<BTreeMap<DelayKey, HeldBack>>(rest)?;
                 machine.claim_delays = claim_delays;
                 machine.held_back = held_back;
+                after = rest;
+            }
+            if !after.is_empty() {
+                let (tenant_shares, rest) = postcard::take_from_bytes::<BTreeMap<TenantId, Shares>>(after)?;
+                machine.tenant_shares = tenant_shares;
                 after = rest;
             }
             if !after.is_empty() {

@@ -86,6 +86,7 @@ use crate::machine::limits::REQUESTS_REMEMBERED_PER_SESSION_MAX;
 
 pub use command::{
     Command, RequestId, COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_LOCK_DELAY, COMMAND_LEVEL_RECORD_MEMBER,
+    COMMAND_LEVEL_SHARES,
 };
 pub use delay::{DelayKey, HeldBack};
 pub use error::{CommandError, ErrorKind};
@@ -99,7 +100,7 @@ pub use view::{
 
 pub use caller::{Caller, SecretHash, TenantId, ADMIN_TENANT, ADMIN_TENANT_NAME};
 pub use command::Submission;
-pub use limits::{QuotaChange, Quotas};
+pub use limits::{QuotaChange, Quotas, Shares};
 pub use members::{ClusterRecord, Recorded};
 pub use tenant::{Tenant, Usage};
 
@@ -171,6 +172,10 @@ pub struct StateMachine {
     /// snapshots; rebuilt from the tenants when one is decoded.
     #[serde(skip)]
     tenants_by_token: BTreeMap<SecretHash, TenantId>,
+    /// Every session by its tenant, so that a tenant's listing walks its own sessions
+    /// only. Not in snapshots; rebuilt from the sessions when one is decoded.
+    #[serde(skip)]
+    sessions_by_tenant: std::collections::BTreeSet<(TenantId, SessionId)>,
     /// The sum of every tenant's `usage.bytes`, kept as they change. Not in
     /// snapshots; summed again when one is decoded.
     #[serde(skip)]
@@ -199,6 +204,10 @@ pub struct StateMachine {
     /// their delay (see `delay`). Snapshots carry it after `claim_delays`.
     #[serde(skip)]
     held_back: BTreeMap<DelayKey, HeldBack>,
+    /// The tenants given a share other than the default (see `limits::Shares`).
+    /// Snapshots carry it after `held_back`, once the log used shares.
+    #[serde(skip)]
+    tenant_shares: BTreeMap<TenantId, Shares>,
 }
 
 impl Default for StateMachine {
@@ -212,12 +221,14 @@ impl Default for StateMachine {
             creations: BTreeMap::new(),
             client_names: BTreeMap::new(),
             tenants_by_token: BTreeMap::new(),
+            sessions_by_tenant: std::collections::BTreeSet::new(),
             bytes_total: 0,
             cluster: ClusterRecord::default(),
             quiet: BTreeMap::new(),
             command_level: 0,
             claim_delays: BTreeMap::new(),
             held_back: BTreeMap::new(),
+            tenant_shares: BTreeMap::new(),
         }
     }
 }
@@ -245,12 +256,14 @@ impl From<DecodedMachine> for StateMachine {
             creations: BTreeMap::new(),
             client_names: BTreeMap::new(),
             tenants_by_token: BTreeMap::new(),
+            sessions_by_tenant: std::collections::BTreeSet::new(),
             bytes_total: 0,
             cluster: ClusterRecord::default(),
             quiet: BTreeMap::new(),
             command_level: 0,
             claim_delays: BTreeMap::new(),
             held_back: BTreeMap::new(),
+            tenant_shares: BTreeMap::new(),
         };
         let mut client_names = BTreeMap::new();
         for session in machine.sessions.values_mut() {
@@ -262,6 +275,7 @@ impl From<DecodedMachine> for StateMachine {
             }
         }
         machine.client_names = client_names;
+        machine.sessions_by_tenant = machine.sessions.values().map(|session| (session.tenant, session.id)).collect();
         for (id, tenant) in &machine.tenants {
             if let Some(token_hash) = tenant.token_hash {
                 machine.tenants_by_token.insert(token_hash, *id);
@@ -549,6 +563,12 @@ impl StateMachine {
         self.sessions.range(first..).map(|(_, session)| &**session)
     }
 
+    /// `tenant`'s sessions from id `first` on, in id order: a walk of that tenant's
+    /// sessions only.
+    pub fn tenant_sessions_from(&self, tenant: TenantId, first: SessionId) -> impl Iterator<Item = &Session> + '_ {
+        self.sessions_by_tenant.range((tenant, first)..=(tenant, SessionId::MAX)).map(|(_, id)| &*self.sessions[id])
+    }
+
     pub fn session_ttl_ms(&self, session: SessionId) -> Option<u64> {
         self.sessions.get(&session).map(|session| session.ttl_ms())
     }
@@ -777,6 +797,9 @@ impl StateMachine {
             }
             Command::RotateTenantToken { request: _, name, token_hash } => self.rotate_tenant_token(name, *token_hash),
             Command::SetTenantQuotas { request: _, name, quotas } => self.set_tenant_quotas(name, *quotas),
+            Command::SetTenantShares { request: _, name, weight, ops_per_s } => {
+                self.set_tenant_shares(name, *weight, *ops_per_s)
+            }
             Command::RemoveTenant { request: _, name } => self.remove_tenant(index, stamp_ms, name, events),
             Command::RecordMember { cluster_id, node, incarnation } => {
                 self.record_member(index, *cluster_id, *node, *incarnation)

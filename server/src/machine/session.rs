@@ -342,6 +342,7 @@ impl StateMachine {
             secret,
             counted: Counted::default(),
         };
+        self.sessions_by_tenant.insert((session.tenant, index));
         let previous = self.sessions.insert(index, Box::new(session));
         assert!(previous.is_none(), "session ids are log indexes, which are never reused");
         Ok(Response::SessionCreated { session: index, ttl_ms })
@@ -516,6 +517,7 @@ impl StateMachine {
         // freed, and granted, at most once in this entry.
         for session_id in ending {
             let session = self.sessions.remove(session_id).expect("only live sessions are ended");
+            self.sessions_by_tenant.remove(&(session.tenant, session.id));
             self.quiet.remove(session_id);
             // Taken before the claims' delays are forgotten: an expired holder's
             // grants that carry one are held back rather than handed on (see `delay`).

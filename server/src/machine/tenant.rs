@@ -16,12 +16,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::caller::{Caller, SecretHash, TenantId, ADMIN_TENANT, ADMIN_TENANT_NAME};
+use super::command::COMMAND_LEVEL_SHARES;
 use super::election::Election;
 use super::error::{
     permission_denied, quota_exceeded, session_locks_full, tenant_exists, tenant_removed, unknown_session,
     unknown_tenant, validate_tenant_name, wrong_session_secret,
 };
-use super::limits::{QuotaChange, Quotas};
+use super::limits::{QuotaChange, Quotas, Shares};
 use super::lock::Lock;
 use super::semaphore::Semaphore;
 use super::session::Role;
@@ -111,6 +112,7 @@ impl StateMachine {
             | Command::RotateTenantToken { .. }
             | Command::RemoveTenant { .. }
             | Command::SetTenantQuotas { .. }
+            | Command::SetTenantShares { .. }
                 if tenant != ADMIN_TENANT =>
             {
                 return Err(permission_denied(tenant_name, "tenant management, which needs the admin credential"))
@@ -245,6 +247,34 @@ impl StateMachine {
         Ok(Response::TenantQuotasSet { tenant: id })
     }
 
+    /// Changes a tenant's share of the leader; a share back at the default is dropped
+    /// from the state.
+    pub(super) fn set_tenant_shares(
+        &mut self,
+        name: &str,
+        weight: Option<u32>,
+        ops_per_s: Option<u32>,
+    ) -> Result<Response, CommandError> {
+        let Some((id, _)) = self.tenant_by_name(name).filter(|(id, _)| *id != ADMIN_TENANT) else {
+            return Err(unknown_tenant(name));
+        };
+        let current = self.tenant_shares(id);
+        let shares =
+            Shares { weight: weight.unwrap_or(current.weight), ops_per_s: ops_per_s.unwrap_or(current.ops_per_s) };
+        if shares == Shares::default() {
+            self.tenant_shares.remove(&id);
+        } else {
+            self.tenant_shares.insert(id, shares);
+        }
+        self.command_level = self.command_level.max(COMMAND_LEVEL_SHARES);
+        Ok(Response::TenantQuotasSet { tenant: id })
+    }
+
+    /// The tenant's share of the leader (the default for one never given one).
+    pub fn tenant_shares(&self, tenant: TenantId) -> Shares {
+        self.tenant_shares.get(&tenant).copied().unwrap_or_default()
+    }
+
     /// Removes a tenant: its token stops working and its sessions end in this entry,
     /// releasing everything they held.
     pub(super) fn remove_tenant(
@@ -263,6 +293,7 @@ impl StateMachine {
         // Held-back grants wait for no one now: none of the tenant's sessions is left.
         self.end_delays_of_tenant(index, stamp_ms, id, events);
         let tenant = self.tenants.remove(&id).expect("found above");
+        self.tenant_shares.remove(&id);
         assert_eq!(tenant.usage, Usage::default(), "a tenant whose sessions all ended uses nothing");
         if let Some(token_hash) = tenant.token_hash {
             self.tenants_by_token.remove(&token_hash);

@@ -892,6 +892,7 @@ fn sessions_limit_is_enforced() {
             (id, Box::new(session))
         })
         .collect();
+    harness.machine.sessions_by_tenant = (1..=count).map(|id| (ADMIN_TENANT, id)).collect();
     let bytes: u64 = harness.machine.sessions.values().map(|session| u64::from(session.counted.bytes)).sum();
     let admin = harness.machine.tenants.get_mut(&ADMIN_TENANT).unwrap();
     admin.usage.sessions = count as u32;
@@ -1568,6 +1569,7 @@ fn corruptible() -> (StateMachine, SessionId, SessionId, SessionId) {
 fn invariants_catch_a_dead_session_holding_a_lock() {
     let (mut machine, a, _, _) = corruptible();
     let gone = machine.sessions.remove(&a).unwrap();
+    machine.sessions_by_tenant.remove(&(gone.tenant, gone.id));
     unshare_name(&mut machine.client_names, &gone.client_name);
     machine.check_invariants();
 }
@@ -1576,7 +1578,17 @@ fn invariants_catch_a_dead_session_holding_a_lock() {
 #[should_panic(expected = "the client name table does not count the sessions using each name")]
 fn invariants_catch_a_client_name_kept_after_its_sessions_ended() {
     let (mut machine, a, _, _) = corruptible();
-    machine.sessions.remove(&a);
+    let gone = machine.sessions.remove(&a).unwrap();
+    machine.sessions_by_tenant.remove(&(gone.tenant, gone.id));
+    machine.check_invariants();
+}
+
+#[test]
+#[should_panic(expected = "the index of sessions by tenant is out of step")]
+fn invariants_catch_a_session_missing_from_the_tenant_index() {
+    let (mut machine, a, _, _) = corruptible();
+    let tenant = machine.sessions[&a].tenant;
+    machine.sessions_by_tenant.remove(&(tenant, a));
     machine.check_invariants();
 }
 

@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::machine::Usage;
+use crate::machine::{TenantId, Usage};
 use crate::raft::replica::Replica;
 use crate::shell::wait_histograms::escape_label;
 
@@ -29,8 +29,8 @@ pub fn render(replica: &Replica) -> String {
                 (tenant.to_string(), name.to_string(), limit, holders, waiters)
             })
             .collect();
-        let tenants: Vec<(String, Usage)> =
-            machine.tenants().map(|(_, tenant)| (tenant.name.to_string(), tenant.usage)).collect();
+        let tenants: Vec<(TenantId, String, Usage)> =
+            machine.tenants().map(|(id, tenant)| (id, tenant.name.to_string(), tenant.usage)).collect();
         (machine.session_count(), machine.lock_count(), machine.election_count(), semaphores, tenants)
     };
     let mut text = String::new();
@@ -63,7 +63,7 @@ pub fn render(replica: &Replica) -> String {
         "Locks and permits held back in their lock-delay after their holder's session expired (timers this node runs).",
         replica.shared.lock_delays.len() as u64,
     );
-    let state_bytes: u64 = tenants.iter().map(|(_, usage)| usage.bytes).sum();
+    let state_bytes: u64 = tenants.iter().map(|(_, _, usage)| usage.bytes).sum();
     gauge("leasehold_state_bytes", "The replicated state's estimated size.", state_bytes);
     gauge(
         "leasehold_state_budget_bytes",
@@ -120,6 +120,11 @@ pub fn render(replica: &Replica) -> String {
             &counters.refused_overloaded,
         ),
         (
+            "leasehold_commands_refused_rate_limited_total",
+            "Commands this node refused as leader with RATE_LIMITED: their tenant was past its rate quota.",
+            &counters.refused_rate_limited,
+        ),
+        (
             "leasehold_early_refusals_paced_total",
             "Early refusals this node answered after a pause: their tenant was past 1,000 of them that second.",
             &counters.refusals_paced,
@@ -158,12 +163,13 @@ pub fn render(replica: &Replica) -> String {
         ("leasehold_tenant_state_bytes", "The replicated state a tenant takes, estimated.", 3),
     ] {
         let _ = writeln!(text, "# HELP {metric} {help}\n# TYPE {metric} gauge");
-        for (tenant, usage) in &tenants {
+        for (_, tenant, usage) in &tenants {
             let value =
                 [u64::from(usage.sessions), u64::from(usage.holds), u64::from(usage.waiters), usage.bytes][pick];
             let _ = writeln!(text, "{metric}{{tenant=\"{}\"}} {value}", escape_label(tenant));
         }
     }
+    render_tenant_admission(&mut text, replica, &tenants);
     replica.shared.semaphore_waits.render(&mut text);
     if let Some(watched) = replica.shared.watched.get().filter(|watched| !watched.is_empty()) {
         render_watched(&mut text, &watched.snapshot());
@@ -216,5 +222,46 @@ pub async fn serve(listener: TcpListener, replica: Arc<Replica>, mut stopped: wa
             );
             let _ = stream.write_all(response.as_bytes()).await;
         });
+    }
+}
+
+/// What this node did as leader with each tenant's commands: queued now, admitted to
+/// the log, and refused before it, by reason.
+fn render_tenant_admission(text: &mut String, replica: &Replica, tenants: &[(TenantId, String, Usage)]) {
+    let names: std::collections::HashMap<TenantId, &str> =
+        tenants.iter().map(|(id, name, _)| (*id, name.as_str())).collect();
+    let rows = replica.tenant_counts(|tenant| names.contains_key(&tenant));
+    let metric = "leasehold_tenant_commands_queued";
+    let _ = writeln!(
+        text,
+        "# HELP {metric} Commands waiting for a log entry on this node (the leader), per tenant.\n# TYPE {metric} gauge"
+    );
+    for (tenant, _, queued) in &rows {
+        let name = escape_label(names.get(tenant).copied().unwrap_or_default());
+        let _ = writeln!(text, "{metric}{{tenant=\"{name}\"}} {queued}");
+    }
+    let metric = "leasehold_tenant_commands_admitted_total";
+    let _ = writeln!(
+        text,
+        "# HELP {metric} Commands this node queued for the log as leader, per tenant.\n# TYPE {metric} counter"
+    );
+    for (tenant, counts, _) in &rows {
+        let name = escape_label(names.get(tenant).copied().unwrap_or_default());
+        let _ = writeln!(text, "{metric}{{tenant=\"{name}\"}} {}", counts.admitted);
+    }
+    let metric = "leasehold_tenant_commands_refused_total";
+    let _ = writeln!(
+        text,
+        "# HELP {metric} Commands this node refused as leader before the log, per tenant and reason (early: \
+         certain to be refused; overloaded: the tenant's queue was full; rate_limited: past its rate quota).\n\
+         # TYPE {metric} counter"
+    );
+    for (tenant, counts, _) in &rows {
+        let name = escape_label(names.get(tenant).copied().unwrap_or_default());
+        for (reason, value) in
+            [("early", counts.refused_early), ("overloaded", counts.overloaded), ("rate_limited", counts.rate_limited)]
+        {
+            let _ = writeln!(text, "{metric}{{tenant=\"{name}\",reason=\"{reason}\"}} {value}");
+        }
     }
 }

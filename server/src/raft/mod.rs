@@ -14,6 +14,8 @@
 //!   that the state is packed in a heap arena of its own.
 //! * `replica` — `Replica`: propose (batched into entries), confirm leadership
 //!   (batched into rounds), linearizable reads.
+//! * `rates` — each tenant's rate quota on the leader, and the pace of its early
+//!   refusals.
 //! * `tenant_queues` — the leader's per-tenant queues of commands waiting for an
 //!   entry, and how an entry is filled from them (deficit round-robin).
 //! * `network` — Raft RPCs to peers over tonic.
@@ -32,6 +34,7 @@ pub mod log_store;
 pub mod network;
 pub mod peer_service;
 pub mod quiet_deadlines;
+pub mod rates;
 pub mod replica;
 pub mod state_machine_store;
 pub mod storage;

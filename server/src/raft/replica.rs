@@ -15,11 +15,12 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
-use crate::machine::{Caller, Command, Response, StateMachine, Submission};
+use crate::machine::{Caller, Command, CommandError, Response, Shares, StateMachine, Submission, TenantId};
+use crate::raft::rates::{TenantRates, EARLY_REFUSAL_PAUSE_MS};
 use crate::raft::state_machine_store::Shared;
 use crate::raft::tenant_queues::{Filling, QueueKey, Refused, TenantQueues, QUANTUM_COMMANDS};
 use crate::raft::types::{Node, NodeId, Proposal, Raft};
-use crate::shell::clock::{Clock, MonotonicMs};
+use crate::shell::clock::Clock;
 use crate::shell::clock::LogLimiter;
 use crate::shell::disk::DiskSpace;
 
@@ -45,20 +46,9 @@ pub const PROPOSALS_QUEUED_MAX: usize = 65_536;
 /// `OVERLOADED` and a retry-after. Enough for a few thousand clients of a tenant with
 /// a request each in flight.
 pub const TENANT_QUEUED_MAX_DEFAULT: usize = 4_096;
-/// Commands of one tenant a second the leader refuses early (see
-/// `Replica::certain_refusal`) and answers at once; past it, in that second, each
-/// such refusal is answered after `EARLY_REFUSAL_PAUSE_MS`. A client that loops on a
-/// mistake (closing a session that is gone, releasing with an old token) then loops
-/// slower, and leaves the leader's cores to the other tenants; a correct client seldom
-/// meets a refusal and never this many.
-pub const EARLY_REFUSALS_PER_S_UNPAUSED: u32 = 1_000;
-pub const EARLY_REFUSAL_PAUSE_MS: u64 = 250;
 /// The retry-after an `OVERLOADED` refusal gives, at least and at most.
 pub const RETRY_AFTER_MS_MIN: u64 = 10;
 pub const RETRY_AFTER_MS_MAX: u64 = 2_000;
-/// Tenants whose early refusals are counted at once, before the counts of tenants
-/// quiet for a second are dropped.
-const PACED_TENANTS_MAX: usize = 1_024;
 /// Commands in one log entry at most.
 pub const COMMANDS_PER_ENTRY_MAX: usize = 512;
 /// Entries being committed at once. While they are, new commands gather into the
@@ -102,8 +92,23 @@ pub struct Counters {
     /// Commands refused because their tenant's queue for the log was full.
     pub refused_overloaded: AtomicU64,
     /// Early refusals answered after a pause (their tenant was past
-    /// `EARLY_REFUSALS_PER_S_UNPAUSED`).
+    /// `rates::EARLY_REFUSALS_PER_S_UNPAUSED`).
     pub refusals_paced: AtomicU64,
+    /// Commands refused because their tenant was past its rate quota.
+    pub refused_rate_limited: AtomicU64,
+}
+
+/// What the leader did with one tenant's commands, for the metrics page.
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TenantCounts {
+    /// Queued for the log.
+    pub admitted: u64,
+    /// Refused from the applied state before the log (see `Replica::leader_view`).
+    pub refused_early: u64,
+    /// Refused with `OVERLOADED`.
+    pub overloaded: u64,
+    /// Refused with `RATE_LIMITED`.
+    pub rate_limited: u64,
 }
 
 pub struct Replica {
@@ -121,8 +126,11 @@ pub struct Replica {
     pub disk: Arc<DiskSpace>,
     leader_checks: mpsc::Sender<LeaderCheckReply>,
     admission: Arc<Admission>,
-    /// Early refusals per tenant in the current second (see `EARLY_REFUSALS_PER_S_UNPAUSED`).
-    refusal_pacing: Mutex<HashMap<QueueKey, (MonotonicMs, u32)>>,
+    /// Each tenant's rate quota and the pace of its early refusals, on this leader.
+    rates: TenantRates,
+    /// Per tenant (the cluster's own commands under `None`), what this node did with
+    /// its commands as leader.
+    tenant_counts: Mutex<HashMap<QueueKey, TenantCounts>>,
     /// False while, as leader, a member this node heard from is not recorded yet:
     /// clients' commands wait (the recorder keeps it; see `record_members`).
     clients_may_commit: watch::Sender<bool>,
@@ -156,7 +164,8 @@ impl Replica {
             disk,
             leader_checks,
             admission,
-            refusal_pacing: Mutex::new(HashMap::new()),
+            rates: TenantRates::default(),
+            tenant_counts: Mutex::new(HashMap::new()),
             clients_may_commit: watch::Sender::new(false),
         })
     }
@@ -192,22 +201,36 @@ impl Replica {
     /// Appends `command`, sent by `caller`, to the log and returns what applying it
     /// answered. Concurrent commands share log entries (see `run_proposals`).
     pub async fn propose(&self, caller: Caller, command: Command) -> Result<Response, Status> {
+        let key: QueueKey = caller.tenant();
+        let mut weight = Shares::default().weight;
         if caller != Caller::Cluster {
-            if let Some(refusal) = self.certain_refusal(&caller, &command) {
-                if self.refusal_paced(caller.tenant()) {
-                    tokio::time::sleep(Duration::from_millis(EARLY_REFUSAL_PAUSE_MS)).await;
+            if let Some((refusal, shares)) = self.leader_view(&caller, &command) {
+                if let Err(retry_after_ms) = self.rates.take(key, shares.ops_per_s, self.clock.now_ms()) {
+                    self.counters.refused_rate_limited.fetch_add(1, Ordering::Relaxed);
+                    self.count(key, |counts| counts.rate_limited += 1);
+                    return Err(rate_limited(shares.ops_per_s, retry_after_ms));
                 }
-                return Ok(Response::Rejected(refusal));
+                if let Some(refusal) = refusal {
+                    self.counters.refused_early.fetch_add(1, Ordering::Relaxed);
+                    self.count(key, |counts| counts.refused_early += 1);
+                    if self.rates.refusal_paced(key, self.clock.now_ms()) {
+                        self.counters.refusals_paced.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(EARLY_REFUSAL_PAUSE_MS)).await;
+                    }
+                    return Ok(Response::Rejected(refusal));
+                }
+                weight = shares.weight;
             }
             self.wait_for_the_record().await?;
         }
         let (reply, answer) = oneshot::channel();
-        let key: QueueKey = caller.tenant();
         let submission = Submission { caller, command };
-        if let Err(status) = self.admission.admit(key, 1, Pending { submission, reply }) {
+        if let Err(status) = self.admission.admit(key, weight, Pending { submission, reply }) {
             self.counters.refused_overloaded.fetch_add(1, Ordering::Relaxed);
+            self.count(key, |counts| counts.overloaded += 1);
             return Err(status);
         }
+        self.count(key, |counts| counts.admitted += 1);
         answer.await.map_err(|_| shutting_down())?
     }
 
@@ -216,38 +239,42 @@ impl Replica {
         self.admission.queued()
     }
 
-    /// The refusal a leader gives at once, from its applied state, to a command that no
-    /// entry could make succeed (see `StateMachine::certain_refusal`): it costs no log
-    /// entry, so a client that repeats such commands slows no one else. A follower
-    /// proposes nothing and answers with the leader as before.
-    fn certain_refusal(&self, caller: &Caller, command: &Command) -> Option<crate::machine::CommandError> {
+    fn count(&self, key: QueueKey, change: impl FnOnce(&mut TenantCounts)) {
+        change(self.tenant_counts.lock().unwrap().entry(key).or_default());
+    }
+
+    /// Per tenant that sent this node commands as leader: what it did with them, and
+    /// how many wait for an entry now. Tenants not in `live` (removed since) are
+    /// forgotten.
+    pub fn tenant_counts(&self, live: impl Fn(TenantId) -> bool) -> Vec<(TenantId, TenantCounts, usize)> {
+        let mut counts = self.tenant_counts.lock().unwrap();
+        counts.retain(|key, _| key.is_none_or(&live));
+        let mut rows: Vec<(TenantId, TenantCounts, usize)> = counts
+            .iter()
+            .filter_map(|(key, counts)| key.map(|tenant| (tenant, *counts, self.admission.queued_of(*key))))
+            .collect();
+        rows.sort_by_key(|(tenant, _, _)| *tenant);
+        rows
+    }
+
+    /// What a leader decides from its applied state before queueing a client's
+    /// command: the refusal it gives at once to a command that no entry could make
+    /// succeed (see `StateMachine::certain_refusal`: it costs no log entry, so a client
+    /// that repeats such commands slows no one else) or that would take its tenant
+    /// past its holds quota with its held-back grants counted (see
+    /// `StateMachine::held_back_quota_refusal`), and the caller's tenant's share of
+    /// the leader. `None` on a follower, which proposes nothing and answers with the
+    /// leader as before.
+    fn leader_view(&self, caller: &Caller, command: &Command) -> Option<(Option<CommandError>, Shares)> {
         if !self.is_leader() {
             return None;
         }
-        let refusal = self.shared.applied.read().unwrap().machine.certain_refusal(caller, command)?;
-        self.counters.refused_early.fetch_add(1, Ordering::Relaxed);
-        Some(refusal)
-    }
-
-    /// Counts an early refusal of `tenant`'s and says whether its answer waits (the
-    /// tenant is past `EARLY_REFUSALS_PER_S_UNPAUSED` this second).
-    fn refusal_paced(&self, tenant: QueueKey) -> bool {
-        let now = self.clock.now_ms();
-        let mut pacing = self.refusal_pacing.lock().unwrap();
-        if pacing.len() > PACED_TENANTS_MAX {
-            pacing.retain(|_, (since, _)| now.saturating_sub(*since) < 1_000);
-        }
-        let (since, count) = pacing.entry(tenant).or_insert((now, 0));
-        if now.saturating_sub(*since) >= 1_000 {
-            *since = now;
-            *count = 0;
-        }
-        *count = count.saturating_add(1);
-        if *count <= EARLY_REFUSALS_PER_S_UNPAUSED {
-            return false;
-        }
-        self.counters.refusals_paced.fetch_add(1, Ordering::Relaxed);
-        true
+        let applied = self.shared.applied.read().unwrap();
+        let machine = &applied.machine;
+        let shares = caller.tenant().map(|tenant| machine.tenant_shares(tenant)).unwrap_or_default();
+        let refusal =
+            machine.certain_refusal(caller, command).or_else(|| machine.held_back_quota_refusal(caller, command));
+        Some((refusal, shares))
     }
 
     /// Proposes a command on behalf of the cluster (session expiry): no client waits.
@@ -383,6 +410,19 @@ impl Drop for Replica {
     }
 }
 
+/// `RATE_LIMITED`: the tenant is past its rate quota on this leader; nothing was done.
+fn rate_limited(ops_per_s: u32, retry_after_ms: u64) -> Status {
+    let retry_after_ms = retry_after_ms.clamp(RETRY_AFTER_MS_MIN, RETRY_AFTER_MS_MAX);
+    error_status(
+        ErrorReason::RateLimited,
+        format!(
+            "this tenant's rate quota is {ops_per_s} commands a second and the leader has taken that many; nothing \
+             was done: retry after {retry_after_ms} ms"
+        ),
+        &[(METADATA_RETRY_AFTER_MS, retry_after_ms.to_string()), ("ops_per_s", ops_per_s.to_string())],
+    )
+}
+
 pub fn not_leader_status(node_id: NodeId, leader_id: Option<NodeId>, leader_addr: Option<String>) -> Status {
     let message = match (&leader_id, &leader_addr) {
         (Some(id), Some(address)) => {
@@ -501,6 +541,11 @@ impl Admission {
     /// Commands queued, all tenants.
     pub fn queued(&self) -> usize {
         self.queues.lock().unwrap().len()
+    }
+
+    /// Commands `key` has queued.
+    pub fn queued_of(&self, key: QueueKey) -> usize {
+        self.queues.lock().unwrap().queued_of(key)
     }
 
     /// The next entry's commands; waits while nothing is queued. `None` once closed.

@@ -17,6 +17,18 @@ use crate::machine::{LeaderView, TenantId};
 pub const OBSERVE_CHANGES_QUEUED_MAX: usize = 1_024;
 /// Open `Observe` streams per node at most.
 pub const OBSERVERS_MAX: usize = 100_000;
+/// Open `Observe` streams of one tenant's elections per node at most: a tenth of the
+/// node's, so that one tenant cannot take them all.
+pub const OBSERVERS_PER_TENANT_MAX: usize = OBSERVERS_MAX / 10;
+
+/// Why a stream was not opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// `OBSERVERS_MAX` streams are open on this node.
+    Node,
+    /// `OBSERVERS_PER_TENANT_MAX` streams of the tenant's elections are open.
+    Tenant,
+}
 
 /// One state of an election and the index of the entry that made it.
 #[derive(Debug, Clone)]
@@ -39,6 +51,8 @@ struct Registry {
     senders: BTreeMap<Key, Vec<mpsc::Sender<Change>>>,
     /// Senders in `senders`, so that a subscription checks the limit in O(1).
     open: usize,
+    /// Senders in `senders` per tenant; a tenant with none has no entry.
+    open_by_tenant: BTreeMap<TenantId, usize>,
 }
 
 impl Registry {
@@ -47,9 +61,23 @@ impl Registry {
         let Some(senders) = self.senders.get_mut(key) else { return };
         let before = senders.len();
         senders.retain(|sender| !sender.is_closed());
-        self.open -= before - senders.len();
+        let closed = before - senders.len();
         if senders.is_empty() {
             self.senders.remove(key);
+        }
+        self.closed(key.0, closed);
+    }
+
+    /// Counts `count` senders of `tenant`'s elections gone.
+    fn closed(&mut self, tenant: TenantId, count: usize) {
+        if count == 0 {
+            return;
+        }
+        self.open -= count;
+        let open = self.open_by_tenant.get_mut(&tenant).expect("a tenant with senders is counted");
+        *open -= count;
+        if *open == 0 {
+            self.open_by_tenant.remove(&tenant);
         }
     }
 }
@@ -71,18 +99,22 @@ impl Drop for Subscription {
 }
 
 impl Observers {
-    /// Registers an observer of election `name` in `tenant`'s namespace, or None when
-    /// too many streams are open.
-    pub fn subscribe(&self, tenant: TenantId, name: &str) -> Option<Subscription> {
+    /// Registers an observer of election `name` in `tenant`'s namespace, or says which
+    /// limit of open streams is reached.
+    pub fn subscribe(&self, tenant: TenantId, name: &str) -> Result<Subscription, Full> {
         let mut registry = self.by_election.lock().unwrap();
         if registry.open >= OBSERVERS_MAX {
-            return None;
+            return Err(Full::Node);
+        }
+        if registry.open_by_tenant.get(&tenant).copied().unwrap_or(0) >= OBSERVERS_PER_TENANT_MAX {
+            return Err(Full::Tenant);
         }
         let (sender, receiver) = mpsc::channel(OBSERVE_CHANGES_QUEUED_MAX);
         let key = (tenant, name.to_string());
         registry.senders.entry(key.clone()).or_default().push(sender);
         registry.open += 1;
-        Some(Subscription { registry: self.by_election.clone(), key, changes: receiver })
+        *registry.open_by_tenant.entry(tenant).or_default() += 1;
+        Ok(Subscription { registry: self.by_election.clone(), key, changes: receiver })
     }
 
     /// Delivers a change to every observer of the election, dropping the ones that are
@@ -97,7 +129,7 @@ impl Observers {
         if senders.is_empty() {
             registry.senders.remove(&key);
         }
-        registry.open -= dropped;
+        registry.closed(tenant, dropped);
     }
 
     /// Drops every observer (the state was replaced by a snapshot): their clients
@@ -106,10 +138,32 @@ impl Observers {
         let mut registry = self.by_election.lock().unwrap();
         registry.senders.clear();
         registry.open = 0;
+        registry.open_by_tenant.clear();
     }
 
     /// Open `Observe` streams, for the metrics and tests.
     pub fn open(&self) -> usize {
         self.by_election.lock().unwrap().open
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_tenant_cannot_take_every_stream_and_closed_streams_are_counted_out() {
+        let observers = Observers::default();
+        let mine: Vec<Subscription> =
+            (0..OBSERVERS_PER_TENANT_MAX).map(|n| observers.subscribe(1, &format!("e{}", n % 7)).unwrap()).collect();
+        assert_eq!(observers.subscribe(1, "e0").err(), Some(Full::Tenant));
+        let other = observers.subscribe(2, "e0").expect("another tenant still observes");
+        assert_eq!(observers.open(), OBSERVERS_PER_TENANT_MAX + 1);
+        drop(mine);
+        assert_eq!(observers.open(), 1);
+        assert!(observers.subscribe(1, "e0").is_ok(), "the tenant's streams ended: it may open more");
+        drop(other);
+        observers.reset();
+        assert_eq!(observers.open(), 0);
     }
 }

@@ -194,7 +194,7 @@ def _classify(error: grpc.RpcError, endpoint: str, session_id: Optional[int]) ->
         return _LOST, lost
     if reason == "REQUEST_ID_REUSED":
         return _REUSED, error_from_status(error)
-    if reason == "OVERLOADED":
+    if reason in ("OVERLOADED", "RATE_LIMITED"):
         try:
             retry_after_ms = int(info.metadata.get(METADATA_RETRY_AFTER_MS, RETRY_PAUSE_MS))
         except ValueError:
@@ -455,9 +455,12 @@ class Client:
                 assert isinstance(payload, LeaseholdError)
                 raise payload
             if outcome == _LATER:
-                # The leader refused it before any work: wait what it asked, if the
-                # deadline allows, and try the same node again.
-                wait, refusal = payload  # type: ignore[misc]
+                # The leader refused it before any work: wait what it asked, or
+                # longer as refusals repeat (many clients of one tenant refused at
+                # once then come back spread over a growing time), if the deadline
+                # allows, and try the same node again.
+                asked, refusal = payload  # type: ignore[misc]
+                wait = max(asked, pauses.next())
                 if time.monotonic() + wait >= give_up:
                     if sent_unanswered is not None:
                         raise Indeterminate(f"{what}: {sent_unanswered}")

@@ -166,7 +166,8 @@ class Unavailable(LeaseholdError):
 
 class Overloaded(LeaseholdError):
     """The leader had as many of this tenant's requests waiting for the log as it
-    queues for one tenant: the request was never applied. The client waited the
+    queues for one tenant, or the tenant was past its rate quota: the request was
+    never applied. The client waited the
     retry-after the leader gave (with jitter) and tried again until the request's
     deadline; this is the last refusal."""
 
@@ -229,6 +230,7 @@ _ERROR_OF_REASON: Dict[str, Type[LeaseholdError]] = {
     "BUDGET_EXCEEDED": LimitReached,
     "DISK_LOW": LimitReached,
     "OVERLOADED": Overloaded,
+    "RATE_LIMITED": Overloaded,
     "UNAUTHENTICATED": Unauthenticated,
     "PERMISSION_DENIED": PermissionDenied,
     "WRONG_SESSION_SECRET": PermissionDenied,

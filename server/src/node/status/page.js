@@ -171,6 +171,24 @@ function draw(report) {
         ? "Matched index, lag and last contact are this node's, as the leader: what each member acknowledged and when it last answered."
         : `Matched index, lag and last contact as the leader (node ${replication.reported_by}) reports them.`;
 
+  fill("tenants", report.tenants, (tenant) => {
+    const row = element("tr");
+    row.dataset.tenant = tenant.name;
+    cell(row, tenant.name);
+    // The admin's namespace has no quotas (the largest 32-bit number).
+    const of = (used, most) => (most >= 4294967295 ? `${used}` : `${used} / ${most}`);
+    cell(row, of(tenant.sessions, tenant.max_sessions), "number");
+    cell(row, of(tenant.holds, tenant.max_holds), "number");
+    cell(row, tenant.weight, "number");
+    cell(row, tenant.max_ops_per_second === 0 ? "none" : `${tenant.max_ops_per_second}/s`, "number");
+    cell(row, tenant.admitted, "number");
+    cell(row, tenant.refused_early, "number");
+    cell(row, tenant.overloaded, "number");
+    cell(row, tenant.rate_limited, "number");
+    cell(row, tenant.queued, "number");
+    return row;
+  });
+
   $("watched-section").hidden = report.watched.length === 0;
   fill("watched", report.watched, (watched) => {
     const row = element("tr");

@@ -49,6 +49,9 @@ pub struct Report {
     sessions: Table<SessionReport>,
     /// Grants held back for their lock-delay after their holder's session expired.
     lock_delays: usize,
+    /// Every tenant (the admin's namespace first): usage, quotas, share, and what this
+    /// node did with its commands while it led.
+    tenants: Vec<TenantRow>,
     watched: Vec<WatchedRow>,
     /// The upper bounds of the semaphores' wait histograms.
     wait_buckets_seconds: &'static [f64],
@@ -176,11 +179,70 @@ struct SessionReport {
 }
 
 #[derive(Serialize)]
+struct TenantRow {
+    name: String,
+    sessions: u32,
+    max_sessions: u32,
+    holds: u32,
+    max_holds: u32,
+    weight: u32,
+    /// 0: no rate quota.
+    max_ops_per_second: u32,
+    /// This node's counts as leader, since it started.
+    admitted: u64,
+    refused_early: u64,
+    overloaded: u64,
+    rate_limited: u64,
+    queued: usize,
+}
+
+#[derive(Serialize)]
 struct WatchedRow {
     watch: String,
     grants: u64,
     /// 0: none since this node started.
     last_grant_unix_ms: u64,
+}
+
+/// Every tenant's row: the applied state's usage, quotas and share, with this node's
+/// admission counts as leader.
+fn tenant_rows(replica: &Replica) -> Vec<TenantRow> {
+    let mut rows: Vec<(u32, TenantRow)> = {
+        let applied = replica.shared.applied.read().unwrap();
+        let machine = &applied.machine;
+        machine
+            .tenants()
+            .map(|(id, tenant)| {
+                let shares = machine.tenant_shares(id);
+                let row = TenantRow {
+                    name: tenant.name.to_string(),
+                    sessions: tenant.usage.sessions,
+                    max_sessions: tenant.quotas.sessions,
+                    holds: tenant.usage.holds,
+                    max_holds: tenant.quotas.holds,
+                    weight: shares.weight,
+                    max_ops_per_second: shares.ops_per_s,
+                    admitted: 0,
+                    refused_early: 0,
+                    overloaded: 0,
+                    rate_limited: 0,
+                    queued: 0,
+                };
+                (id, row)
+            })
+            .collect()
+    };
+    let live: std::collections::BTreeSet<u32> = rows.iter().map(|(id, _)| *id).collect();
+    for (tenant, counts, queued) in replica.tenant_counts(|tenant| live.contains(&tenant)) {
+        if let Some((_, row)) = rows.iter_mut().find(|(id, _)| *id == tenant) {
+            row.admitted = counts.admitted;
+            row.refused_early = counts.refused_early;
+            row.overloaded = counts.overloaded;
+            row.rate_limited = counts.rate_limited;
+            row.queued = queued;
+        }
+    }
+    rows.into_iter().map(|(_, row)| row).collect()
 }
 
 /// The leader's replication progress: its last log index, and per member the index
@@ -292,6 +354,7 @@ pub async fn report(replica: &Replica, contacts: &PeerContacts, network: &Networ
     let sessions = walk(replica, query.sessions, |machine, walk| machine.list_sessions(&search, walk, ROWS_PER_STEP));
     let deadlines = &replica.shared.deadlines;
     let waits = &replica.shared.semaphore_waits;
+    let tenants = tenant_rows(replica);
     Report {
         node,
         members,
@@ -333,6 +396,7 @@ pub async fn report(replica: &Replica, contacts: &PeerContacts, network: &Networ
             }
         }),
         lock_delays: replica.shared.lock_delays.len(),
+        tenants,
         watched: match replica.shared.watched.get() {
             Some(watched) => watched
                 .snapshot()
