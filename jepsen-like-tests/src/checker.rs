@@ -1457,6 +1457,93 @@ pub fn upgrades(upgrades: &[Upgrade], nodes: &[u64]) -> CheckResult {
     )
 }
 
+/// The 99th percentile the other workloads' releases may take beside the flood,
+/// outside fault windows (see `latency_beside_flood`). A release is one log entry,
+/// a few milliseconds on a quiet cluster; this bound leaves room for a 2-core machine
+/// shared by every node and worker, and none for a tenant's flood taking the cluster.
+pub const FLOOD_RELEASE_P99_MS_MAX: u64 = 1_000;
+/// How long after a fault ends the cluster may still be settling (a new leader, a
+/// node catching up): releases then are not held to the bound. With every nemesis,
+/// faults follow each other closely: on the 2-core machine a 45 s run with 3 s left
+/// no release outside the windows, 1 s left 176 (seed 20261204).
+pub const FLOOD_SETTLE_MS: u64 = 1_000;
+/// The flood check's name in the summary.
+pub const FLOOD_CHECK_NAME: &str = "flood: others' releases stay fast";
+/// Releases outside fault windows the check needs to say anything.
+pub const FLOOD_RELEASES_MIN: usize = 20;
+
+/// The flood check: while another tenant floods the cluster (the flood workload), the
+/// other workloads' releases (lock, permit, leadership) that completed outside every
+/// fault's window (from its start to `settle` after its end) took at most `bound` at
+/// the 99th percentile; and the flood ran, with commands accepted and refused.
+pub fn latency_beside_flood(
+    operations: &[Operation],
+    faults: &[FaultRecord],
+    flood: Option<crate::flood::FloodCounts>,
+    settle: Duration,
+    bound: Duration,
+) -> CheckResult {
+    let name = FLOOD_CHECK_NAME;
+    let windows: Vec<(u64, u64)> = faults
+        .iter()
+        .filter(|fault| fault.outcome != Outcome::Skipped)
+        .map(|fault| (fault.start_ns, fault.end_ns + settle.as_nanos() as u64))
+        .collect();
+    let mut latencies: Vec<(u64, &Operation)> = operations
+        .iter()
+        .filter(|operation| {
+            matches!(operation.function, Function::Release | Function::SemRelease | Function::Resign)
+                && operation.outcome == Kind::Ok
+        })
+        .filter_map(|operation| {
+            let complete = operation.complete_ns?;
+            let faulted = windows.iter().any(|(start, end)| operation.invoke_ns < *end && complete > *start);
+            (!faulted).then(|| (complete.saturating_sub(operation.invoke_ns), operation))
+        })
+        .collect();
+    latencies.sort_by_key(|(latency, _)| *latency);
+    let Some(counts) = flood else {
+        let anomaly =
+            Anomaly { what: "the flood worker wrote no counts: it did not run to the end".into(), operations: vec![] };
+        return CheckResult::from_anomalies(name, String::new(), vec![anomaly]);
+    };
+    let ran = format!("flood accepted {}, refused {}, failed {}", counts.accepted, counts.refused, counts.failed);
+    let mut anomalies = Vec::new();
+    if counts.accepted == 0 || counts.refused == 0 {
+        anomalies.push(Anomaly { what: format!("the flood did not flood: {ran}"), operations: vec![] });
+    }
+    if latencies.len() < FLOOD_RELEASES_MIN {
+        let detail = format!("{} releases outside fault windows, too few to judge; {ran}", latencies.len());
+        if anomalies.is_empty() {
+            return CheckResult { name, verdict: Verdict::Skipped, detail, anomalies };
+        }
+        return CheckResult::from_anomalies(name, detail, anomalies);
+    }
+    let percentile = |share: usize| latencies[(latencies.len() * share / 100).min(latencies.len() - 1)].0;
+    let (p50, p99) = (percentile(50), percentile(99));
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let detail = format!(
+        "{} releases outside fault windows: p50 {:.1} ms, p99 {:.1} ms (bound {} ms); {ran}",
+        latencies.len(),
+        ms(p50),
+        ms(p99),
+        bound.as_millis()
+    );
+    if p99 > bound.as_nanos() as u64 {
+        let slowest: Vec<String> = latencies
+            .iter()
+            .rev()
+            .take(5)
+            .map(|(latency, operation)| format!("{:.1} ms: {}", ms(*latency), operation.describe()))
+            .collect();
+        anomalies.push(Anomaly {
+            what: format!("the p99 of the others' releases was {:.1} ms, above {} ms", ms(p99), bound.as_millis()),
+            operations: slowest,
+        });
+    }
+    CheckResult::from_anomalies(name, detail, anomalies)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2257,5 +2344,50 @@ mod tests {
         assert!(found[0].contains("node 1 at 9 ms exited with code 134"), "{found:?}");
         assert!(found[1].contains("still ran after SIGTERM"), "{found:?}");
         assert!(found[2].contains("did not catch up"), "{found:?}");
+    }
+
+    fn release_taking(process: u64, start_ms: u64, took_ms: u64) -> Operation {
+        operation(
+            process,
+            Function::Release,
+            Kind::Ok,
+            "lock/0",
+            7,
+            Some(3),
+            (start_ms * MS, Some((start_ms + took_ms) * MS)),
+        )
+    }
+
+    fn flooded() -> Option<crate::flood::FloodCounts> {
+        Some(crate::flood::FloodCounts { accepted: 500, refused: 700, failed: 3 })
+    }
+
+    #[test]
+    fn slow_releases_beside_the_flood_fail_the_check_and_those_in_fault_windows_do_not_count() {
+        let (settle, bound) = (Duration::from_millis(FLOOD_SETTLE_MS), Duration::from_millis(FLOOD_RELEASE_P99_MS_MAX));
+        let fast: Vec<Operation> = (0..100).map(|n| release_taking(1, n * 100, 5)).collect();
+        assert_eq!(latency_beside_flood(&fast, &[], flooded(), settle, bound).verdict, Verdict::Pass);
+
+        // A fifth of the releases take 2 s, outside any fault: the others were starved.
+        let mut slow = fast.clone();
+        slow.extend((0..25).map(|n| release_taking(2, 20_000 + n * 3_000, 2_000)));
+        let result = latency_beside_flood(&slow, &[], flooded(), settle, bound);
+        assert_eq!(result.verdict, Verdict::Fail, "{}", result.detail);
+
+        // The same slow releases inside a fault's window (a leader kill and its
+        // election) are the fault's, not the flood's.
+        let kill = fault("kill", vec![1], 19_000, 20_000 + 25 * 3_000);
+        assert_eq!(latency_beside_flood(&slow, &[kill], flooded(), settle, bound).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn a_flood_that_did_not_flood_or_wrote_nothing_fails_the_check() {
+        let (settle, bound) = (Duration::from_millis(FLOOD_SETTLE_MS), Duration::from_millis(FLOOD_RELEASE_P99_MS_MAX));
+        let fast: Vec<Operation> = (0..100).map(|n| release_taking(1, n * 100, 5)).collect();
+        assert_eq!(latency_beside_flood(&fast, &[], None, settle, bound).verdict, Verdict::Fail);
+        let idle = Some(crate::flood::FloodCounts { accepted: 0, refused: 40, failed: 0 });
+        assert_eq!(latency_beside_flood(&fast, &[], idle, settle, bound).verdict, Verdict::Fail);
+        let few = &fast[..5];
+        assert_eq!(latency_beside_flood(few, &[], flooded(), settle, bound).verdict, Verdict::Skipped);
     }
 }

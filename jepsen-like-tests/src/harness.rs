@@ -23,6 +23,7 @@ use crate::attack::{node_certificate_files, Attack, INTRUDER_TENANT, NON_MEMBER_
 use crate::checker::{self, CheckResult, NodeExit, Refusal, ReplicaState, RestartObservation, Upgrade, Verdict};
 use crate::cluster::{binary, Addressing, ClusterOptions, TestCluster};
 use crate::fenced_store::FencedStore;
+use crate::flood::FLOOD_TENANT;
 use crate::history::{self, monotonic_ns, Kind, Record};
 use crate::nemesis::{self, Fault, FaultRecord, NemesisKind, Outcome};
 use crate::workload::{Workload, LOCK_DELAY_MS_DEFAULT, LOCK_DELAY_MS_MAX, SEMAPHORE_LIMIT};
@@ -94,7 +95,15 @@ pub const TAIL_BYTES: u64 = 4_096;
 /// The intruder tenant's quotas: enough for its own session and lock, too few to
 /// crowd the cluster.
 pub const INTRUDER_QUOTAS: leasehold::proto::Quotas =
-    leasehold::proto::Quotas { max_sessions: 16, max_holds: 16, max_waiters: 16 };
+    leasehold::proto::Quotas { max_sessions: 16, max_holds: 16, max_waiters: 16, weight: 0, max_ops_per_second: None };
+/// The flood tenant's quotas: room for its sessions and names, and its rate quota.
+pub const FLOOD_QUOTAS: leasehold::proto::Quotas = leasehold::proto::Quotas {
+    max_sessions: 256,
+    max_holds: 256,
+    max_waiters: 256,
+    weight: 0,
+    max_ops_per_second: Some(crate::flood::FLOOD_OPS_PER_S),
+};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArguments {
@@ -190,8 +199,11 @@ fn parse_workloads(text: &str) -> anyhow::Result<Vec<Workload>> {
             "attack" => {
                 workloads.insert(Workload::Attack);
             }
+            "flood" => {
+                workloads.insert(Workload::Flood);
+            }
             other => {
-                bail!("unknown workload {other:?}: use lock, fenced-counter, semaphore, election, attack or all")
+                bail!("unknown workload {other:?}: use lock, fenced-counter, semaphore, election, attack, flood or all")
             }
         }
     }
@@ -224,6 +236,9 @@ pub async fn run(mut arguments: RunArguments) -> anyhow::Result<i32> {
         (None, true) => bail!("--nemesis upgrade needs --previous-server (scripts/previous-release.sh builds one)"),
         (Some(_), false) => bail!("--previous-server needs --nemesis to include upgrade"),
         _ => {}
+    }
+    if arguments.previous_server.is_some() && parse_workloads(&arguments.workload)?.contains(&Workload::Flood) {
+        bail!("the flood workload's rate quota needs every node at this build: leave it out with --previous-server");
     }
     let seed = *arguments.seed.get_or_insert_with(rand::random);
     if std::env::var(NAMESPACE_ENV).as_deref() != Ok("1") {
@@ -430,10 +445,38 @@ impl Harness {
         Ok(IntruderCredentials { token_file, certificate_file, key_file, node_certificates })
     }
 
+    /// Adds the flood tenant with its rate quota and writes its token to
+    /// `--out`/flood.token.
+    async fn make_flood_tenant(&self) -> anyhow::Result<PathBuf> {
+        let admin = self.cluster.admin_client();
+        let give_up = Instant::now() + Duration::from_millis(RECOVERY_MS_MAX);
+        let token = loop {
+            match admin.add_tenant(FLOOD_TENANT, FLOOD_QUOTAS).await {
+                Ok(added) => break added.token,
+                // An earlier attempt made it and its answer was lost.
+                Err(leasehold::Error::Refused(_)) => {
+                    if let Ok(token) = admin.rotate_tenant_token(FLOOD_TENANT).await {
+                        break token;
+                    }
+                }
+                Err(error) if Instant::now() >= give_up => bail!("cannot add the flood tenant: {error}"),
+                Err(_) => {}
+            }
+            if Instant::now() >= give_up {
+                bail!("cannot add the flood tenant within {RECOVERY_MS_MAX} ms");
+            }
+            tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
+        };
+        let token_file = self.arguments.out.join("flood.token");
+        leasehold::certs::write_file(&token_file, &token, true)?;
+        Ok(token_file)
+    }
+
     fn spawn_workers(
         &mut self,
         store: std::net::SocketAddr,
         intruder: Option<&IntruderCredentials>,
+        flood_token: Option<&PathBuf>,
     ) -> anyhow::Result<()> {
         let executable = std::env::current_exe()?;
         let endpoints = self.cluster.endpoints().join(",");
@@ -468,6 +511,16 @@ impl Harness {
                         .args(self.arguments.previous_server.is_some().then_some("--older-release-nodes"))
                         .arg("--leak-from")
                         .arg(self.arguments.out.join("workers"));
+                }
+                if workload == Workload::Flood {
+                    let token_file = flood_token.context("the flood workload needs the flood tenant")?;
+                    // The flood tenant's credential only.
+                    command
+                        .env_remove(leasehold::settings::ENV_ADMIN_TOKEN_FILE)
+                        .env_remove(leasehold::settings::ENV_TOKEN)
+                        .env_remove(leasehold::settings::ENV_CERT_FILE)
+                        .env_remove(leasehold::settings::ENV_KEY_FILE)
+                        .env(leasehold::settings::ENV_TOKEN_FILE, token_file);
                 }
                 let mut child = command
                     .args(["--process", &process.to_string()])
@@ -506,7 +559,9 @@ impl Harness {
         let store_address = self.store.serve().await?;
         let intruder =
             if self.workloads.contains(&Workload::Attack) { Some(self.make_intruder().await?) } else { None };
-        self.spawn_workers(store_address, intruder.as_ref())?;
+        let flood_token =
+            if self.workloads.contains(&Workload::Flood) { Some(self.make_flood_tenant().await?) } else { None };
+        self.spawn_workers(store_address, intruder.as_ref(), flood_token.as_ref())?;
         self.log(&format!(
             "seed {}: {} nodes ({} worker thread(s) per node), workloads {:?}, faults {:?}, {} workers, {:?}",
             self.seed,
@@ -1328,7 +1383,7 @@ impl Harness {
         let processes: Vec<u64> = self
             .workers
             .iter()
-            .filter(|worker| worker.workload != Workload::Attack)
+            .filter(|worker| !matches!(worker.workload, Workload::Attack | Workload::Flood))
             .map(|worker| worker.process)
             .collect();
         let budget = Duration::from_secs(self.arguments.linearizability_budget_s);
@@ -1356,6 +1411,20 @@ impl Harness {
             checks.push(checker::attacks(&operations, &expected));
             let counts = checker::attack_counts(&operations);
             std::fs::write(out.join("attacks.json"), serde_json::to_string_pretty(&counts)?)?;
+        }
+        if self.workloads.contains(&Workload::Flood) {
+            let flood = self
+                .workers
+                .iter()
+                .find(|worker| worker.workload == Workload::Flood)
+                .and_then(|worker| crate::flood::read_counts(&worker.history));
+            checks.push(checker::latency_beside_flood(
+                &operations,
+                &self.faults,
+                flood,
+                Duration::from_millis(checker::FLOOD_SETTLE_MS),
+                Duration::from_millis(checker::FLOOD_RELEASE_P99_MS_MAX),
+            ));
         }
         let ttl = Duration::from_millis(self.arguments.ttl_ms);
         checks.push(checker::believed_at_once(&operations, ttl, &checker::clock_fault_windows(&self.faults, ttl)));

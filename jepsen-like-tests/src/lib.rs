@@ -19,6 +19,9 @@
 //! * `attack` — the attack workload: a second tenant that keeps trying to get past
 //!   the trust rules (no credential, admin RPCs, other sessions, other tenants'
 //!   state, the peer port).
+//! * `flood` — the flood workload: a third tenant that keeps many requests in flight
+//!   (accepted and refused) under a rate quota, beside which the others must stay
+//!   fast.
 //! * `peer_messages` — well-formed Raft messages made by hand (a forged append of an
 //!   admin command, a high-term heartbeat, a vote) with chosen certificates and
 //!   headers, for the peer port's tests and attacks.
@@ -32,6 +35,7 @@ pub mod attack;
 pub mod checker;
 pub mod cluster;
 pub mod fenced_store;
+pub mod flood;
 pub mod grants;
 pub mod harness;
 pub mod history;

@@ -42,6 +42,9 @@ async fn main() -> anyhow::Result<()> {
         Command::WorkloadWorker(arguments) if arguments.workload == leasehold_jepsen::workload::Workload::Attack => {
             leasehold_jepsen::attack::run(arguments).await
         }
+        Command::WorkloadWorker(arguments) if arguments.workload == leasehold_jepsen::workload::Workload::Flood => {
+            leasehold_jepsen::flood::run(arguments).await
+        }
         Command::WorkloadWorker(arguments) => leasehold_jepsen::workload::run(arguments).await,
         Command::Check { history, linearizability_budget_s, semaphore_limit } => {
             use leasehold_jepsen::{checker, history as records};

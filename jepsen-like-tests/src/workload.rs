@@ -43,6 +43,11 @@ pub enum Workload {
     /// read their state and to talk Raft on the peer port (see `attack`). Every try
     /// must be refused.
     Attack,
+    /// One worker acting as a third tenant, "flood", held to a rate quota, that keeps
+    /// many requests in flight (lock cycles of its own names, closes of a gone
+    /// session); the other workloads' releases must stay fast beside it (see `flood`).
+    /// Not in `all`: asked for by name.
+    Flood,
 }
 
 impl Workload {
@@ -53,6 +58,7 @@ impl Workload {
             Workload::Semaphore => "semaphore",
             Workload::Election => "election",
             Workload::Attack => "attack",
+            Workload::Flood => "flood",
         }
     }
 
@@ -69,8 +75,8 @@ impl Workload {
             Workload::FencedCounter => (0..COUNTER_KEYS).map(|index| format!("counter/{index}")).collect(),
             Workload::Semaphore => (0..SEMAPHORE_KEYS).map(|index| format!("semaphore/{index}")).collect(),
             Workload::Election => (0..ELECTION_KEYS).map(|index| format!("election/{index}")).collect(),
-            // It uses names of its own tenant only (see `attack`).
-            Workload::Attack => Vec::new(),
+            // They use names of their own tenants only (see `attack` and `flood`).
+            Workload::Attack | Workload::Flood => Vec::new(),
         }
     }
 
@@ -90,6 +96,7 @@ impl Workload {
             Workload::Semaphore => SEMAPHORE_WORKERS,
             Workload::Election => ELECTION_WORKERS,
             Workload::Attack => ATTACK_WORKERS,
+            Workload::Flood => 1,
         }
     }
 }
@@ -688,7 +695,7 @@ impl Worker {
                 return;
             }
             Workload::Lock | Workload::FencedCounter => {}
-            Workload::Attack => unreachable!("the attack workload runs in `attack::run`"),
+            Workload::Attack | Workload::Flood => unreachable!("the attack and flood workloads run on their own"),
         }
         let wait_ms = if self.random.random_bool(0.3) { 0 } else { self.random.random_range(0..=ACQUIRE_WAIT_MS_MAX) };
         let Some(guard) = self.acquire(&key, Duration::from_millis(wait_ms)).await else {
@@ -732,7 +739,7 @@ impl Worker {
                     }
                     None => false,
                 },
-                Workload::Attack => unreachable!("the attack workload runs in `attack::run`"),
+                Workload::Attack | Workload::Flood => unreachable!("the attack and flood workloads run on their own"),
             };
             if granted {
                 break;
