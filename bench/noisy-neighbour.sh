@@ -16,11 +16,14 @@
 # and p99 beside each flood against alone, and the flood's throughput beside the
 # quiet tenant against alone. The flood's client runs on the same cores as the nodes
 # (--flood-cpus pins it with taskset, closer to production, where clients do not
-# share the nodes' machines). The cluster is stopped and removed at the end.
+# share the nodes' machines). --flood-rate N gives the tenant `noisy` a rate quota of
+# N commands a second (`tenant set-quotas --max-ops-per-second`), which its clients
+# wait out. The cluster is stopped and removed at the end.
 #
 #   bench/noisy-neighbour.sh [--rounds 3] [--duration 10s] [--warmup 2s]
 #                            [--quiet-clients 8] [--flood-clients 256]
-#                            [--flood-cpus LIST] [--server PATH] [--results FILE]
+#                            [--flood-cpus LIST] [--flood-rate N] [--server PATH]
+#                            [--results FILE]
 set -euo pipefail
 
 ROUNDS=3
@@ -29,6 +32,7 @@ WARMUP=2s
 QUIET_CLIENTS=8
 FLOOD_CLIENTS=256
 FLOOD_CPUS=""
+FLOOD_RATE=""
 RESULTS=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,9 +42,10 @@ while [ $# -gt 0 ]; do
     --quiet-clients) QUIET_CLIENTS="$2"; shift 2 ;;
     --flood-clients) FLOOD_CLIENTS="$2"; shift 2 ;;
     --flood-cpus) FLOOD_CPUS="$2"; shift 2 ;;
+    --flood-rate) FLOOD_RATE="$2"; shift 2 ;;
     --results) RESULTS="$2"; shift 2 ;;
     --server) export LEASEHOLD_SERVER="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "noisy-neighbour.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -62,7 +67,10 @@ eval "$(./cluster.sh env)"
 echo "noisy-neighbour.sh: nodes run ${LEASEHOLD_SERVER:-$LEASEHOLD_BIN/leasehold-server}" >&2
 bench="$LEASEHOLD_BIN/leasehold-bench"
 for tenant in quiet noisy; do
-  "$bench" add-tenant --endpoints "$LEASEHOLD_ENDPOINTS" --name "$tenant" --token-file "$work/$tenant.token" >/dev/null
+  rate=()
+  if [ "$tenant" = noisy ] && [ -n "$FLOOD_RATE" ]; then rate=(--max-ops-per-second "$FLOOD_RATE"); fi
+  "$bench" add-tenant --endpoints "$LEASEHOLD_ENDPOINTS" --name "$tenant" --token-file "$work/$tenant.token" \
+    "${rate[@]}" >/dev/null
 done
 
 # One leasehold-bench run as tenant $1 (label $2, workload $3, clients $4), its JSON

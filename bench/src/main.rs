@@ -98,6 +98,9 @@ enum Command {
         max_holds: u32,
         #[arg(long, default_value_t = 10_000_000)]
         max_waiters: u32,
+        /// The tenant's rate quota, in commands a second (none by default).
+        #[arg(long)]
+        max_ops_per_second: Option<u32>,
     },
 }
 
@@ -304,9 +307,19 @@ fn main() -> anyhow::Result<()> {
             );
             runtime.shutdown_timeout(Duration::from_secs(5));
         }
-        Command::AddTenant { endpoints, name, admin_token_file, token_file, max_sessions, max_holds, max_waiters } => {
+        Command::AddTenant {
+            endpoints,
+            name,
+            admin_token_file,
+            token_file,
+            max_sessions,
+            max_holds,
+            max_waiters,
+            max_ops_per_second,
+        } => {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            let quotas = leasehold::proto::Quotas { max_sessions, max_holds, max_waiters };
+            let quotas =
+                leasehold::proto::Quotas { max_sessions, max_holds, max_waiters, max_ops_per_second, weight: 0 };
             let token = runtime.block_on(leasehold_bench::leasehold_target::add_tenant(
                 &endpoints,
                 &admin_token_file,
