@@ -502,6 +502,54 @@ async fn a_build_older_than_the_log_refuses_it_and_joins_once_upgraded() {
     }
 }
 
+/// A member removed and added back as a new incarnation catches up through the
+/// configurations of its earlier life (the first one lists it, a later one removes
+/// it) before the one that adds it again: it must not take its own old removal for a
+/// new one and stop. With no snapshot to skip them, the log replays them all. Found
+/// by the fault suite's disk-full fault under the flood workload (seed 20261204, 3
+/// nodes, 120 s): the node exited 0 a moment after it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_added_back_is_not_stopped_by_its_own_old_removal() {
+    let options = ClusterOptions { snapshot_every_entries: Some(1_000_000), ..ClusterOptions::default() };
+    let mut cluster = TestCluster::start(options);
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let leader = wait_recorded(&cluster, 3).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let admin = cluster.admin_client();
+    let session = cluster.client().session(SESSION_TTL).await.expect("a session");
+    // More entries than one AppendEntries carries (1,000) between the first
+    // configuration and the removal, and between the removal and the return: the
+    // member added back then sees itself listed, then removed, then added, each in a
+    // message of its own.
+    let cycles = |prefix: &'static str| {
+        let session = &session;
+        async move {
+            for n in 0..600 {
+                let guard = session.try_lock(&format!("{prefix}/{n}")).await.expect("acquire").expect("a free lock");
+                guard.release().await.expect("release");
+            }
+        }
+    };
+    cycles("before").await;
+    admin.remove_member(follower).await.expect("remove the follower");
+    cycles("between").await;
+    let grants = take_locks(&session, "kept", 3).await;
+    cluster.wipe(follower);
+    cluster.restart_with(follower, &["--new-incarnation"]);
+    let (client_addr, peer_addr) =
+        (cluster.nodes[&follower].client_addr.clone(), cluster.nodes[&follower].peer_addr.clone());
+    let added = admin.add_member(follower, &client_addr, &peer_addr, false).await;
+    assert!(
+        matches!(&added, Ok(members) if members.iter().any(|member| member.node_id == follower && member.role == "voter")),
+        "the member added back was not promoted: {added:?}\n{}",
+        cluster.log_text(follower)
+    );
+    let commit = cluster.status(cluster.leader().await.unwrap()).await.unwrap().commit_index;
+    cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
+    assert!(cluster.is_running(follower), "the member added back stopped itself:\n{}", cluster.log_text(follower));
+    assert_held(&cluster.client(), session.id(), &grants).await;
+}
+
 /// A tenant's weight or rate quota is refused with MEMBERS_TOO_OLD while a member
 /// speaks for a build before shares (`--test-command-level 3`), and nothing changes;
 /// with the member on the current build again, the same change goes through.

@@ -27,7 +27,7 @@ use crate::api::elections_service::ElectionsService;
 use crate::api::leasehold_service::LeaseholdService;
 use crate::api::lock_delay::LockDelayPolicy;
 use crate::api::semaphores_service::SemaphoresService;
-use crate::machine::Command;
+use crate::machine::{ClusterRecord, Command};
 use crate::node::config::{Config, Transport};
 use crate::node::data_dir::{self, Claim};
 use crate::node::metrics;
@@ -401,7 +401,14 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
     tasks.push(essential("member recorder", stopped.clone(), recorder));
     // Not essential: it ends when this node is removed from the cluster, which stops
     // the node through `retired`.
-    tasks.push(tokio::spawn(watch_membership(raft.clone(), config.node_id, retired_sender, stopped)));
+    tasks.push(tokio::spawn(watch_membership(
+        raft.clone(),
+        config.node_id,
+        incarnations.incarnation(),
+        replica.shared.cluster_record.subscribe(),
+        retired_sender,
+        stopped,
+    )));
 
     tracing::info!(
         node_id = config.node_id,
@@ -717,16 +724,30 @@ fn new_cluster_id() -> u128 {
 }
 
 /// A node that was a member and is no longer in the membership stops serving.
-/// Watches the server metrics, which change only with the vote, the role, the leader
-/// or the membership (the full metrics are sent again after every event the Raft core
-/// handles, and would wake this task thousands of times a second under load).
-async fn watch_membership(raft: Raft, node_id: u64, retired: watch::Sender<bool>, mut stopped: watch::Receiver<bool>) {
+///
+/// It counts as having been a member only once the applied record holds this node's
+/// own incarnation: a node added again under its old id (a new incarnation) catches
+/// up through the configurations of its earlier life, one with the old incarnation
+/// in it and then its removal, before the one that adds it again; those must not stop
+/// it. Watches the server metrics, which change only with the vote, the role, the
+/// leader or the membership (the full metrics are sent again after every event the
+/// Raft core handles, and would wake this task thousands of times a second under
+/// load), and the applied record.
+async fn watch_membership(
+    raft: Raft,
+    node_id: u64,
+    incarnation: u64,
+    mut record: watch::Receiver<Arc<ClusterRecord>>,
+    retired: watch::Sender<bool>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let mut metrics = raft.server_metrics();
     let mut was_member = false;
     loop {
         let is_member = metrics.borrow().membership_config.membership().get_node(&node_id).is_some();
+        let recorded_as_this = record.borrow().incarnation(node_id) == Some(incarnation);
         if is_member {
-            was_member = true;
+            was_member |= recorded_as_this;
         } else if was_member {
             tracing::warn!("this node is no longer in the cluster's membership; it stops serving");
             retired.send_replace(true);
@@ -734,6 +755,7 @@ async fn watch_membership(raft: Raft, node_id: u64, retired: watch::Sender<bool>
         }
         tokio::select! {
             changed = metrics.changed() => if changed.is_err() { return },
+            changed = record.changed() => if changed.is_err() { return },
             _ = stopped.wait_for(|stop| *stop) => return,
         }
     }
