@@ -408,25 +408,7 @@ impl Harness {
     async fn make_intruder(&self) -> anyhow::Result<IntruderCredentials> {
         let directory = self.arguments.out.join("intruder");
         std::fs::create_dir_all(&directory)?;
-        let admin = self.cluster.admin_client();
-        let give_up = Instant::now() + Duration::from_millis(RECOVERY_MS_MAX);
-        let token = loop {
-            match admin.add_tenant(INTRUDER_TENANT, INTRUDER_QUOTAS).await {
-                Ok(added) => break added.token,
-                // An earlier attempt made it and its answer was lost.
-                Err(leasehold::Error::Refused(_)) => {
-                    if let Ok(token) = admin.rotate_tenant_token(INTRUDER_TENANT).await {
-                        break token;
-                    }
-                }
-                Err(error) if Instant::now() >= give_up => bail!("cannot add the intruder tenant: {error}"),
-                Err(_) => {}
-            }
-            if Instant::now() >= give_up {
-                bail!("cannot add the intruder tenant within {RECOVERY_MS_MAX} ms");
-            }
-            tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
-        };
+        let token = self.add_tenant(INTRUDER_TENANT, INTRUDER_QUOTAS).await?;
         let token_file = directory.join("intruder.token");
         leasehold::certs::write_file(&token_file, &token, true)?;
         let ca_key = std::fs::read_to_string(self.cluster.credentials.directory.join("ca.key"))
@@ -445,28 +427,34 @@ impl Harness {
         Ok(IntruderCredentials { token_file, certificate_file, key_file, node_certificates })
     }
 
-    /// Adds the flood tenant with its rate quota and writes its token to
-    /// `--out`/flood.token.
-    async fn make_flood_tenant(&self) -> anyhow::Result<PathBuf> {
+    /// Adds tenant `name` with `quotas` (as an operator would) and returns its token:
+    /// when an earlier attempt made it and its answer was lost, its token is rotated
+    /// instead. Retried until `RECOVERY_MS_MAX`.
+    async fn add_tenant(&self, name: &str, quotas: leasehold::proto::Quotas) -> anyhow::Result<String> {
         let admin = self.cluster.admin_client();
         let give_up = Instant::now() + Duration::from_millis(RECOVERY_MS_MAX);
-        let token = loop {
-            match admin.add_tenant(FLOOD_TENANT, FLOOD_QUOTAS).await {
-                Ok(added) => break added.token,
-                // An earlier attempt made it and its answer was lost.
+        loop {
+            match admin.add_tenant(name, quotas).await {
+                Ok(added) => return Ok(added.token),
                 Err(leasehold::Error::Refused(_)) => {
-                    if let Ok(token) = admin.rotate_tenant_token(FLOOD_TENANT).await {
-                        break token;
+                    if let Ok(token) = admin.rotate_tenant_token(name).await {
+                        return Ok(token);
                     }
                 }
-                Err(error) if Instant::now() >= give_up => bail!("cannot add the flood tenant: {error}"),
+                Err(error) if Instant::now() >= give_up => bail!("cannot add the {name} tenant: {error}"),
                 Err(_) => {}
             }
             if Instant::now() >= give_up {
-                bail!("cannot add the flood tenant within {RECOVERY_MS_MAX} ms");
+                bail!("cannot add the {name} tenant within {RECOVERY_MS_MAX} ms");
             }
             tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
-        };
+        }
+    }
+
+    /// Adds the flood tenant with its rate quota and writes its token to
+    /// `--out`/flood.token.
+    async fn make_flood_tenant(&self) -> anyhow::Result<PathBuf> {
+        let token = self.add_tenant(FLOOD_TENANT, FLOOD_QUOTAS).await?;
         let token_file = self.arguments.out.join("flood.token");
         leasehold::certs::write_file(&token_file, &token, true)?;
         Ok(token_file)
