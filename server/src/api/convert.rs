@@ -97,12 +97,25 @@ pub fn close_session(request: pb::CloseSessionRequest) -> Result<Command, Status
     Ok(Command::CloseSession { request: request_id(request.request_id)?, session: session_id(request.session_id)? })
 }
 
-/// The command and how long to wait in the queue. `default_delay_ms` gives the
-/// lock-delay of a name when the request asks for none (see `api::lock_delay`).
+/// What a handler keeps of a request that may wait in a queue (acquire, semaphore
+/// acquire, campaign) beside the command it proposes: what a queued wait needs, and the
+/// name a refusal describes. The conversion hands it over with the command, so the
+/// handler never unpacks the command it built.
+#[derive(Debug)]
+pub struct Waiting {
+    pub request: RequestId,
+    pub session: SessionId,
+    pub name: String,
+    /// How long the request waits in the queue at most.
+    pub wait_ms: u64,
+}
+
+/// The command and what its wait needs. `default_delay_ms` gives the lock-delay of a
+/// name when the request asks for none (see `api::lock_delay`).
 pub fn acquire(
     request: pb::AcquireRequest,
     default_delay_ms: impl FnOnce(&str) -> u64,
-) -> Result<(Command, u64), Status> {
+) -> Result<(Command, Waiting), Status> {
     let request_id = request_id(request.request_id)?;
     let session = session_id(request.session_id)?;
     let name = resource_name(ResourceKind::Lock, &request.name)?;
@@ -113,11 +126,12 @@ pub fn acquire(
         )));
     }
     let wait = request.wait_ms > 0;
+    let waiting = Waiting { request: request_id, session, name: name.clone(), wait_ms: request.wait_ms };
     let command = match lock_delay_ms(request.lock_delay_ms, &name, default_delay_ms)? {
         0 => Command::Acquire { request: request_id, session, name, wait },
         delay_ms => Command::AcquireWithDelay { request: request_id, session, name, wait, delay_ms },
     };
-    Ok((command, request.wait_ms))
+    Ok((command, waiting))
 }
 
 /// The lock-delay an acquire carries: the one it asks for, checked against
@@ -181,23 +195,22 @@ fn token(token: u64) -> Result<u64, Status> {
     Ok(token)
 }
 
-/// The command and how long to wait in the queue; `default_delay_ms` as for
-/// `acquire`.
+/// The command and what its wait needs; `default_delay_ms` as for `acquire`.
 pub fn sem_acquire(
     request: pb::SemAcquireRequest,
     default_delay_ms: impl FnOnce(&str) -> u64,
-) -> Result<(Command, u64), Status> {
+) -> Result<(Command, Waiting), Status> {
     let request_id = request_id(request.request_id)?;
     let session = session_id(request.session_id)?;
     let name = resource_name(ResourceKind::Semaphore, &request.name)?;
     let limit = semaphore_limit(request.limit)?;
     let wait = request.wait_ms > 0;
-    let wait_ms = wait_ms(request.wait_ms)?;
+    let waiting = Waiting { request: request_id, session, name: name.clone(), wait_ms: wait_ms(request.wait_ms)? };
     let command = match lock_delay_ms(request.lock_delay_ms, &name, default_delay_ms)? {
         0 => Command::SemAcquire { request: request_id, session, name, limit, wait },
         delay_ms => Command::SemAcquireWithDelay { request: request_id, session, name, limit, wait, delay_ms },
     };
-    Ok((command, wait_ms))
+    Ok((command, waiting))
 }
 
 pub fn sem_release(request: pb::SemReleaseRequest) -> Result<Command, Status> {
@@ -220,16 +233,22 @@ pub fn sem_set_limit(request: &pb::SemSetLimitRequest, tenant: Option<TenantId>)
     })
 }
 
-/// The command and how long to wait to lead.
-pub fn campaign(request: pb::CampaignRequest) -> Result<(Command, u64), Status> {
-    let command = Command::Campaign {
+/// The command and what its wait to lead needs.
+pub fn campaign(request: pb::CampaignRequest) -> Result<(Command, Waiting), Status> {
+    let waiting = Waiting {
         request: request_id(request.request_id)?,
         session: session_id(request.session_id)?,
         name: resource_name(ResourceKind::Election, &request.name)?,
+        wait_ms: wait_ms(request.wait_ms)?,
+    };
+    let command = Command::Campaign {
+        request: waiting.request,
+        session: waiting.session,
+        name: waiting.name.clone(),
         value: election_value(&request.value)?,
         wait: request.wait_ms > 0,
     };
-    Ok((command, wait_ms(request.wait_ms)?))
+    Ok((command, waiting))
 }
 
 pub fn proclaim(request: pb::ProclaimRequest) -> Result<Command, Status> {

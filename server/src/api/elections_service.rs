@@ -17,7 +17,7 @@ use crate::api::auth::Auth;
 use crate::api::convert;
 use crate::api::queued_wait::{self, WaitEnd};
 use crate::machine::{
-    AcquireOutcome, Command, LeaderView, ResourceKind, Response as MachineResponse, StateMachine, TenantId,
+    AcquireOutcome, LeaderView, ResourceKind, Response as MachineResponse, SessionId, StateMachine, TenantId, Token,
 };
 use crate::raft::replica::Replica;
 use crate::shell::observers::{Full, OBSERVERS_MAX, OBSERVERS_PER_TENANT_MAX};
@@ -51,8 +51,29 @@ fn elected(token: u64) -> Response<pb::CampaignResponse> {
     })
 }
 
-fn not_elected(machine: &StateMachine, tenant: TenantId, name: &str) -> Response<pb::CampaignResponse> {
-    let leader = current_leader(machine, tenant, name).map(leader_info).unwrap_or_default();
+/// A campaign that did not win. `busy` is the leader the machine found (its session and
+/// token): the answer describes that leadership, never a later one, and leaves its
+/// value and start empty if it has ended since. Without it (a wait that ran out) the
+/// answer describes the leader as this node has applied it now.
+fn not_elected(
+    machine: &StateMachine,
+    tenant: TenantId,
+    name: &str,
+    busy: Option<(SessionId, Token)>,
+) -> Response<pb::CampaignResponse> {
+    let current = current_leader(machine, tenant, name);
+    let leader = match busy {
+        None => current.map(leader_info).unwrap_or_default(),
+        Some((session, token)) => match current.filter(|leader| leader.token == token) {
+            Some(leader) => leader_info(leader),
+            None => pb::LeaderInfo {
+                session_id: session,
+                client_name: machine.session_of(session).map(|held| held.client_name().to_owned()).unwrap_or_default(),
+                token,
+                ..Default::default()
+            },
+        },
+    };
     Response::new(pb::CampaignResponse { outcome: Some(pb::campaign_response::Outcome::NotElected(leader)) })
 }
 
@@ -69,31 +90,26 @@ impl Elections for ElectionsService {
         let started_ms = self.replica.clock.now_ms();
         let request = request.into_inner();
         let caller = who.caller(&request.session_secret);
-        let (command, wait_ms) = convert::campaign(request)?;
-        let Command::Campaign { request, session, ref name, .. } = command else { unreachable!("convert::campaign") };
-        let name = name.clone();
+        let (command, waiting) = convert::campaign(request)?;
         let tenant = who.tenant();
+        let name = waiting.name.as_str();
         self.replica.check_budget()?;
         match self.replica.propose(caller, command).await? {
             MachineResponse::Campaign(AcquireOutcome::Granted { token }) => Ok(elected(token)),
-            MachineResponse::Campaign(AcquireOutcome::Busy { .. } | AcquireOutcome::TimedOut) => {
-                self.replica.read(true, |machine| not_elected(machine, tenant, &name)).await
+            MachineResponse::Campaign(AcquireOutcome::Busy { holder, token }) => {
+                self.replica.read(true, |machine| not_elected(machine, tenant, name, Some((holder, token)))).await
+            }
+            MachineResponse::Campaign(AcquireOutcome::TimedOut) => {
+                self.replica.read(true, |machine| not_elected(machine, tenant, name, None)).await
             }
             MachineResponse::Campaign(AcquireOutcome::Queued { .. }) => {
-                match queued_wait::wait_for_grant(
-                    &self.replica,
-                    caller,
-                    ResourceKind::Election,
-                    request,
-                    session,
-                    &name,
-                    wait_ms,
-                    started_ms,
-                )
-                .await?
+                match queued_wait::wait_for_grant(&self.replica, caller, ResourceKind::Election, &waiting, started_ms)
+                    .await?
                 {
                     WaitEnd::Granted(token) => Ok(elected(token)),
-                    WaitEnd::TimedOut => self.replica.read(true, |machine| not_elected(machine, tenant, &name)).await,
+                    WaitEnd::TimedOut => {
+                        self.replica.read(true, |machine| not_elected(machine, tenant, name, None)).await
+                    }
                 }
             }
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),

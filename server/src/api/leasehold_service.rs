@@ -43,17 +43,40 @@ fn granted(token: u64) -> Response<pb::AcquireResponse> {
     Response::new(pb::AcquireResponse { outcome: Some(pb::acquire_response::Outcome::Granted(pb::Granted { token })) })
 }
 
-fn not_acquired(machine: &StateMachine, tenant: TenantId, name: &str, timed_out: bool) -> pb::AcquireResponse {
+/// A try-lock refused because the machine found the lock held: the holder described is
+/// the grant the machine decided against (`holder`, `token`), never a later one. Its
+/// client name and a held-back grant's end are looked up for that grant; if it has
+/// ended since, they are left empty.
+fn busy(machine: &StateMachine, tenant: TenantId, name: &str, holder: SessionId, token: u64) -> pb::AcquireResponse {
+    let view = machine.describe_lock(tenant, name).map(|lock| lock.holder).filter(|view| view.token == token);
+    let (holder_client_name, delay_until_unix_ms) = match view {
+        Some(view) => (view.client_name, view.held_back_until_ms.unwrap_or(0)),
+        None => (machine.session_of(holder).map(|session| session.client_name().to_owned()).unwrap_or_default(), 0),
+    };
+    let not_acquired = pb::NotAcquired {
+        holder_session_id: holder,
+        holder_client_name,
+        holder_token: token,
+        timed_out: false,
+        delay_until_unix_ms,
+    };
+    pb::AcquireResponse { outcome: Some(pb::acquire_response::Outcome::NotAcquired(not_acquired)) }
+}
+
+/// A wait that ran out. The machine's answer names no holder (the wait ended, the
+/// session neither holds nor waits), so the holder described is the lock's holder as
+/// this node has applied it now.
+fn timed_out(machine: &StateMachine, tenant: TenantId, name: &str) -> pb::AcquireResponse {
     let holder = machine.describe_lock(tenant, name).map(|lock| lock.holder);
     let not_acquired = match holder {
         Some(holder) => pb::NotAcquired {
             holder_session_id: holder.session,
             holder_client_name: holder.client_name,
             holder_token: holder.token,
-            timed_out,
+            timed_out: true,
             delay_until_unix_ms: holder.held_back_until_ms.unwrap_or(0),
         },
-        None => pb::NotAcquired { timed_out, ..Default::default() },
+        None => pb::NotAcquired { timed_out: true, ..Default::default() },
     };
     pb::AcquireResponse { outcome: Some(pb::acquire_response::Outcome::NotAcquired(not_acquired)) }
 }
@@ -340,44 +363,28 @@ impl Leasehold for LeaseholdService {
         let started_ms = self.replica.clock.now_ms();
         let request = request.into_inner();
         let caller = who.caller(&request.session_secret);
-        let (command, wait_ms) = convert::acquire(request, |name| self.lock_delay.delay_ms(None, name))?;
-        let (Command::Acquire { request, session, ref name, .. }
-        | Command::AcquireWithDelay { request, session, ref name, .. }) = command
-        else {
-            unreachable!("convert::acquire")
-        };
-        let name = name.clone();
+        let (command, waiting) = convert::acquire(request, |name| self.lock_delay.delay_ms(None, name))?;
         if command.level() > 0 {
             self.lock_delay.admit(&self.replica).await?;
         }
         let tenant = who.tenant();
+        let name = waiting.name.as_str();
         self.replica.check_budget()?;
         match self.replica.propose(caller, command).await? {
             MachineResponse::Acquire(AcquireOutcome::Granted { token }) => Ok(granted(token)),
-            MachineResponse::Acquire(AcquireOutcome::Busy { .. }) => {
-                self.replica.read(true, |machine| Response::new(not_acquired(machine, tenant, &name, false))).await
+            MachineResponse::Acquire(AcquireOutcome::Busy { holder, token }) => {
+                self.replica.read(true, |machine| Response::new(busy(machine, tenant, name, holder, token))).await
             }
             MachineResponse::Acquire(AcquireOutcome::TimedOut) => {
-                self.replica.read(true, |machine| Response::new(not_acquired(machine, tenant, &name, true))).await
+                self.replica.read(true, |machine| Response::new(timed_out(machine, tenant, name))).await
             }
             MachineResponse::Acquire(AcquireOutcome::Queued { .. }) => {
-                let waited = queued_wait::wait_for_grant(
-                    &self.replica,
-                    caller,
-                    ResourceKind::Lock,
-                    request,
-                    session,
-                    &name,
-                    wait_ms,
-                    started_ms,
-                )
-                .await?;
-                match waited {
+                match queued_wait::wait_for_grant(&self.replica, caller, ResourceKind::Lock, &waiting, started_ms)
+                    .await?
+                {
                     WaitEnd::Granted(token) => Ok(granted(token)),
                     WaitEnd::TimedOut => {
-                        self.replica
-                            .read(true, |machine| Response::new(not_acquired(machine, tenant, &name, true)))
-                            .await
+                        self.replica.read(true, |machine| Response::new(timed_out(machine, tenant, name))).await
                     }
                 }
             }

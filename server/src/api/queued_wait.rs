@@ -9,7 +9,7 @@ use leasehold_proto::errors::{error_status, METADATA_SESSION_ID};
 use leasehold_proto::ErrorReason;
 use tonic::Status;
 
-use crate::api::convert;
+use crate::api::convert::{self, Waiting};
 use crate::machine::{Caller, CancelOutcome, Command, ErrorKind, RequestId, ResourceKind, Response, SessionId, Token};
 use crate::raft::replica::{shutting_down, Replica};
 use crate::shell::wait_registry::{Registration, WaitOutcome};
@@ -85,20 +85,18 @@ impl Drop for AbandonedWait {
     }
 }
 
-/// Waits until `session`'s queued request for `name` is granted, or `wait_ms` (counted
-/// from `started_ms` on the node's clock) runs out. `caller` sent the request: the
-/// cancel of a wait that ran out acts for it.
-#[allow(clippy::too_many_arguments)]
+/// Waits until the session's queued request (`waiting`) is granted, or its `wait_ms`
+/// (counted from `started_ms` on the node's clock) runs out. `caller` sent the
+/// request: the cancel of a wait that ran out acts for it.
 pub async fn wait_for_grant(
     replica: &Arc<Replica>,
     caller: Caller,
     kind: ResourceKind,
-    request: RequestId,
-    session: SessionId,
-    name: &str,
-    wait_ms: u64,
+    waiting: &Waiting,
     started_ms: u64,
 ) -> Result<WaitEnd, Status> {
+    let Waiting { request, session, ref name, wait_ms } = *waiting;
+    let name = name.as_str();
     let shared = replica.shared.clone();
     let registration = shared.wait_registry.register(kind, session, name, || {
         let applied = shared.applied.read().unwrap();

@@ -14,7 +14,7 @@ use crate::api::auth::{audit, Auth};
 use crate::api::convert;
 use crate::api::lock_delay::LockDelayPolicy;
 use crate::api::queued_wait::{self, WaitEnd};
-use crate::machine::{AcquireOutcome, Command, ResourceKind, Response as MachineResponse, StateMachine, TenantId};
+use crate::machine::{AcquireOutcome, ResourceKind, Response as MachineResponse, StateMachine, TenantId};
 use crate::raft::replica::Replica;
 
 pub struct SemaphoresService {
@@ -29,6 +29,9 @@ fn granted(token: u64) -> Response<pb::SemAcquireResponse> {
     })
 }
 
+/// A semaphore acquire that got no permit. The answer carries the semaphore's holder
+/// count and limit, which the machine's refusal does not (it names its first holder):
+/// they are the counts as this node has applied them now.
 fn full(machine: &StateMachine, tenant: TenantId, name: &str, timed_out: bool) -> Response<pb::SemAcquireResponse> {
     let (holders, limit) = machine
         .describe_semaphore(tenant, name)
@@ -54,20 +57,15 @@ impl Semaphores for SemaphoresService {
         let started_ms = self.replica.clock.now_ms();
         let request = request.into_inner();
         let caller = who.caller(&request.session_secret);
-        let (command, wait_ms) = convert::sem_acquire(request, |name| self.lock_delay.delay_ms(None, name))?;
-        let (Command::SemAcquire { request, session, ref name, .. }
-        | Command::SemAcquireWithDelay { request, session, ref name, .. }) = command
-        else {
-            unreachable!("convert::sem_acquire")
-        };
-        let name = name.clone();
+        let (command, waiting) = convert::sem_acquire(request, |name| self.lock_delay.delay_ms(None, name))?;
         if command.level() > 0 {
             self.lock_delay.admit(&self.replica).await?;
         }
         let tenant = who.tenant();
+        let name = waiting.name.as_str();
         let record_wait = |replica: &Replica| {
             let waited = replica.clock.now_ms().saturating_sub(started_ms);
-            replica.shared.semaphore_waits.record(who.name(), &name, Duration::from_millis(waited));
+            replica.shared.semaphore_waits.record(who.name(), name, Duration::from_millis(waited));
         };
         self.replica.check_budget()?;
         match self.replica.propose(caller, command).await? {
@@ -76,29 +74,20 @@ impl Semaphores for SemaphoresService {
                 Ok(granted(token))
             }
             MachineResponse::SemAcquire(AcquireOutcome::Busy { .. }) => {
-                self.replica.read(true, |machine| full(machine, tenant, &name, false)).await
+                self.replica.read(true, |machine| full(machine, tenant, name, false)).await
             }
             MachineResponse::SemAcquire(AcquireOutcome::TimedOut) => {
-                self.replica.read(true, |machine| full(machine, tenant, &name, true)).await
+                self.replica.read(true, |machine| full(machine, tenant, name, true)).await
             }
             MachineResponse::SemAcquire(AcquireOutcome::Queued { .. }) => {
-                match queued_wait::wait_for_grant(
-                    &self.replica,
-                    caller,
-                    ResourceKind::Semaphore,
-                    request,
-                    session,
-                    &name,
-                    wait_ms,
-                    started_ms,
-                )
-                .await?
+                match queued_wait::wait_for_grant(&self.replica, caller, ResourceKind::Semaphore, &waiting, started_ms)
+                    .await?
                 {
                     WaitEnd::Granted(token) => {
                         record_wait(&self.replica);
                         Ok(granted(token))
                     }
-                    WaitEnd::TimedOut => self.replica.read(true, |machine| full(machine, tenant, &name, true)).await,
+                    WaitEnd::TimedOut => self.replica.read(true, |machine| full(machine, tenant, name, true)).await,
                 }
             }
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
