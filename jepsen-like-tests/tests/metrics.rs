@@ -400,7 +400,15 @@ async fn a_tenant_past_its_rate_quota_is_told_when_to_retry() {
     assert!(page["leasehold_commands_refused_rate_limited_total"] >= f64::from(limited), "{page:?}");
     let per_tenant = r#"leasehold_tenant_commands_refused_total{tenant="test",reason="rate_limited"}"#;
     assert!(page[per_tenant] >= f64::from(limited), "{page:?}");
-    assert!(page[r#"leasehold_tenant_commands_admitted_total{tenant="test"}"#] >= 1.0, "{page:?}");
+    let admitted = page[r#"leasehold_tenant_commands_admitted_total{tenant="test"}"#];
+    assert!(admitted >= 1.0, "{page:?}");
+    // Every admitted command was answered before the scrape: each has its commit wait
+    // in the tenant's histogram, and none waited past its last bound.
+    let waits = r#"leasehold_tenant_commit_wait_seconds_count{tenant="test"}"#;
+    assert_eq!(page[waits], admitted, "{page:?}");
+    assert_eq!(page[r#"leasehold_tenant_commit_wait_seconds_bucket{tenant="test",le="+Inf"}"#], admitted);
+    assert_eq!(page[r#"leasehold_tenant_commit_wait_seconds_bucket{tenant="test",le="10"}"#], admitted);
+    assert!(page[r#"leasehold_tenant_commit_wait_seconds_sum{tenant="test"}"#] > 0.0, "{page:?}");
 
     // The library waits the retry-after and tries again: a burst of two seconds' worth
     // gets through.

@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::machine::{TenantId, Usage};
-use crate::raft::replica::Replica;
+use crate::raft::replica::{Replica, COMMIT_WAIT_BUCKETS_SECONDS};
 use crate::shell::wait_histograms::escape_label;
 
 /// A scrape request larger than this is answered 400 without reading further.
@@ -263,5 +263,21 @@ fn render_tenant_admission(text: &mut String, replica: &Replica, tenants: &[(Ten
         {
             let _ = writeln!(text, "{metric}{{tenant=\"{name}\",reason=\"{reason}\"}} {value}");
         }
+    }
+    let metric = "leasehold_tenant_commit_wait_seconds";
+    let _ = writeln!(
+        text,
+        "# HELP {metric} Time a tenant's commands admitted by this node as leader waited until their entry was \
+         applied (queue, append, replication, apply).\n# TYPE {metric} histogram"
+    );
+    for (tenant, counts, _) in &rows {
+        let name = escape_label(names.get(tenant).copied().unwrap_or_default());
+        let waits = &counts.commit_waits;
+        for (count, bound) in waits.buckets.iter().zip(COMMIT_WAIT_BUCKETS_SECONDS) {
+            let _ = writeln!(text, "{metric}_bucket{{tenant=\"{name}\",le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(text, "{metric}_bucket{{tenant=\"{name}\",le=\"+Inf\"}} {}", waits.count);
+        let _ = writeln!(text, "{metric}_sum{{tenant=\"{name}\"}} {}", waits.sum_micros as f64 / 1e6);
+        let _ = writeln!(text, "{metric}_count{{tenant=\"{name}\"}} {}", waits.count);
     }
 }

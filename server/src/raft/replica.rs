@@ -98,11 +98,42 @@ pub struct Counters {
     pub refused_rate_limited: AtomicU64,
 }
 
+/// Upper bounds of the commit-wait histogram's buckets, in seconds.
+pub const COMMIT_WAIT_BUCKETS_SECONDS: [f64; 12] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+/// How long a tenant's admitted commands waited on the leader until their entry was
+/// applied: the queue, the append, replication and apply. What a tenant's share of
+/// the commit path comes to, in time.
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommitWaits {
+    /// Commands that waited up to each bound of `COMMIT_WAIT_BUCKETS_SECONDS`
+    /// (cumulative, as Prometheus counts).
+    pub buckets: [u64; COMMIT_WAIT_BUCKETS_SECONDS.len()],
+    pub count: u64,
+    pub sum_micros: u64,
+}
+
+impl CommitWaits {
+    pub fn record(&mut self, waited: Duration) {
+        let seconds = waited.as_secs_f64();
+        for (bucket, bound) in self.buckets.iter_mut().zip(COMMIT_WAIT_BUCKETS_SECONDS) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+        self.count += 1;
+        self.sum_micros += u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+    }
+}
+
 /// What the leader did with one tenant's commands, for the metrics page.
 #[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TenantCounts {
     /// Queued for the log.
     pub admitted: u64,
+    /// How long the admitted commands waited for their entry to be applied.
+    pub commit_waits: CommitWaits,
     /// Refused from the applied state before the log (see `Replica::leader_view`).
     pub refused_early: u64,
     /// Refused with `OVERLOADED`.
@@ -231,7 +262,11 @@ impl Replica {
             return Err(status);
         }
         self.count(key, |counts| counts.admitted += 1);
-        answer.await.map_err(|_| shutting_down())?
+        let admitted_at = Instant::now();
+        let applied = answer.await.map_err(|_| shutting_down())?;
+        let waited = admitted_at.elapsed();
+        self.count(key, |counts| counts.commit_waits.record(waited));
+        applied
     }
 
     /// Commands waiting for a log entry on this node, all tenants.
@@ -702,6 +737,17 @@ fn check_error(raft: &Raft, error: RaftError<NodeId, CheckIsLeaderError<NodeId, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commit_waits_count_each_wait_in_every_bucket_at_or_above_it() {
+        let mut waits = CommitWaits::default();
+        waits.record(Duration::from_micros(700));
+        waits.record(Duration::from_millis(30));
+        waits.record(Duration::from_secs(20));
+        assert_eq!(waits.buckets, [1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2]);
+        assert_eq!(waits.count, 3, "the wait past the last bound is counted in +Inf only");
+        assert_eq!(waits.sum_micros, 20_030_700);
+    }
 
     #[test]
     fn a_chain_of_single_commands_is_pipelined() {
