@@ -21,9 +21,18 @@
 # Leasehold/Redis and Leasehold TLS/plaintext. Everything it started is stopped by
 # process id at exit, and the temporary folder is removed (--keep keeps it).
 #
+# The workload `noisy-neighbour` is two teams on one system: team `quiet` runs
+# lock-cycle with --quiet-clients clients, team `noisy` with --flood-clients, first
+# each alone, then both at once (on Leasehold each team is a tenant of its own; on
+# etcd each has its own key prefix, which is what etcd offers). It prints, per
+# system, the quiet team's throughput and p99 beside the flood against alone, and the
+# flood's throughput beside the quiet team against alone. Redis is not run: one
+# Redis is one node, not a replicated lock service.
+#
 #   bench/compare.sh [--rounds 3] [--duration 10s] [--warmup 2s] [--clients 64]
 #                    [--contended-clients 16] [--keepalive-clients 64]
-#                    [--workloads lock-cycle,contended,keepalive,semaphore,failover]
+#                    [--quiet-clients 8] [--flood-clients 256]
+#                    [--workloads lock-cycle,contended,keepalive,semaphore,failover,noisy-neighbour]
 #                    [--targets leasehold,leasehold-plaintext,etcd,redis]
 #                    [--threads-per-member N] [--etcd-plaintext]
 #                    [--results FILE] [--keep]
@@ -35,7 +44,9 @@ WARMUP=2s
 CLIENTS=64
 CONTENDED_CLIENTS=16
 KEEPALIVE_CLIENTS=64
-WORKLOADS=lock-cycle,contended,keepalive,semaphore,failover
+QUIET_CLIENTS=8
+FLOOD_CLIENTS=256
+WORKLOADS=lock-cycle,contended,keepalive,semaphore,failover,noisy-neighbour
 TARGETS=leasehold,leasehold-plaintext,etcd,redis
 RESULTS=""
 KEEP=0
@@ -49,13 +60,15 @@ while [ $# -gt 0 ]; do
     --clients) CLIENTS="$2"; shift 2 ;;
     --contended-clients) CONTENDED_CLIENTS="$2"; shift 2 ;;
     --keepalive-clients) KEEPALIVE_CLIENTS="$2"; shift 2 ;;
+    --quiet-clients) QUIET_CLIENTS="$2"; shift 2 ;;
+    --flood-clients) FLOOD_CLIENTS="$2"; shift 2 ;;
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --targets) TARGETS="$2"; shift 2 ;;
     --threads-per-member) THREADS="$2"; shift 2 ;;
     --results) RESULTS="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --etcd-plaintext) ETCD_TLS=0; shift ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -125,7 +138,7 @@ for i in 1 2 3; do
   "$CLI" cert node "$CERTS" --id "1$i" --host 127.0.0.1 >/dev/null
 done
 (umask 077 && "$CLI" new-token --prefix admin >"$ADMIN_TOKEN_FILE")
-tenant_token_file() { echo "$CERTS/$1.bench.token"; } # Leasehold target
+tenant_token_file() { echo "$CERTS/$1.${2:-bench}.token"; } # Leasehold target, tenant (bench)
 
 # Client and peer port prefixes of each Leasehold target: node i listens on <prefix>i.
 declare -A CLIENT_PORTS=([leasehold]=741 [leasehold-plaintext]=746)
@@ -208,7 +221,7 @@ as_leasehold() {
   [ "$target" = leasehold-plaintext ] && transport=(LEASEHOLD_INSECURE_PLAINTEXT=1)
   case "$role" in
     admin) credential=(LEASEHOLD_ADMIN_TOKEN_FILE="$ADMIN_TOKEN_FILE") ;;
-    tenant) credential=(LEASEHOLD_TOKEN_FILE="$(tenant_token_file "$target")") ;;
+    tenant) credential=(LEASEHOLD_TOKEN_FILE="$(tenant_token_file "$target" "${TEAM:-bench}")") ;;
   esac
   env LEASEHOLD_ENDPOINTS="$(endpoints_of "$target")" "${transport[@]}" "${credential[@]}" "$@"
 }
@@ -231,11 +244,13 @@ ready() { # target
   esac
 }
 
-# The tenant `bench` of Leasehold target $1, with quotas no workload reaches, added
-# with the admin credential; the benchmark's clients act as it.
+# The tenant $2 (default `bench`) of Leasehold target $1, with quotas no workload
+# reaches, added with the admin credential; the benchmark's clients act as it (the
+# teams of noisy-neighbour as `quiet` and `noisy`).
 add_bench_tenant() {
-  as_leasehold "$1" admin "$BENCH" add-tenant --endpoints "$(endpoints_of "$1")" --name bench \
-    --admin-token-file "$ADMIN_TOKEN_FILE" --token-file "$(tenant_token_file "$1")" \
+  local name="${2:-bench}"
+  as_leasehold "$1" admin "$BENCH" add-tenant --endpoints "$(endpoints_of "$1")" --name "$name" \
+    --admin-token-file "$ADMIN_TOKEN_FILE" --token-file "$(tenant_token_file "$1" "$name")" \
     --max-sessions 1000000 --max-holds 10000000 --max-waiters 10000000 >/dev/null
 }
 
@@ -282,7 +297,7 @@ etcd_urls() { sed "s|127.0.0.1|$ETCD_SCHEME://127.0.0.1|g" <<<"$ETCD_ENDPOINTS";
 # Whether workload $2 means something on target $1.
 measured() {
   case "$1:$2" in
-    etcd:semaphore|redis:semaphore|redis:failover) return 1 ;;
+    etcd:semaphore|redis:semaphore|redis:failover|redis:noisy-neighbour) return 1 ;;
     *) return 0 ;;
   esac
 }
@@ -327,7 +342,10 @@ for target in "${targets[@]}"; do
   wait_until "$target to be healthy" 60 ready "$target"
   case "$target" in
     leasehold|leasehold-plaintext)
-      add_bench_tenant "$target" || { echo "compare.sh: could not add the tenant bench to $target" >&2; exit 1; }
+      for tenant in bench quiet noisy; do
+        add_bench_tenant "$target" "$tenant" ||
+          { echo "compare.sh: could not add the tenant $tenant to $target" >&2; exit 1; }
+      done
       ;;
   esac
 done
@@ -336,6 +354,29 @@ echo "compare.sh: $(nproc) cores, $(uname -r), etcd $(etcd --version | head -1 |
 echo "compare.sh: $ROUNDS rounds of $DURATION after a $WARMUP warm-up; $CLIENTS clients ($CONTENDED_CLIENTS contended, $KEEPALIVE_CLIENTS keepalive); $THREADS thread(s) per Leasehold node and etcd member"
 echo "compare.sh: leasehold: TLS (mutual between nodes) + a tenant's bearer token per request; leasehold-plaintext: the same token, no TLS; etcd: $([ "$ETCD_TLS" = 1 ] && echo "TLS (mutual between members), no authentication" || echo "plaintext, no authentication"); redis: plaintext"
 LINES="$WORK/results.jsonl"
+: >"$LINES"
+TEAM_LINES="$WORK/teams.jsonl"
+: >"$TEAM_LINES"
+
+# One team's lock-cycle run on target $1 for noisy-neighbour: team $2 (quiet or noisy),
+# run label $3, clients $4; its JSON line, labelled, appended to the teams' results.
+team_run() {
+  local target="$1" team="$2" run="$3" clients="$4"
+  TEAM="$team" bench_run "$target" --workload lock-cycle --clients "$clients" --name-prefix "$team" \
+    --duration "$DURATION" --warmup "$WARMUP" --label "$target|$run|round=$round" |
+    grep '^{' >>"$TEAM_LINES" || echo "compare.sh: noisy-neighbour ($run) on $target failed in round $round" >&2
+}
+
+# Both teams of noisy-neighbour on target $1: each alone, then both at once.
+noisy_neighbour() {
+  local target="$1"
+  team_run "$target" quiet "quiet alone" "$QUIET_CLIENTS"
+  team_run "$target" noisy "noisy alone" "$FLOOD_CLIENTS"
+  team_run "$target" quiet "quiet beside noisy" "$QUIET_CLIENTS" &
+  local quiet=$!
+  team_run "$target" noisy "noisy beside quiet" "$FLOOD_CLIENTS"
+  wait "$quiet" # not a bare wait: the members are this shell's children too
+}
 for round in $(seq 1 "$ROUNDS"); do
   # Alternate the order of the systems from round to round (A/B, B/A, …) so that
   # drift in the machine's load does not favour one of them.
@@ -353,6 +394,11 @@ for round in $(seq 1 "$ROUNDS"); do
     esac
     for target in "${order[@]}"; do
       measured "$target" "$workload" || continue
+      if [ "$workload" = noisy-neighbour ]; then
+        echo "== round $round: noisy-neighbour on $target, $QUIET_CLIENTS quiet clients beside $FLOOD_CLIENTS"
+        noisy_neighbour "$target"
+        continue
+      fi
       echo "== round $round: $workload on $target, $clients clients"
       bench_run "$target" --workload "$workload" --clients "$clients" \
         --duration "$DURATION" --warmup "$WARMUP" \
@@ -367,8 +413,31 @@ done
 
 echo
 echo "Medians over $ROUNDS rounds ($(nproc) cores, $DURATION per run, same machine, same run):"
-"$BENCH" summarize "$LINES"
+if [ -s "$LINES" ]; then "$BENCH" summarize "$LINES"; fi
+if [ -s "$TEAM_LINES" ]; then
+  echo
+  echo "noisy-neighbour: team quiet ($QUIET_CLIENTS clients) beside team noisy ($FLOOD_CLIENTS clients), lock-cycle, medians:"
+  python3 - "$TEAM_LINES" <<'EOF'
+import json, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    report = json.loads(line)
+    target, run, _ = report["label"].split("|")
+    runs.setdefault((target, run), []).append(report)
+def median(target, run, key):
+    values = [r[key] for r in runs.get((target, run), []) if r.get(key) is not None]
+    return statistics.median(values) if values else float("nan")
+print("| system | quiet alone ops/s | p99 ms | quiet beside flood ops/s | p99 ms | quiet throughput | quiet p99 | flood beside quiet |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for target in sorted({target for target, _ in runs}):
+    alone, beside = median(target, "quiet alone", "operations_per_s"), median(target, "quiet beside noisy", "operations_per_s")
+    p99_alone, p99_beside = median(target, "quiet alone", "p99_ms"), median(target, "quiet beside noisy", "p99_ms")
+    flood = median(target, "noisy beside quiet", "operations_per_s") / median(target, "noisy alone", "operations_per_s")
+    print(f"| {target} | {alone:,.0f} | {p99_alone:.1f} | {beside:,.0f} | {p99_beside:.1f} | "
+          f"{beside / alone:.2f}x | {p99_beside / p99_alone:.2f}x | {flood:.2f}x |")
+EOF
+fi
 if [ -n "$RESULTS" ]; then
-  cp "$LINES" "$RESULTS"
+  cat "$LINES" "$TEAM_LINES" >"$RESULTS"
   echo "compare.sh: raw results in $RESULTS"
 fi

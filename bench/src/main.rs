@@ -147,6 +147,10 @@ struct RunArguments {
     /// Free text stored with the result (e.g. the round).
     #[arg(long, default_value = "")]
     label: String,
+    /// The first part of every lock and semaphore name the run uses, so that two runs
+    /// at once against one system use names of their own (e.g. two teams on etcd).
+    #[arg(long, default_value = "bench")]
+    name_prefix: String,
     /// Appends the JSON line to this file too.
     #[arg(long)]
     json_out: Option<PathBuf>,
@@ -187,6 +191,7 @@ fn main() -> anyhow::Result<()> {
                 lock_delay: run.lock_delay,
                 kill_after: run.kill_after.unwrap_or(run.duration / 3),
                 label: run.label,
+                name_prefix: run.name_prefix,
                 etcd_ca,
             }))?;
             // Clients still closing in the background are not waited for.

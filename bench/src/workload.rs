@@ -77,6 +77,10 @@ pub struct Settings {
     /// When, after the warm-up, the failover workload kills the leader.
     pub kill_after: Duration,
     pub label: String,
+    /// The first part of every lock and semaphore name: two runs against one system
+    /// with different prefixes never touch each other's names (Leasehold's tenants
+    /// keep theirs apart anyway; etcd and Redis have only the prefix).
+    pub name_prefix: String,
     /// etcd: the CA that signed the members' client-port certificates; with it the
     /// clients speak TLS (https), without it plaintext. Leasehold's clients take
     /// theirs from the LEASEHOLD_* variables instead (see `leasehold::settings`).
@@ -221,8 +225,8 @@ async fn drive_client(
     killed_at: watch::Receiver<Option<Instant>>,
 ) -> ClientOutcome {
     let mut outcome = ClientOutcome::default();
-    let own_lock = format!("bench/{}/{index}", settings.workload.name());
-    let shared_name = format!("bench/{}/shared", settings.workload.name());
+    let own_lock = format!("{}/{}/{index}", settings.name_prefix, settings.workload.name());
+    let shared_name = format!("{}/{}/shared", settings.name_prefix, settings.workload.name());
     while Instant::now() < measure_until {
         let started = Instant::now();
         let operation = async {
