@@ -63,7 +63,7 @@ live_pid() {
   [ -f "$file" ] || return 1
   pid=$(cat "$file")
   [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "leasehold-server .*--node-id $1 " || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "leasehold-server[^ /]* .*--node-id $1 " || return 1
   echo "$pid"
 }
 
