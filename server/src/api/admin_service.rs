@@ -24,6 +24,7 @@ use crate::raft::replica::Replica;
 use crate::raft::types::{Node, RaftMetrics, MEMBERS_MAX};
 use crate::shell::clock::RATE_PER_MILLE_MAX;
 use crate::shell::credentials::secret_hash;
+use crate::shell::entropy::Entropy;
 
 pub struct AdminService {
     pub replica: Arc<Replica>,
@@ -50,8 +51,8 @@ pub fn state_name(state: ServerState) -> &'static str {
 }
 
 /// A new tenant token: 32 random bytes in hex behind a prefix that says what it is.
-fn new_tenant_token() -> String {
-    let bytes: [u8; 32] = rand::random();
+fn new_tenant_token(entropy: &Entropy) -> String {
+    let bytes: [u8; 32] = entropy.bytes();
     let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
     format!("tenant_{hex}")
 }
@@ -599,7 +600,7 @@ impl Admin for AdminService {
             self.shares_ready().await?;
         }
         let quotas = quotas(request.quotas);
-        let token = new_tenant_token();
+        let token = new_tenant_token(&self.replica.entropy);
         let command = Command::AddTenant {
             request: request_id,
             name: request.name.clone(),
@@ -642,7 +643,7 @@ impl Admin for AdminService {
         who.require_admin("rotate a tenant's token")?;
         let request = request.into_inner();
         audit("RotateTenantToken", &who, &format!("tenant {:?}", request.name));
-        let token = new_tenant_token();
+        let token = new_tenant_token(&self.replica.entropy);
         let command = Command::RotateTenantToken {
             request: convert::request_id(request.request_id)?,
             name: request.name,

@@ -252,7 +252,7 @@ impl Leasehold for LeaseholdService {
         self.replica.check_budget()?;
         // Made here, per attempt: a retry whose first answer was lost gets a secret of
         // its own, which replaces the first one (see `StateMachine::recalled`).
-        let secret: [u8; SESSION_SECRET_BYTES] = rand::random();
+        let secret: [u8; SESSION_SECRET_BYTES] = self.replica.entropy.bytes();
         match self.replica.propose(who.caller(&secret), command).await? {
             MachineResponse::SessionCreated { session, ttl_ms } => Ok(Response::new(pb::CreateSessionResponse {
                 session_id: session,

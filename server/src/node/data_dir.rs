@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::raft::types::NodeId;
+use crate::shell::entropy::Entropy;
 
 /// The file that says whose data directory this is.
 pub const IDENTITY_FILE: &str = "LEASEHOLD";
@@ -55,9 +56,9 @@ pub fn cluster_id_text(cluster_id: u128) -> String {
 }
 
 /// A random incarnation of 63 bits (TOML's integers are signed), never 0.
-fn new_incarnation() -> u64 {
+fn new_incarnation(entropy: &Entropy) -> u64 {
     loop {
-        let incarnation = rand::random::<u64>() >> 1;
+        let incarnation = entropy.u64() >> 1;
         if incarnation != 0 {
             return incarnation;
         }
@@ -156,7 +157,7 @@ pub fn inspect(path: &Path, cluster_name: &str, node_id: NodeId) -> Result<Claim
 
 /// Writes the identity of a fresh data directory (durably, before any data), with a
 /// new incarnation.
-pub fn claim(path: &Path, cluster_name: &str, node_id: NodeId) -> Result<Identity, DataDirError> {
+pub fn claim(path: &Path, cluster_name: &str, node_id: NodeId, entropy: &Entropy) -> Result<Identity, DataDirError> {
     if let Err(error) = fs::create_dir_all(path) {
         return refuse(path, format!("cannot be created: {error}"));
     }
@@ -164,7 +165,7 @@ pub fn claim(path: &Path, cluster_name: &str, node_id: NodeId) -> Result<Identit
         format: IDENTITY_FORMAT,
         cluster_name: cluster_name.to_string(),
         node_id,
-        incarnation: Some(new_incarnation()),
+        incarnation: Some(new_incarnation(entropy)),
         cluster_id: None,
     };
     write(path, &identity)?;
@@ -173,11 +174,11 @@ pub fn claim(path: &Path, cluster_name: &str, node_id: NodeId) -> Result<Identit
 
 /// Gives a directory claimed before incarnations existed its incarnation. The
 /// cluster has no record of it yet, so any new one is as good.
-pub fn with_incarnation(path: &Path, identity: Identity) -> Result<Identity, DataDirError> {
+pub fn with_incarnation(path: &Path, identity: Identity, entropy: &Entropy) -> Result<Identity, DataDirError> {
     if identity.incarnation.is_some() {
         return Ok(identity);
     }
-    let identity = Identity { incarnation: Some(new_incarnation()), ..identity };
+    let identity = Identity { incarnation: Some(new_incarnation(entropy)), ..identity };
     write(path, &identity)?;
     Ok(identity)
 }
@@ -212,13 +213,13 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let path = root.path().join("node1");
         assert_eq!(inspect(&path, "c", 1).unwrap(), Claim::Fresh);
-        let claimed = claim(&path, "c", 1).unwrap();
+        let claimed = claim(&path, "c", 1, &Entropy::os()).unwrap();
         fs::create_dir(path.join(DATABASE_DIR)).unwrap();
         assert_eq!(inspect(&path, "c", 1).unwrap(), Claim::Existing(claimed.clone()));
         assert_ne!(claimed.incarnation(), 0);
         let again = tempfile::tempdir().unwrap();
         assert_ne!(
-            claim(again.path(), "c", 1).unwrap().incarnation(),
+            claim(again.path(), "c", 1, &Entropy::os()).unwrap().incarnation(),
             claimed.incarnation(),
             "a directory claimed again is another incarnation"
         );
@@ -242,7 +243,7 @@ mod tests {
         fs::write(path.join(IDENTITY_FILE), b"format = 2\ncluster_name = \"c\"\nnode_id = 1\n").unwrap();
         let Claim::Existing(old) = inspect(&path, "c", 1).unwrap() else { panic!("an existing directory") };
         assert_eq!(old.incarnation, None, "claimed before incarnations existed");
-        let given = with_incarnation(&path, old).unwrap();
+        let given = with_incarnation(&path, old, &Entropy::os()).unwrap();
         assert_eq!(inspect(&path, "c", 1).unwrap(), Claim::Existing(given));
 
         fs::write(path.join(IDENTITY_FILE), b"garbage = [").unwrap();

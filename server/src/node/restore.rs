@@ -22,6 +22,7 @@ use crate::raft::log_store;
 use crate::raft::state_machine_store;
 use crate::raft::storage;
 use crate::raft::types::{LogId, Node, NodeId, SnapshotMeta, StoredMembership};
+use crate::shell::entropy::Entropy;
 
 /// How far above the backup's index a restored cluster starts when no floor is
 /// given: 2^40 entries, more than five years of the fastest entry rate measured on
@@ -76,7 +77,7 @@ pub fn restore(options: &RestoreOptions) -> Result<Restored, StartError> {
             )))
         }
     }
-    data_dir::claim(&options.data_dir, &options.cluster_name, options.node_id)
+    data_dir::claim(&options.data_dir, &options.cluster_name, options.node_id, &Entropy::os())
         .map_err(|error| refused(error.to_string()))?;
     let db = storage::open(&options.data_dir.join(data_dir::DATABASE_DIR), true)
         .map_err(|error| refused(format!("data directory {}: {error}", options.data_dir.display())))?;

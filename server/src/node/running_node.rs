@@ -45,6 +45,7 @@ use crate::raft::types::{Node, NodeId, Raft};
 use crate::shell::clock::Clock;
 use crate::shell::clock::LogLimiter;
 use crate::shell::disk::{DiskSpace, DISK_CHECK_INTERVAL_MS};
+use crate::shell::entropy::Entropy;
 use crate::shell::fail_stop::essential;
 use crate::shell::lock_delays::LockDelays;
 use crate::shell::peer_contacts::PeerContacts;
@@ -100,7 +101,9 @@ fn bind(what: &str, address: SocketAddr) -> Result<tokio::net::TcpListener, Star
     tokio::net::TcpListener::from_std(listener).map_err(|error| StartError::Failed(format!("{what} listener: {error}")))
 }
 
-pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartError> {
+/// Starts a node on `config`. `clock` is its only clock and `entropy` its only source
+/// of random choices (`Entropy::os` for a node that serves clients).
+pub async fn start(config: Config, clock: Clock, entropy: Arc<Entropy>) -> Result<RunningNode, StartError> {
     let client_listener = bind("client", config.client_bind)?;
     let peer_listener = bind("peer", config.peer_bind)?;
     let metrics_listener = match config.metrics_bind {
@@ -119,7 +122,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         .map_err(|error| refused(error.to_string()))?;
     let fresh = claim == Claim::Fresh;
     let identity = match claim {
-        Claim::Fresh => data_dir::claim(&config.data_dir, &config.cluster_name, config.node_id),
+        Claim::Fresh => data_dir::claim(&config.data_dir, &config.cluster_name, config.node_id, &entropy),
         Claim::Existing(_) if config.new_incarnation => {
             return Err(refused(format!(
                 "--new-incarnation starts a node on an empty data directory, and {} holds node {}'s data; \
@@ -128,7 +131,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
                 config.node_id,
             )))
         }
-        Claim::Existing(identity) => data_dir::with_incarnation(&config.data_dir, identity),
+        Claim::Existing(identity) => data_dir::with_incarnation(&config.data_dir, identity, &entropy),
     }
     .map_err(|error| refused(error.to_string()))?;
     let db = storage::open(&config.data_dir.join(data_dir::DATABASE_DIR), fresh)
@@ -230,6 +233,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<RunningNode, StartErr
         config.state_budget_bytes,
         disk.clone(),
         config.tenant_queue_max,
+        entropy,
     );
     let lock_delay = Arc::new(LockDelayPolicy::new(config.lock_delay_defaults.clone(), incarnations.clone()));
     let (stop, stopped) = watch::channel(false);
@@ -631,7 +635,7 @@ async fn record_members(
         replica.set_clients_may_commit(incarnations.clients_may_commit(&members));
         if leading {
             for (node, incarnation) in incarnations.to_record(&members) {
-                let cluster_id = record.cluster_id.unwrap_or_else(new_cluster_id);
+                let cluster_id = record.cluster_id.unwrap_or_else(|| new_cluster_id(&replica.entropy));
                 let command = Command::RecordMember { cluster_id, node, incarnation };
                 match replica.propose_quietly(command).await {
                     Ok(_) => tracing::info!(node, incarnation, "recorded a member's incarnation"),
@@ -714,9 +718,9 @@ async fn watch_disk(disk: Arc<DiskSpace>, data_dir: std::path::PathBuf, mut stop
 }
 
 /// A random cluster id, never 0.
-fn new_cluster_id() -> u128 {
+fn new_cluster_id(entropy: &Entropy) -> u128 {
     loop {
-        let id = rand::random::<u128>();
+        let id = entropy.u128();
         if id != 0 {
             return id;
         }

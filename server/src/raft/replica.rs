@@ -23,6 +23,7 @@ use crate::raft::types::{Node, NodeId, Proposal, Raft};
 use crate::shell::clock::Clock;
 use crate::shell::clock::LogLimiter;
 use crate::shell::disk::DiskSpace;
+use crate::shell::entropy::Entropy;
 
 /// The metadata key that carries the leader's client address on a not-leader error.
 pub const LEADER_METADATA_KEY: &str = "leasehold-leader";
@@ -148,6 +149,9 @@ pub struct Replica {
     pub node_id: NodeId,
     pub cluster_name: String,
     pub clock: Clock,
+    /// The node's only source of random choices (session secrets, tenant tokens,
+    /// cluster ids).
+    pub entropy: Arc<Entropy>,
     pub counters: Arc<Counters>,
     /// The estimated size of the replicated state past which new state is refused.
     state_budget_bytes: u64,
@@ -177,6 +181,7 @@ impl Replica {
         state_budget_bytes: u64,
         disk: Arc<DiskSpace>,
         tenant_queued_max: usize,
+        entropy: Arc<Entropy>,
     ) -> Arc<Self> {
         let counters = Arc::new(Counters::default());
         let (leader_checks, queue) = mpsc::channel(LEADER_CHECKS_QUEUED_MAX);
@@ -189,6 +194,7 @@ impl Replica {
             node_id,
             cluster_name,
             clock,
+            entropy,
             counters,
             state_budget_bytes,
             budget_refusals_logged: LogLimiter::new(Duration::from_secs(1)),

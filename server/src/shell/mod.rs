@@ -8,6 +8,8 @@
 //!
 //! * `fail_stop` — a panic anywhere stops the process, unless it is `catching`.
 //! * `clock` — the only place that reads a clock, with the test-only skew knob.
+//! * `entropy` — the only source of random choices (incarnations, cluster ids,
+//!   session secrets, tenant tokens): the OS in production, a seed where runs replay.
 //! * `credentials` — the tenants' token hashes and names as last applied, for
 //!   authenticating requests without reading the replicated state.
 //! * `session_deadlines` — `SessionDeadlines`: every session's deadline on this node's
@@ -28,6 +30,7 @@
 pub mod clock;
 pub mod credentials;
 pub mod disk;
+pub mod entropy;
 pub mod fail_stop;
 pub mod lock_delays;
 pub mod memory;
