@@ -38,6 +38,73 @@ fn request_id(sequence: u64) -> Option<pb::RequestId> {
     Some(pb::RequestId { client_id: 4343, sequence })
 }
 
+/// A session of the test tenant made over a raw channel to `address`, for requests
+/// the client library would retry (a burst whose refusals the test reads).
+async fn raw_session(
+    cluster: &TestCluster,
+    address: &str,
+    client_name: &str,
+) -> (LeaseholdClient<Transport>, pb::CreateSessionResponse) {
+    let channel = cluster.client().raw_channel(address).expect("a channel");
+    let raw: LeaseholdClient<Transport> = LeaseholdClient::new(channel);
+    let created = raw
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            request_id: request_id(1),
+            ttl_ms: 600_000,
+            client_name: client_name.into(),
+        })
+        .await
+        .expect("create a session")
+        .into_inner();
+    (raw, created)
+}
+
+/// `count` try-locks of free locks `{prefix}/N` at once, each answered as it came.
+async fn acquire_burst(
+    raw: &LeaseholdClient<Transport>,
+    created: &pb::CreateSessionResponse,
+    prefix: &str,
+    count: u64,
+) -> Vec<Result<tonic::Response<pb::AcquireResponse>, tonic::Status>> {
+    let burst = (0..count).map(|n| {
+        let mut raw = raw.clone();
+        let request = pb::AcquireRequest {
+            request_id: request_id(100 + n),
+            session_id: created.session_id,
+            session_secret: created.session_secret.clone(),
+            name: format!("{prefix}/{n}"),
+            wait_ms: 0,
+            lock_delay_ms: None,
+        };
+        async move { raw.acquire(request).await }
+    });
+    futures::future::join_all(burst).await
+}
+
+/// Expects a back-off refusal: RESOURCE_EXHAUSTED with `reason` and a retry-after of
+/// 10 ms to 2 s.
+fn expect_retry_after(status: &tonic::Status, reason: ErrorReason) {
+    assert_eq!(error_reason(status), Some(reason), "{status:?}");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    let retry_after: u64 = leasehold::proto::errors::error_metadata(status, "retry_after_ms")
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("{reason:?} carries retry_after_ms: {status:?}"));
+    assert!((10..=2_000).contains(&retry_after), "retry after {retry_after} ms");
+}
+
+/// The client library waits out a back-off refusal and tries again: `count` try-locks
+/// at once all get through.
+async fn library_burst_gets_through(cluster: &TestCluster, count: u64) {
+    let session = cluster.client().session(Duration::from_secs(60)).await.expect("a session");
+    let names: Vec<String> = (0..count).map(|n| format!("library/{n}")).collect();
+    let locks = names.iter().map(|name| session.try_lock(name));
+    for (n, outcome) in futures::future::join_all(locks).await.into_iter().enumerate() {
+        let guard = outcome.unwrap_or_else(|error| panic!("lock {n} of the burst: {error}"));
+        assert!(guard.is_some(), "lock {n} is free");
+    }
+}
+
 /// Expects `result` refused with `reason`; panics naming `what` otherwise.
 fn expect_reason<T: std::fmt::Debug>(result: Result<T, tonic::Status>, reason: ErrorReason, what: &str) {
     match result {
@@ -279,34 +346,12 @@ async fn a_tenant_past_its_queue_is_told_when_to_retry_and_others_go_on() {
         ClusterOptions { extra_arguments: vec!["--tenant-queue-max".into(), "1".into()], ..Default::default() };
     let cluster = TestCluster::start(options);
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
-    let channel = cluster.client().raw_channel(&cluster.nodes[&leader].client_addr).expect("a channel");
-    let raw: LeaseholdClient<Transport> = LeaseholdClient::new(channel);
-    let created = raw
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            request_id: request_id(1),
-            ttl_ms: 600_000,
-            client_name: "burst".into(),
-        })
-        .await
-        .expect("create a session")
-        .into_inner();
+    let (raw, created) = raw_session(&cluster, &cluster.nodes[&leader].client_addr, "burst").await;
     let other_tenant = cluster.admin_client().session(Duration::from_secs(60)).await.expect("the admin's session");
 
-    let burst = (0..BURST).map(|n| {
-        let mut raw = raw.clone();
-        let request = pb::AcquireRequest {
-            request_id: request_id(100 + n),
-            session_id: created.session_id,
-            session_secret: created.session_secret.clone(),
-            name: format!("burst/{n}"),
-            wait_ms: 0,
-            lock_delay_ms: None,
-        };
-        async move { raw.acquire(request).await }
+    let (answers, other) = tokio::join!(acquire_burst(&raw, &created, "burst", BURST), async {
+        other_tenant.try_lock("other/lock").await
     });
-    let (answers, other) =
-        tokio::join!(futures::future::join_all(burst), async { other_tenant.try_lock("other/lock").await });
     let other = other.expect("another tenant's lock is not held back");
     assert!(other.is_some(), "the other tenant's free lock is granted");
     let mut overloaded = 0;
@@ -316,12 +361,7 @@ async fn a_tenant_past_its_queue_is_told_when_to_retry_and_others_go_on() {
                 assert!(matches!(granted.get_ref().outcome, Some(Outcome::Granted(_))), "{granted:?}")
             }
             Err(status) => {
-                assert_eq!(error_reason(status), Some(ErrorReason::Overloaded), "{status:?}");
-                assert_eq!(status.code(), tonic::Code::ResourceExhausted);
-                let retry_after: u64 = leasehold::proto::errors::error_metadata(status, "retry_after_ms")
-                    .and_then(|value| value.parse().ok())
-                    .unwrap_or_else(|| panic!("OVERLOADED carries retry_after_ms: {status:?}"));
-                assert!((10..=2_000).contains(&retry_after), "retry after {retry_after} ms");
+                expect_retry_after(status, ErrorReason::Overloaded);
                 overloaded += 1;
             }
         }
@@ -332,13 +372,7 @@ async fn a_tenant_past_its_queue_is_told_when_to_retry_and_others_go_on() {
     assert!(page["leasehold_commands_refused_overloaded_total"] >= overloaded as f64, "{page:?}");
 
     // The library waits the retry-after and tries again: the whole burst gets through.
-    let session = cluster.client().session(Duration::from_secs(60)).await.expect("a session");
-    let names: Vec<String> = (0..BURST).map(|n| format!("library/{n}")).collect();
-    let locks = names.iter().map(|name| session.try_lock(name));
-    for (n, outcome) in futures::future::join_all(locks).await.into_iter().enumerate() {
-        let guard = outcome.unwrap_or_else(|error| panic!("lock {n} of the burst: {error}"));
-        assert!(guard.is_some(), "lock {n} is free");
-    }
+    library_burst_gets_through(&cluster, BURST).await;
 }
 
 /// A tenant past its rate quota is refused with RATE_LIMITED and a retry-after, before
@@ -357,40 +391,13 @@ async fn a_tenant_past_its_rate_quota_is_told_when_to_retry() {
     assert_eq!((quotas.weight, quotas.max_ops_per_second), (3, Some(RATE)));
     assert_eq!(quotas.max_sessions, 1_000_000, "the other quotas are left as they were");
 
-    let channel = cluster.client().raw_channel(&cluster.nodes[&leader].client_addr).expect("a channel");
-    let raw: LeaseholdClient<Transport> = LeaseholdClient::new(channel);
-    let created = raw
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            request_id: request_id(1),
-            ttl_ms: 600_000,
-            client_name: "rate".into(),
-        })
-        .await
-        .expect("create a session within the quota")
-        .into_inner();
+    // The session is made within the quota.
+    let (raw, created) = raw_session(&cluster, &cluster.nodes[&leader].client_addr, "rate").await;
     // Three seconds' worth at once: about one second's worth goes through.
-    let burst = (0..u64::from(3 * RATE)).map(|n| {
-        let mut raw = raw.clone();
-        let request = pb::AcquireRequest {
-            request_id: request_id(100 + n),
-            session_id: created.session_id,
-            session_secret: created.session_secret.clone(),
-            name: format!("rate/{n}"),
-            wait_ms: 0,
-            lock_delay_ms: None,
-        };
-        async move { raw.acquire(request).await }
-    });
     let mut limited = 0;
-    for answer in futures::future::join_all(burst).await {
+    for answer in acquire_burst(&raw, &created, "rate", u64::from(3 * RATE)).await {
         let Err(status) = answer else { continue };
-        assert_eq!(error_reason(&status), Some(ErrorReason::RateLimited), "{status:?}");
-        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
-        let retry_after: u64 = leasehold::proto::errors::error_metadata(&status, "retry_after_ms")
-            .and_then(|value| value.parse().ok())
-            .unwrap_or_else(|| panic!("RATE_LIMITED carries retry_after_ms: {status:?}"));
-        assert!((10..=2_000).contains(&retry_after), "retry after {retry_after} ms");
+        expect_retry_after(&status, ErrorReason::RateLimited);
         limited += 1;
     }
     // However slowly this machine sends them, they do not take 2 s.
@@ -412,13 +419,7 @@ async fn a_tenant_past_its_rate_quota_is_told_when_to_retry() {
 
     // The library waits the retry-after and tries again: a burst of two seconds' worth
     // gets through.
-    let session = cluster.client().session(Duration::from_secs(60)).await.expect("a session");
-    let names: Vec<String> = (0..2 * RATE).map(|n| format!("library/{n}")).collect();
-    let locks = names.iter().map(|name| session.try_lock(name));
-    for (n, outcome) in futures::future::join_all(locks).await.into_iter().enumerate() {
-        let guard = outcome.unwrap_or_else(|error| panic!("lock {n} of the burst: {error}"));
-        assert!(guard.is_some(), "lock {n} is free");
-    }
+    library_burst_gets_through(&cluster, u64::from(2 * RATE)).await;
 
     let unlimited = pb::Quotas { max_ops_per_second: Some(0), ..Default::default() };
     let info = admin.set_tenant_quotas(TEST_TENANT, unlimited).await.expect("take the quota away");
