@@ -1824,17 +1824,10 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
     if std::env::var_os(leasehold::settings::ENV_ADMIN_TOKEN_FILE).is_some() {
         bail!("the attack worker must not hold the admin credential ({})", leasehold::settings::ENV_ADMIN_TOKEN_FILE);
     }
-    let settings = leasehold::Settings {
-        endpoints: leasehold::parse_endpoints(&arguments.endpoints),
-        ..leasehold::Settings::from_env()
-    };
+    let (settings, client) =
+        crate::workload::worker_client(&arguments, format!("{INTRUDER_TENANT}-{}", arguments.process))?;
     let ca_file = settings.ca_file.clone().context("the attack worker needs the cluster CA (LEASEHOLD_CA_FILE)")?;
     let ca_pem = std::fs::read(&ca_file).with_context(|| format!("read {}", ca_file.display()))?;
-    let client = settings
-        .client()
-        .context("client settings")?
-        .with_request_deadline(Duration::from_millis(REQUEST_DEADLINE_MS))
-        .with_client_name(format!("{INTRUDER_TENANT}-{}", arguments.process));
     let peer_endpoints = leasehold::parse_endpoints(arguments.peer_endpoints.as_deref().unwrap_or_default());
     if peer_endpoints.is_empty() {
         bail!("the attack worker needs --peer-endpoints");

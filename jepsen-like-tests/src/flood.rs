@@ -63,15 +63,8 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
     if std::env::var_os(leasehold::settings::ENV_ADMIN_TOKEN_FILE).is_some() {
         anyhow::bail!("the flood worker must not hold the admin credential");
     }
-    let settings = leasehold::Settings {
-        endpoints: leasehold::parse_endpoints(&arguments.endpoints),
-        ..leasehold::Settings::from_env()
-    };
-    let client = settings
-        .client()
-        .context("client settings")?
-        .with_request_deadline(Duration::from_millis(REQUEST_DEADLINE_MS))
-        .with_client_name(format!("{FLOOD_TENANT}-{}", arguments.process));
+    let (settings, client) =
+        crate::workload::worker_client(&arguments, format!("{FLOOD_TENANT}-{}", arguments.process))?;
     // Its history stays empty; the harness reads it with the others.
     std::fs::File::create(&arguments.history).context("create the history")?;
     let counters = Arc::new(Counters::default());

@@ -780,9 +780,13 @@ pub fn final_signal() -> watch::Receiver<bool> {
     final_signal
 }
 
-/// Runs one worker until the harness says `final` (or closes stdin), then the
-/// liveness phase. (The attack workload's worker is `attack::run`.)
-pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
+/// A worker process's client settings and client: the endpoints the harness gave, the
+/// rest (the tenant's credential, TLS) from the environment, every request bounded by
+/// `REQUEST_DEADLINE_MS`.
+pub fn worker_client(
+    arguments: &WorkloadWorkerArguments,
+    client_name: String,
+) -> anyhow::Result<(leasehold::Settings, leasehold::Client)> {
     let settings = leasehold::Settings {
         endpoints: leasehold::parse_endpoints(&arguments.endpoints),
         ..leasehold::Settings::from_env()
@@ -791,7 +795,14 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
         .client()
         .context("client settings")?
         .with_request_deadline(Duration::from_millis(REQUEST_DEADLINE_MS))
-        .with_client_name(format!("worker-{}", arguments.process));
+        .with_client_name(client_name);
+    Ok((settings, client))
+}
+
+/// Runs one worker until the harness says `final` (or closes stdin), then the
+/// liveness phase. (The attack workload's worker is `attack::run`.)
+pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
+    let (_, client) = worker_client(&arguments, format!("worker-{}", arguments.process))?;
     let history = HistoryWriter::create(&arguments.history).context("open the history")?;
     let mut final_signal = final_signal();
     let mut worker = Worker {
