@@ -19,7 +19,7 @@
 //! The harness runs in its own network and pid namespaces (it re-executes itself
 //! under `unshare`): nothing it starts outlives it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use leasehold_jepsen::checker::{
@@ -54,6 +54,23 @@ fn run_harness(name: &str, arguments: &[&str]) -> (Output, String, PathBuf) {
     (output, text, out)
 }
 
+/// Expects the run `what` (e.g. "with seed 7") valid; its directory `out` is kept
+/// for a look otherwise.
+fn expect_valid(output: &Output, text: &str, out: &Path, what: &str) {
+    assert!(
+        output.status.success() && text.contains("\nvalid: true"),
+        "the fault suite {what} is not valid (exit {:?}); kept under {}:\n{text}",
+        output.status.code(),
+        out.display()
+    );
+}
+
+/// Expects the check `name` in the report passed (not failed, not skipped); `why`
+/// says what that shows.
+fn expect_passed(text: &str, name: &str, why: &str) {
+    assert!(text.lines().any(|line| line.contains(name) && line.contains(" pass ")), "{why}:\n{text}");
+}
+
 /// `node_threads`: the worker threads of each node; None leaves the harness's
 /// default, this machine's cores shared among the nodes.
 fn assert_valid(seed: u64, node_threads: Option<usize>) {
@@ -67,19 +84,16 @@ fn assert_valid(seed: u64, node_threads: Option<usize>) {
         arguments.extend(["--node-threads", threads.as_str()]);
     }
     let (output, text, out) = run_harness(&name, &arguments);
-    assert!(
-        output.status.success() && text.contains("\nvalid: true"),
-        "the fault suite with seed {seed} is not valid (exit {:?}); kept under {}:\n{text}",
-        output.status.code(),
-        out.display()
+    expect_valid(&output, &text, &out, &format!("with seed {seed}"));
+    expect_passed(
+        &text,
+        ATTACKS_CHECK_NAME,
+        &format!("the attack workload must run under every nemesis, every attack refused (seed {seed})"),
     );
-    assert!(
-        text.lines().any(|line| line.contains(ATTACKS_CHECK_NAME) && line.contains(" pass ")),
-        "the attack workload must run under every nemesis, every attack refused (seed {seed}):\n{text}"
-    );
-    assert!(
-        text.lines().any(|line| line.contains(NODE_EXITS_CHECK_NAME) && line.contains(" pass ")),
-        "no node may exit on its own outside the faults that stop nodes (seed {seed}):\n{text}"
+    expect_passed(
+        &text,
+        NODE_EXITS_CHECK_NAME,
+        &format!("no node may exit on its own outside the faults that stop nodes (seed {seed})"),
     );
     assert!(
         text.lines().any(|line| line.trim_start().starts_with("wipe-early") && line.contains("installed   1")),
@@ -109,16 +123,8 @@ fn a_flooding_tenant_leaves_the_others_fast_and_the_history_valid() {
         "all",
     ];
     let (output, text, out) = run_harness("fault-suite-flood", &arguments);
-    assert!(
-        output.status.success() && text.contains("\nvalid: true"),
-        "the fault suite with the flood (seed {FLOOD_SEED}) is not valid (exit {:?}); kept under {}:\n{text}",
-        output.status.code(),
-        out.display()
-    );
-    assert!(
-        text.lines().any(|line| line.contains(FLOOD_CHECK_NAME) && line.contains(" pass ")),
-        "the flood check must pass, not be skipped (seed {FLOOD_SEED}):\n{text}"
-    );
+    expect_valid(&output, &text, &out, &format!("with the flood (seed {FLOOD_SEED})"));
+    expect_passed(&text, FLOOD_CHECK_NAME, &format!("the flood check must pass, not be skipped (seed {FLOOD_SEED})"));
     println!("{text}");
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -222,11 +228,7 @@ fn holder_kill_run(name: &str, control: bool) -> (Output, String, PathBuf) {
 #[test]
 fn a_stopped_holders_lock_is_handed_on_within_the_bound_across_a_leader_kill() {
     let (output, text, out) = holder_kill_run("fault-suite-holder-kill", false);
-    assert!(
-        output.status.success() && text.contains("\nvalid: true"),
-        "not valid; kept under {}:\n{text}",
-        out.display()
-    );
+    expect_valid(&output, &text, &out, "with a holder killed");
     // Whether a handover is measured depends on a waiter being queued when the lease
     // runs out (tests/leases.rs measures one every time); the check must pass.
     let line = text.lines().find(|line| line.contains(DEAD_HOLDER_CHECK_NAME)).expect("the check's line");
@@ -312,12 +314,7 @@ fn a_rolling_upgrade_from_the_previous_release_leaves_the_history_valid() {
             &previous_text,
         ],
     );
-    assert!(
-        output.status.success() && text.contains("\nvalid: true"),
-        "the rolling upgrade with seed {seed} is not valid (exit {:?}); kept under {}:\n{text}",
-        output.status.code(),
-        out.display()
-    );
+    expect_valid(&output, &text, &out, &format!("across a rolling upgrade (seed {seed})"));
     let line = text.lines().find(|line| line.contains(UPGRADE_CHECK_NAME)).expect("the upgrade check's line");
     assert!(line.contains(" pass ") && line.contains("3 of 3 node(s) upgraded"), "{line}");
     println!("{text}");
