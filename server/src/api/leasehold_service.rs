@@ -452,3 +452,79 @@ impl Leasehold for LeaseholdService {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::{RequestId, ADMIN_TENANT};
+
+    /// A machine applying commands one entry each, as the cluster's own caller (the
+    /// admin's namespace).
+    struct Applied {
+        machine: StateMachine,
+        index: u64,
+    }
+
+    impl Applied {
+        fn new() -> Self {
+            let mut machine = StateMachine::new();
+            machine.apply_empty(0);
+            Applied { machine, index: 0 }
+        }
+
+        fn apply(&mut self, command: Command) -> MachineResponse {
+            self.index += 1;
+            self.machine.apply(self.index, 1_700_000_000_000 + self.index, &command).0
+        }
+
+        fn request(&self) -> RequestId {
+            RequestId { client_id: 7, sequence: self.index + 1 }
+        }
+
+        fn create(&mut self, client_name: &str) -> SessionId {
+            let command =
+                Command::CreateSession { request: self.request(), ttl_ms: 10_000, client_name: client_name.into() };
+            match self.apply(command) {
+                MachineResponse::SessionCreated { session, .. } => session,
+                other => panic!("expected a session, got {other:?}"),
+            }
+        }
+    }
+
+    fn holder_of(answer: &pb::AcquireResponse) -> (u64, &str, u64) {
+        match &answer.outcome {
+            Some(pb::acquire_response::Outcome::NotAcquired(not)) => {
+                (not.holder_session_id, not.holder_client_name.as_str(), not.holder_token)
+            }
+            other => panic!("expected not acquired, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_busy_answer_describes_the_grant_the_machine_found_not_a_later_holder() {
+        let mut applied = Applied::new();
+        let first = applied.create("first");
+        let second = applied.create("second");
+        let acquire = Command::Acquire { request: applied.request(), session: first, name: "x".into(), wait: false };
+        let MachineResponse::Acquire(AcquireOutcome::Granted { token: found }) = applied.apply(acquire) else {
+            panic!("the free lock is granted")
+        };
+        // The machine refused someone against (first, found); the lock then changes
+        // hands before the answer is built.
+        let release = Command::Release { request: applied.request(), session: first, name: "x".into(), token: found };
+        applied.apply(release);
+        let acquire = Command::Acquire { request: applied.request(), session: second, name: "x".into(), wait: false };
+        let MachineResponse::Acquire(AcquireOutcome::Granted { token: later }) = applied.apply(acquire) else {
+            panic!("the released lock is granted")
+        };
+        assert!(later > found);
+        let answer = busy(&applied.machine, ADMIN_TENANT, "x", first, found);
+        assert_eq!(holder_of(&answer), (first, "first", found), "the grant the machine decided against");
+        let answer = busy(&applied.machine, ADMIN_TENANT, "x", second, later);
+        assert_eq!(holder_of(&answer), (second, "second", later));
+        // The first holder's session gone: its name is not made up from the lock.
+        applied.apply(Command::CloseSession { request: applied.request(), session: first });
+        let answer = busy(&applied.machine, ADMIN_TENANT, "x", first, found);
+        assert_eq!(holder_of(&answer), (first, "", found));
+    }
+}
