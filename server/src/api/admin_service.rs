@@ -319,10 +319,7 @@ impl Admin for AdminService {
         who.require_admin("take a snapshot of the whole state")?;
         self.require_leader()?;
         let cluster_name = self.replica.cluster_name.clone();
-        let taken_unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|now| now.as_millis() as u64)
-            .unwrap_or(0);
+        let taken_unix_ms = self.replica.clock.unix_ms();
         // Encoded under the read lock, at the applied index, after a quorum confirmed
         // the leadership: a linearizable point.
         let (header, file) = self

@@ -24,13 +24,15 @@ use rocksdb::DB;
 use crate::machine::SessionId;
 use crate::raft::codec;
 use crate::raft::storage::COLUMN_FAMILY_META;
-use crate::shell::clock::boot_monotonic_ms;
+use crate::shell::clock::Clock;
 
 /// Keys: this prefix, the session and the checkpoint's index (big-endian).
 const KEY_PREFIX: &[u8] = b"quiet-deadline/";
 
 pub struct QuietDeadlines {
     db: Arc<DB>,
+    /// Read for the machine's boot time (`Clock::boot_ms`), never skewed.
+    clock: Clock,
     /// None when the boot id cannot be read: nothing is then written or believed.
     boot_id: Option<String>,
     /// The checkpoint index of each session with a record, so that a resumed or ended
@@ -53,14 +55,14 @@ fn parse_key(key: &[u8]) -> Option<(SessionId, u64)> {
 }
 
 impl QuietDeadlines {
-    pub fn new(db: Arc<DB>) -> QuietDeadlines {
-        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|id| id.trim().to_string());
-        QuietDeadlines { db, boot_id, recorded: Mutex::new(BTreeMap::new()) }
+    pub fn new(db: Arc<DB>, clock: Clock) -> QuietDeadlines {
+        let boot_id = clock.boot_id();
+        QuietDeadlines { db, clock, boot_id, recorded: Mutex::new(BTreeMap::new()) }
     }
 
     #[cfg(test)]
-    fn with_boot_id(db: Arc<DB>, boot_id: &str) -> QuietDeadlines {
-        QuietDeadlines { db, boot_id: Some(boot_id.to_string()), recorded: Mutex::new(BTreeMap::new()) }
+    fn with_boot_id(db: Arc<DB>, clock: Clock, boot_id: &str) -> QuietDeadlines {
+        QuietDeadlines { db, clock, boot_id: Some(boot_id.to_string()), recorded: Mutex::new(BTreeMap::new()) }
     }
 
     /// The time `session` has left now by the checkpoint at entry `index`, which said
@@ -70,7 +72,7 @@ impl QuietDeadlines {
         let remaining_ms = with_drift_ms(remaining_ms);
         let Some(boot_id) = &self.boot_id else { return remaining_ms };
         let cf = self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
-        let now = boot_monotonic_ms();
+        let now = self.clock.boot_ms();
         let key = key(session, index);
         let stored = self.db.get_cf(cf, &key).ok().flatten();
         let believed = stored.and_then(|bytes| codec::decode::<(String, u64)>(&bytes).ok());
@@ -131,17 +133,17 @@ mod tests {
     fn a_checkpoint_applied_again_on_the_same_boot_keeps_its_first_deadline() {
         let directory = tempfile::tempdir().unwrap();
         let db = storage::open(directory.path(), true).unwrap();
-        let deadlines = QuietDeadlines::with_boot_id(db.clone(), "boot-a");
+        let clock = Clock::manual();
+        let deadlines = QuietDeadlines::with_boot_id(db.clone(), clock.clone(), "boot-a");
         // 5 s and the drift allowance (0.1 %).
         assert_eq!(deadlines.remaining_ms(7, 100, 5_000), 5_005, "the first apply records now + 5.005 s");
-        std::thread::sleep(std::time::Duration::from_millis(30));
-        let again = deadlines.remaining_ms(7, 100, 5_000);
-        assert!((4_900..=4_980).contains(&again), "applied again 30 ms later: {again} ms left");
+        clock.advance(std::time::Duration::from_millis(30));
+        assert_eq!(deadlines.remaining_ms(7, 100, 5_000), 4_975, "applied again 30 ms later");
         // Another checkpoint of the same session is another record.
         assert_eq!(deadlines.remaining_ms(7, 200, 3_000), 3_003);
 
         // Another boot: the monotonic clock started again; nothing is believed.
-        let rebooted = QuietDeadlines::with_boot_id(db.clone(), "boot-b");
+        let rebooted = QuietDeadlines::with_boot_id(db.clone(), clock, "boot-b");
         assert_eq!(rebooted.remaining_ms(7, 100, 5_000), 5_005);
 
         // A resumed session's record goes; so does, at start, one not in the state.

@@ -5,13 +5,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_proto::errors::{error_status, METADATA_LEADER, METADATA_LEADER_ID, METADATA_RETRY_AFTER_MS};
 use leasehold_proto::ErrorReason;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::time::Instant;
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 

@@ -250,7 +250,7 @@ impl StateMachineStore {
                 })
             })?,
         };
-        let quiet_deadlines = QuietDeadlines::new(db.clone());
+        let quiet_deadlines = QuietDeadlines::new(db.clone(), deadlines.clock().clone());
         let checkpoints = applied.machine.quiet_checkpoints().collect();
         quiet_deadlines.retain(applied.last_applied.map(|log_id| log_id.index).unwrap_or(0), &checkpoints);
         let ttls = Shared::session_ttls(&applied.machine, &quiet_deadlines);

@@ -4,10 +4,13 @@
 //! can be skewed through a test-only knob: a rate (how fast this node's time passes
 //! relative to real time) and an offset (a forward jump). Everything else is handed
 //! a `Clock` and never calls `Instant::now()` itself, so tests drive time instead of
-//! sleeping. A `Stopwatch` reads real time for what must agree with openraft's and
-//! tokio's timers (the takeover of `raft::peer_service`) or does not matter to leases
-//! (the rate limit of log lines), and so must not follow the knob. (tokio's own timers,
-//! `sleep` and `timeout`, run on real time too.)
+//! sleeping. Where a clock's time comes from is its `TimeSource`: the machine's clocks
+//! for a node that serves clients, a hand-driven one for unit tests, or one a
+//! simulator drives. A `Stopwatch` reads the runtime's time for what must agree with
+//! openraft's and tokio's timers (the takeover of `raft::peer_service`) or does not
+//! matter to leases (the rate limit of log lines), and so must not follow the knob.
+//! (tokio's own timers, `sleep` and `timeout`, run on the runtime's time too: real
+//! time in a node, the simulator's in a simulation.)
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,13 +25,78 @@ pub const RATE_PER_MILLE_NORMAL: u64 = 1_000;
 /// A skewed clock runs at most this many times faster than real time.
 pub const RATE_PER_MILLE_MAX: u64 = 10_000;
 
+/// Where a `Clock` reads time: the machine's clocks (`Clock::system`) or time that a
+/// simulator drives (`Clock::driven`). Every reading a node takes goes through one.
+pub trait TimeSource: Send + Sync {
+    /// Monotonic milliseconds since an origin fixed when the source was made.
+    fn monotonic_ms(&self) -> u64;
+    /// Wall-clock milliseconds since the Unix epoch.
+    fn unix_ms(&self) -> u64;
+    /// The machine's boot: an id that changes when it reboots (None when it cannot be
+    /// read) and monotonic milliseconds since it booted, the same for every process
+    /// of one boot. A restarted node uses them to tell how much of a deadline it
+    /// recorded before is left (`raft::quiet_deadlines`).
+    fn boot_id(&self) -> Option<String>;
+    fn boot_ms(&self) -> u64;
+}
+
+/// The machine's clocks: `Instant`, `SystemTime`, CLOCK_MONOTONIC and the kernel's
+/// boot id.
+struct SystemClocks {
+    origin: Instant,
+}
+
+impl TimeSource for SystemClocks {
+    fn monotonic_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    fn unix_ms(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_millis() as u64).unwrap_or(0)
+    }
+
+    fn boot_id(&self) -> Option<String> {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|id| id.trim().to_string())
+    }
+
+    fn boot_ms(&self) -> u64 {
+        boot_monotonic_ms()
+    }
+}
+
+/// Unit tests' time: stands still until `Clock::advance`; one boot, starting with
+/// the clock, and a wall clock that starts at the epoch.
+struct ManualClocks {
+    now_ms: AtomicU64,
+}
+
+impl TimeSource for ManualClocks {
+    fn monotonic_ms(&self) -> u64 {
+        self.now_ms.load(Ordering::SeqCst)
+    }
+
+    fn unix_ms(&self) -> u64 {
+        self.monotonic_ms()
+    }
+
+    fn boot_id(&self) -> Option<String> {
+        Some("manual".to_string())
+    }
+
+    fn boot_ms(&self) -> u64 {
+        self.monotonic_ms()
+    }
+}
+
 #[derive(Clone)]
 pub struct Clock {
     inner: Arc<ClockInner>,
 }
 
 struct ClockInner {
-    origin: Instant,
+    source: Arc<dyn TimeSource>,
+    /// For tests that drive time by hand (`advance`); the same as `source`.
+    manual: Option<Arc<ManualClocks>>,
     /// When the rate last changed (real milliseconds since origin) and the skewed time
     /// at that moment, so a rate change never makes time jump backwards.
     rate_per_mille: AtomicU64,
@@ -36,39 +104,40 @@ struct ClockInner {
     anchor_skewed_ms: AtomicU64,
     /// Forward jumps added by the clock fault knob.
     offset_ms: AtomicI64,
-    /// For tests that drive time by hand: when set, real time is ignored.
-    manual_ms: Option<AtomicU64>,
 }
 
 impl Clock {
     /// The node's real clock.
     pub fn system() -> Self {
-        Self::build(None)
+        Self::build(Arc::new(SystemClocks { origin: Instant::now() }), None)
     }
 
     /// A clock that stands still until `advance` is called (tests).
     pub fn manual() -> Self {
-        Self::build(Some(AtomicU64::new(0)))
+        let manual = Arc::new(ManualClocks { now_ms: AtomicU64::new(0) });
+        Self::build(manual.clone(), Some(manual))
     }
 
-    fn build(manual_ms: Option<AtomicU64>) -> Self {
+    /// A clock on time that something else drives (a simulator's).
+    pub fn driven(source: Arc<dyn TimeSource>) -> Self {
+        Self::build(source, None)
+    }
+
+    fn build(source: Arc<dyn TimeSource>, manual: Option<Arc<ManualClocks>>) -> Self {
         Self {
             inner: Arc::new(ClockInner {
-                origin: Instant::now(),
+                source,
+                manual,
                 rate_per_mille: AtomicU64::new(RATE_PER_MILLE_NORMAL),
                 anchor_real_ms: AtomicU64::new(0),
                 anchor_skewed_ms: AtomicU64::new(0),
                 offset_ms: AtomicI64::new(0),
-                manual_ms,
             }),
         }
     }
 
     fn real_ms(&self) -> u64 {
-        match &self.inner.manual_ms {
-            Some(manual) => manual.load(Ordering::SeqCst),
-            None => self.inner.origin.elapsed().as_millis() as u64,
-        }
+        self.inner.source.monotonic_ms()
     }
 
     /// Monotonic milliseconds on this node's clock, with any injected skew.
@@ -82,15 +151,26 @@ impl Clock {
         (skewed as i64 + offset).max(0) as u64
     }
 
-    /// Wall-clock milliseconds since the Unix epoch, for display only.
+    /// Wall-clock milliseconds since the Unix epoch: the stamp a leader puts on an
+    /// entry, and what is displayed. Not skewed by the knob.
     pub fn unix_ms(&self) -> u64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_millis() as u64).unwrap_or(0)
+        self.inner.source.unix_ms()
+    }
+
+    /// The machine's boot id (None when it cannot be read); see `TimeSource::boot_id`.
+    pub fn boot_id(&self) -> Option<String> {
+        self.inner.source.boot_id()
+    }
+
+    /// Milliseconds since the machine booted; see `TimeSource::boot_ms`. Never skewed.
+    pub fn boot_ms(&self) -> u64 {
+        self.inner.source.boot_ms()
     }
 
     /// Advances a manual clock (tests only).
     pub fn advance(&self, by: Duration) {
-        let manual = self.inner.manual_ms.as_ref().expect("advance is for manual clocks");
-        manual.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+        let manual = self.inner.manual.as_ref().expect("advance is for manual clocks");
+        manual.now_ms.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// The clock fault knob: from now on this node's time passes at `rate_per_mille`
@@ -105,10 +185,9 @@ impl Clock {
     }
 }
 
-/// This machine's CLOCK_MONOTONIC in milliseconds: unlike `Clock`, the same for every
-/// process of one boot, so a restarted node can tell how much of a deadline it
-/// recorded before is left (`raft::quiet_deadlines`). Never skewed by the knob.
-pub fn boot_monotonic_ms() -> u64 {
+/// This machine's CLOCK_MONOTONIC in milliseconds: unlike `Instant`, the same for every
+/// process of one boot.
+fn boot_monotonic_ms() -> u64 {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes the timespec it is given; CLOCK_MONOTONIC exists on Linux.
     let result = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
@@ -143,16 +222,17 @@ mod tests {
     }
 }
 
-/// Real monotonic time since the stopwatch was made, in milliseconds; the clock knob
-/// does not touch it.
+/// The runtime's monotonic time since the stopwatch was made, in milliseconds: real
+/// time in a node, simulated time under a simulator that drives tokio's clock (the
+/// time its timers run on); the clock knob does not touch it.
 #[derive(Debug, Clone, Copy)]
 pub struct Stopwatch {
-    started: Instant,
+    started: tokio::time::Instant,
 }
 
 impl Stopwatch {
     pub fn start() -> Stopwatch {
-        Stopwatch { started: Instant::now() }
+        Stopwatch { started: tokio::time::Instant::now() }
     }
 
     pub fn elapsed_ms(&self) -> u64 {

@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
+
+use crate::shell::clock::Stopwatch;
 
 /// A member's node id (the Raft glue's `NodeId`).
 type NodeId = u64;
@@ -18,7 +19,7 @@ pub type Heard = Arc<AtomicU64>;
 
 #[derive(Debug)]
 pub struct PeerContacts {
-    started: Instant,
+    started: Stopwatch,
     /// Read-locked by every AppendEntries a follower takes (a slot exists after the
     /// first), write-locked only to add a member's slot.
     slots: RwLock<BTreeMap<NodeId, Heard>>,
@@ -26,7 +27,7 @@ pub struct PeerContacts {
 
 impl Default for PeerContacts {
     fn default() -> PeerContacts {
-        PeerContacts { started: Instant::now(), slots: RwLock::default() }
+        PeerContacts { started: Stopwatch::start(), slots: RwLock::default() }
     }
 }
 
@@ -41,7 +42,7 @@ impl PeerContacts {
 
     /// `node` was heard from now (through its slot).
     pub fn heard_in(&self, slot: &Heard) {
-        slot.store(self.started.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+        slot.store(self.started.elapsed_ms() + 1, Ordering::Relaxed);
     }
 
     pub fn heard(&self, node: NodeId) {
@@ -54,7 +55,7 @@ impl PeerContacts {
     /// Milliseconds since `node` was last heard from; `None` if never.
     pub fn since_ms(&self, node: NodeId) -> Option<u64> {
         let heard = self.slots.read().unwrap().get(&node)?.load(Ordering::Relaxed);
-        let now = self.started.elapsed().as_millis() as u64 + 1;
+        let now = self.started.elapsed_ms() + 1;
         (heard != 0).then(|| now.saturating_sub(heard))
     }
 }
