@@ -5,6 +5,8 @@
 //! # Layout
 //!
 //! * `types` — openraft's type configuration and the log entry payload (`Proposal`).
+//! * `runtime` — openraft's async runtime: tokio, with election timeouts drawn from a
+//!   generator a simulator can seed.
 //! * `codec` — postcard behind a format version, for every stored blob and peer message.
 //! * `storage` — the RocksDB database and its column families.
 //! * `log_store` — openraft's log storage on RocksDB, with group-committed fsyncs.
@@ -36,6 +38,7 @@ pub mod peer_service;
 pub mod quiet_deadlines;
 pub mod rates;
 pub mod replica;
+pub mod runtime;
 pub mod state_machine_store;
 pub mod storage;
 pub mod tenant_queues;

@@ -60,6 +60,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = Node,
         SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = crate::raft::runtime::RaftRuntime,
 );
 
 pub type Raft = openraft::Raft<TypeConfig>;
