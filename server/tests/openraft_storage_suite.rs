@@ -1,9 +1,14 @@
-//! openraft's own conformance suite for storage, run on Leasehold's RocksDB log store
-//! and state machine store: initial state, votes, reading, appending, truncating and
-//! purging the log (through the in-memory run of recent entries), membership,
-//! snapshots and their transfer.
+//! openraft's own conformance suite for storage, run on Leasehold's log store and
+//! state machine store over both disks (RocksDB and the in-memory disk of tests and
+//! the simulator): initial state, votes, reading, appending, truncating and purging
+//! the log (through the in-memory run of recent entries), membership, snapshots and
+//! their transfer.
 
+use std::sync::Arc;
+
+use leasehold_server::raft::disk::Disk;
 use leasehold_server::raft::log_store::LogStore;
+use leasehold_server::raft::memory_disk::MemoryDisk;
 use leasehold_server::raft::state_machine_store::StateMachineStore;
 use leasehold_server::raft::storage;
 use leasehold_server::raft::types::{StorageError, TypeConfig};
@@ -12,23 +17,39 @@ use leasehold_server::shell::lock_delays::LockDelays;
 use leasehold_server::shell::session_deadlines::SessionDeadlines;
 use openraft::testing::{StoreBuilder, Suite};
 
+fn stores(disk: Arc<dyn Disk>) -> (LogStore, StateMachineStore) {
+    let state_machine =
+        StateMachineStore::open(disk.clone(), SessionDeadlines::new(Clock::system()), LockDelays::new(Clock::system()))
+            .expect("open the state machine store");
+    (LogStore::new(disk), state_machine)
+}
+
 struct RocksBuilder;
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for RocksBuilder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError> {
         let dir = tempfile::tempdir().expect("create a temporary directory");
-        let db = storage::open(&dir.path().join("db"), true).expect("open a fresh database");
-        let state_machine = StateMachineStore::open(
-            db.clone(),
-            SessionDeadlines::new(Clock::system()),
-            LockDelays::new(Clock::system()),
-        )
-        .expect("open the state machine store");
-        Ok((dir, LogStore::new(db), state_machine))
+        let disk = storage::open(&dir.path().join("db"), true).expect("open a fresh database");
+        let (log, state_machine) = stores(disk);
+        Ok((dir, log, state_machine))
+    }
+}
+
+struct MemoryBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, ()> for MemoryBuilder {
+    async fn build(&self) -> Result<((), LogStore, StateMachineStore), StorageError> {
+        let (log, state_machine) = stores(Arc::new(MemoryDisk::new()));
+        Ok(((), log, state_machine))
     }
 }
 
 #[test]
 fn the_rocksdb_stores_pass_openraft_storage_suite() {
     Suite::test_all(RocksBuilder).expect("every storage test of the suite passes");
+}
+
+#[test]
+fn the_stores_on_the_memory_disk_pass_openraft_storage_suite() {
+    Suite::test_all(MemoryBuilder).expect("every storage test of the suite passes");
 }

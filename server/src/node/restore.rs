@@ -79,7 +79,7 @@ pub fn restore(options: &RestoreOptions) -> Result<Restored, StartError> {
     }
     data_dir::claim(&options.data_dir, &options.cluster_name, options.node_id, &Entropy::os())
         .map_err(|error| refused(error.to_string()))?;
-    let db = storage::open(&options.data_dir.join(data_dir::DATABASE_DIR), true)
+    let disk = storage::open(&options.data_dir.join(data_dir::DATABASE_DIR), true)
         .map_err(|error| refused(format!("data directory {}: {error}", options.data_dir.display())))?;
 
     machine.restore_at(starts_at);
@@ -91,8 +91,8 @@ pub fn restore(options: &RestoreOptions) -> Result<Restored, StartError> {
         last_membership: StoredMembership::new(Some(log_id), membership),
         snapshot_id: format!("restored-{}-at-{starts_at}", header.index),
     };
-    state_machine_store::seed(&db, &machine, &meta).map_err(StartError::Failed)?;
-    log_store::seed(&db, log_id).map_err(StartError::Failed)?;
+    state_machine_store::seed(&*disk, &machine, &meta).map_err(StartError::Failed)?;
+    log_store::seed(&*disk, log_id).map_err(StartError::Failed)?;
     Ok(Restored {
         backup_index: header.index,
         starts_at,

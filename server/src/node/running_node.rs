@@ -32,6 +32,7 @@ use crate::node::config::{Config, Transport};
 use crate::node::data_dir::{self, Claim};
 use crate::node::metrics;
 use crate::node::status::StatusPage;
+use crate::raft::disk::Disk;
 use crate::raft::incarnations::{
     too_old_message, Incarnations, COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, EXIT_BUILD_TOO_OLD,
 };
@@ -134,11 +135,11 @@ pub async fn start(config: Config, clock: Clock, entropy: Arc<Entropy>) -> Resul
         Claim::Existing(identity) => data_dir::with_incarnation(&config.data_dir, identity, &entropy),
     }
     .map_err(|error| refused(error.to_string()))?;
-    let db = storage::open(&config.data_dir.join(data_dir::DATABASE_DIR), fresh)
+    let disk: Arc<dyn Disk> = storage::open(&config.data_dir.join(data_dir::DATABASE_DIR), fresh)
         .map_err(|error| refused(format!("data directory {}: {error}", config.data_dir.display())))?;
 
     let deadlines = SessionDeadlines::new(clock.clone());
-    let state_machine = StateMachineStore::open(db.clone(), deadlines, LockDelays::new(clock.clone()))
+    let state_machine = StateMachineStore::open(disk.clone(), deadlines, LockDelays::new(clock.clone()))
         .map_err(|error| refused(format!("data directory {}: {error}", config.data_dir.display())))?;
     let shared = state_machine.shared();
     let loaded_cluster_id = shared.cluster_record.borrow().cluster_id;
@@ -186,7 +187,7 @@ pub async fn start(config: Config, clock: Clock, entropy: Arc<Entropy>) -> Resul
     } else {
         incarnations
     };
-    let log_store = LogStore::new(db);
+    let log_store = LogStore::new(disk);
     let raft_config =
         config.raft_config().validate().map_err(|error| StartError::Failed(format!("raft configuration: {error}")))?;
     let peer_client = match &config.transport {

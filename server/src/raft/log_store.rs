@@ -1,7 +1,7 @@
-//! openraft's log storage on RocksDB.
+//! openraft's log storage on the node's disk (RocksDB; see `disk`).
 //!
 //! Durability: an entry is acknowledged to openraft (the `LogFlushed` callback) only
-//! after the write-ahead log that holds it was fsynced. Appends write to RocksDB at
+//! after the write-ahead log that holds it was fsynced. Appends write to the disk at
 //! once (so the entries are readable for replication) and hand the callback to a
 //! flusher thread, which fsyncs once for every append that queued up meanwhile: a
 //! group commit that keeps fsyncs off the Raft core task and amortizes them under
@@ -20,10 +20,11 @@ use std::thread::JoinHandle;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError};
-use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
 
 use crate::raft::codec;
-use crate::raft::storage::{self, COLUMN_FAMILY_LOGS, COLUMN_FAMILY_META, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE};
+use crate::raft::disk::{
+    index_from_key, index_key, Batch, Disk, Durability, Family, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE,
+};
 use crate::raft::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 /// Appends waiting for the flusher at most; a full queue makes `append` wait, which
@@ -38,7 +39,7 @@ pub const RECENT_COMMANDS_MAX: usize = 4_096;
 
 #[derive(Clone)]
 pub struct LogStore {
-    db: Arc<DB>,
+    disk: Arc<dyn Disk>,
     flusher: Arc<Flusher>,
     /// Shared with the readers openraft gets from `get_log_reader`.
     recent: Arc<Mutex<RecentEntries>>,
@@ -134,7 +135,7 @@ fn write_error(error: impl std::error::Error + 'static) -> StorageError {
 
 /// The queue to the flusher thread, shared by the clones of the log store. When the
 /// last clone goes, the queue closes and the thread's end is awaited: the thread holds
-/// the database, and a database left for it to close could still be closing while the
+/// the disk, and a RocksDB database left for it to close could still be closing while the
 /// process exits, which aborts in RocksDB's destructors ("pthread lock: Invalid
 /// argument"). So the database is closed by whoever drops it last, in order.
 struct Flusher {
@@ -143,11 +144,11 @@ struct Flusher {
 }
 
 impl Flusher {
-    fn start(db: Arc<DB>) -> Self {
+    fn start(disk: Arc<dyn Disk>) -> Self {
         let (queue, appends) = mpsc::sync_channel::<LogFlushed<TypeConfig>>(FLUSH_QUEUE_APPENDS_MAX);
         let thread = std::thread::Builder::new()
             .name("log-flusher".into())
-            .spawn(move || run_flusher(db, appends))
+            .spawn(move || run_flusher(disk, appends))
             .expect("spawn the log flusher thread");
         Self { queue: Some(queue), thread: Some(thread) }
     }
@@ -170,25 +171,17 @@ impl Drop for Flusher {
 }
 
 impl LogStore {
-    pub fn new(db: Arc<DB>) -> Self {
-        let flusher = Arc::new(Flusher::start(db.clone()));
-        Self { db, flusher, recent: Arc::new(Mutex::new(RecentEntries::default())) }
+    pub fn new(disk: Arc<dyn Disk>) -> Self {
+        let flusher = Arc::new(Flusher::start(disk.clone()));
+        Self { disk, flusher, recent: Arc::new(Mutex::new(RecentEntries::default())) }
     }
 
     fn recent(&self) -> std::sync::MutexGuard<'_, RecentEntries> {
         self.recent.lock().expect("no thread panics while holding the recent entries")
     }
 
-    fn logs(&self) -> &rocksdb::ColumnFamily {
-        self.db.cf_handle(COLUMN_FAMILY_LOGS).expect("logs column family exists")
-    }
-
-    fn meta(&self) -> &rocksdb::ColumnFamily {
-        self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists")
-    }
-
     fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
-        match self.db.get_cf(self.meta(), key).map_err(read_error)? {
+        match self.disk.get(Family::Meta, key).map_err(read_error)? {
             None => Ok(None),
             Some(bytes) => codec::decode(&bytes).map(Some).map_err(read_error),
         }
@@ -197,22 +190,17 @@ impl LogStore {
     /// Puts a meta value and makes it durable before returning, off the async runtime.
     async fn put_meta_durable<T: serde::Serialize>(&self, key: &'static [u8], value: &T) -> Result<(), StorageError> {
         let bytes = codec::encode(value);
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || {
-            let meta = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
-            db.put_cf_opt(meta, key, bytes, &storage::synced())
-        })
-        .await
-        .expect("blocking write task does not panic")
-        .map_err(write_error)
+        let disk = self.disk.clone();
+        tokio::task::spawn_blocking(move || disk.put(Family::Meta, key, bytes, Durability::Synced))
+            .await
+            .expect("blocking write task does not panic")
+            .map_err(write_error)
     }
 
     fn last_log_id(&self) -> Result<Option<LogId>, StorageError> {
-        let mut iterator = self.db.iterator_cf(self.logs(), IteratorMode::End);
-        match iterator.next() {
+        match self.disk.last(Family::Logs).map_err(read_error)? {
             None => Ok(None),
-            Some(item) => {
-                let (_, value) = item.map_err(read_error)?;
+            Some((_, value)) => {
                 let entry: Entry = codec::decode(&value).map_err(read_error)?;
                 Ok(Some(entry.log_id))
             }
@@ -222,13 +210,13 @@ impl LogStore {
 
 /// Fsyncs the write-ahead log once for every batch of appends that queued up, then
 /// tells openraft that those appends are durable.
-fn run_flusher(db: Arc<DB>, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
+fn run_flusher(disk: Arc<dyn Disk>, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
     while let Ok(first) = queue.recv() {
         let mut callbacks = vec![first];
         while let Ok(more) = queue.try_recv() {
             callbacks.push(more);
         }
-        let result = db.flush_wal(true).map_err(|error| std::io::Error::other(error.to_string()));
+        let result = disk.sync().map_err(std::io::Error::other);
         for callback in callbacks {
             callback.log_io_completed(
                 result.as_ref().map(|_| ()).map_err(|error| std::io::Error::other(error.to_string())),
@@ -240,12 +228,11 @@ fn run_flusher(db: Arc<DB>, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
 /// Makes a fresh database's log start after `log_id`, as if every entry up to it
 /// had been purged behind a snapshot (`state_machine_store::seed`): a restored node
 /// starts there.
-pub fn seed(db: &DB, log_id: LogId) -> Result<(), String> {
-    let meta = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
-    let mut batch = WriteBatch::default();
-    batch.put_cf(meta, KEY_LAST_PURGED, codec::encode(&log_id));
-    batch.put_cf(meta, KEY_COMMITTED, codec::encode(&Some(log_id)));
-    db.write_opt(batch, &storage::synced()).map_err(|error| format!("cannot write the log's start: {error}"))
+pub fn seed(disk: &dyn Disk, log_id: LogId) -> Result<(), String> {
+    let mut batch = Batch::default();
+    batch.put(Family::Meta, KEY_LAST_PURGED, codec::encode(&log_id));
+    batch.put(Family::Meta, KEY_COMMITTED, codec::encode(&Some(log_id)));
+    disk.write(batch, Durability::Synced).map_err(|error| format!("cannot write the log's start: {error}"))
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -269,15 +256,20 @@ impl RaftLogReader<TypeConfig> for LogStore {
             }
         }
         let mut entries = Vec::new();
-        let from = storage::index_key(start);
-        for item in self.db.iterator_cf(self.logs(), IteratorMode::From(&from, Direction::Forward)) {
-            let (key, value) = item.map_err(read_error)?;
-            let index = storage::index_from_key(&key);
-            if !range.contains(&index) {
-                break;
-            }
-            entries.push(codec::decode::<Entry>(&value).map_err(read_error)?);
-        }
+        let mut decoded = Ok(());
+        self.disk
+            .scan_from(Family::Logs, &index_key(start), &mut |key, value| {
+                if !range.contains(&index_from_key(key)) {
+                    return false;
+                }
+                match codec::decode::<Entry>(value) {
+                    Ok(entry) => entries.push(entry),
+                    Err(error) => decoded = Err(error),
+                }
+                decoded.is_ok()
+            })
+            .map_err(read_error)?;
+        decoded.map_err(read_error)?;
         Ok(entries)
     }
 }
@@ -308,8 +300,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // Not synced: after a crash openraft recovers the committed index from the
         // quorum; this only saves re-applying entries that were applied before.
-        let meta = self.meta();
-        self.db.put_cf(meta, KEY_COMMITTED, codec::encode(&committed)).map_err(write_error)
+        self.disk.put(Family::Meta, KEY_COMMITTED, codec::encode(&committed), Durability::Written).map_err(write_error)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
@@ -321,15 +312,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut batch = WriteBatch::default();
-        let logs = self.logs();
+        let mut batch = Batch::default();
         let entries: Vec<Entry> = entries.into_iter().collect();
         for entry in &entries {
-            batch.put_cf(logs, storage::index_key(entry.log_id.index), codec::encode(entry));
+            batch.put(Family::Logs, index_key(entry.log_id.index), codec::encode(entry));
         }
         // Written at once so that replication can read the entries; made durable by
         // the flusher before openraft counts them.
-        self.db.write(batch).map_err(write_error)?;
+        self.disk.write(batch, Durability::Written).map_err(write_error)?;
         {
             let mut recent = self.recent();
             for entry in entries {
@@ -352,12 +342,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.recent().truncate_from(log_id.index);
-        let db = self.db.clone();
+        let disk = self.disk.clone();
         tokio::task::spawn_blocking(move || {
-            let logs = db.cf_handle(COLUMN_FAMILY_LOGS).expect("logs column family exists");
-            let mut batch = WriteBatch::default();
-            batch.delete_range_cf(logs, storage::index_key(log_id.index), storage::index_key(u64::MAX));
-            db.write_opt(batch, &storage::synced())
+            let mut batch = Batch::default();
+            batch.delete_range(Family::Logs, index_key(log_id.index), index_key(u64::MAX));
+            disk.write(batch, Durability::Synced)
         })
         .await
         .expect("blocking write task does not panic")
@@ -366,14 +355,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.recent().purge_upto(log_id.index);
-        let db = self.db.clone();
+        let disk = self.disk.clone();
         tokio::task::spawn_blocking(move || {
-            let logs = db.cf_handle(COLUMN_FAMILY_LOGS).expect("logs column family exists");
-            let meta = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
-            let mut batch = WriteBatch::default();
-            batch.put_cf(meta, KEY_LAST_PURGED, codec::encode(&log_id));
-            batch.delete_range_cf(logs, storage::index_key(0), storage::index_key(log_id.index + 1));
-            db.write_opt(batch, &storage::synced())
+            let mut batch = Batch::default();
+            batch.put(Family::Meta, KEY_LAST_PURGED, codec::encode(&log_id));
+            batch.delete_range(Family::Logs, index_key(0), index_key(log_id.index + 1));
+            disk.write(batch, Durability::Synced)
         })
         .await
         .expect("blocking write task does not panic")

@@ -8,10 +8,14 @@
 //! * `runtime` — openraft's async runtime: tokio, with election timeouts drawn from a
 //!   generator a simulator can seed.
 //! * `codec` — postcard behind a format version, for every stored blob and peer message.
-//! * `storage` — the RocksDB database and its column families.
-//! * `log_store` — openraft's log storage on RocksDB, with group-committed fsyncs.
+//! * `disk` — what the stores need of a disk (`Disk`): families, batches, written
+//!   apart from synced.
+//! * `storage` — the RocksDB database and its column families (`RocksDisk`).
+//! * `memory_disk` — a disk in memory that loses unsynced writes on a crash, for
+//!   tests and the simulator.
+//! * `log_store` — openraft's log storage on the disk, with group-committed fsyncs.
 //! * `state_machine_store` — openraft's state machine: the pure machine in memory,
-//!   snapshots in RocksDB, the machine's effects handed to the `shell`.
+//!   snapshots on the disk, the machine's effects handed to the `shell`.
 //! * `applier` — the thread on which entries are applied and snapshots decoded, so
 //!   that the state is packed in a heap arena of its own.
 //! * `replica` — `Replica`: propose (batched into entries), confirm leadership
@@ -31,8 +35,10 @@
 pub mod applier;
 pub mod backup;
 pub mod codec;
+pub mod disk;
 pub mod incarnations;
 pub mod log_store;
+pub mod memory_disk;
 pub mod network;
 pub mod peer_service;
 pub mod quiet_deadlines;

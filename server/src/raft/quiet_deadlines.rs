@@ -19,18 +19,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use leasehold_proto::lease::with_drift_ms;
-use rocksdb::DB;
 
 use crate::machine::SessionId;
 use crate::raft::codec;
-use crate::raft::storage::COLUMN_FAMILY_META;
+use crate::raft::disk::{Batch, Disk, Durability, Family};
 use crate::shell::clock::Clock;
 
 /// Keys: this prefix, the session and the checkpoint's index (big-endian).
 const KEY_PREFIX: &[u8] = b"quiet-deadline/";
 
 pub struct QuietDeadlines {
-    db: Arc<DB>,
+    disk: Arc<dyn Disk>,
     /// Read for the machine's boot time (`Clock::boot_ms`), never skewed.
     clock: Clock,
     /// None when the boot id cannot be read: nothing is then written or believed.
@@ -55,14 +54,14 @@ fn parse_key(key: &[u8]) -> Option<(SessionId, u64)> {
 }
 
 impl QuietDeadlines {
-    pub fn new(db: Arc<DB>, clock: Clock) -> QuietDeadlines {
+    pub fn new(disk: Arc<dyn Disk>, clock: Clock) -> QuietDeadlines {
         let boot_id = clock.boot_id();
-        QuietDeadlines { db, clock, boot_id, recorded: Mutex::new(BTreeMap::new()) }
+        QuietDeadlines { disk, clock, boot_id, recorded: Mutex::new(BTreeMap::new()) }
     }
 
     #[cfg(test)]
-    fn with_boot_id(db: Arc<DB>, clock: Clock, boot_id: &str) -> QuietDeadlines {
-        QuietDeadlines { db, clock, boot_id: Some(boot_id.to_string()), recorded: Mutex::new(BTreeMap::new()) }
+    fn with_boot_id(disk: Arc<dyn Disk>, clock: Clock, boot_id: &str) -> QuietDeadlines {
+        QuietDeadlines { disk, clock, boot_id: Some(boot_id.to_string()), recorded: Mutex::new(BTreeMap::new()) }
     }
 
     /// The time `session` has left now by the checkpoint at entry `index`, which said
@@ -71,10 +70,9 @@ impl QuietDeadlines {
     pub fn remaining_ms(&self, session: SessionId, index: u64, remaining_ms: u64) -> u64 {
         let remaining_ms = with_drift_ms(remaining_ms);
         let Some(boot_id) = &self.boot_id else { return remaining_ms };
-        let cf = self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
         let now = self.clock.boot_ms();
         let key = key(session, index);
-        let stored = self.db.get_cf(cf, &key).ok().flatten();
+        let stored = self.disk.get(Family::Meta, &key).ok().flatten();
         let believed = stored.and_then(|bytes| codec::decode::<(String, u64)>(&bytes).ok());
         self.recorded.lock().unwrap().insert(session, index);
         match believed {
@@ -83,7 +81,7 @@ impl QuietDeadlines {
             }
             _ => {
                 let record = codec::encode(&(boot_id.as_str(), now + remaining_ms));
-                if let Err(error) = self.db.put_cf(cf, &key, record) {
+                if let Err(error) = self.disk.put(Family::Meta, &key, record, Durability::Written) {
                     tracing::warn!(%error, session, "cannot record a quiet session's deadline");
                 }
                 remaining_ms
@@ -94,8 +92,9 @@ impl QuietDeadlines {
     /// The session is no longer quiet (resumed or ended): its record goes.
     pub fn forget(&self, session: SessionId) {
         let Some(index) = self.recorded.lock().unwrap().remove(&session) else { return };
-        let cf = self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
-        if let Err(error) = self.db.delete_cf(cf, key(session, index)) {
+        let mut batch = Batch::default();
+        batch.delete(Family::Meta, key(session, index));
+        if let Err(error) = self.disk.write(batch, Durability::Written) {
             tracing::warn!(%error, session, "cannot delete a quiet session's deadline");
         }
     }
@@ -109,18 +108,17 @@ impl QuietDeadlines {
             .lock()
             .unwrap()
             .retain(|session, index| *index > snapshot_index || current.contains(&(*session, *index)));
-        let cf = self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
-        let stale: Vec<Box<[u8]>> = self
-            .db
-            .prefix_iterator_cf(cf, KEY_PREFIX)
-            .filter_map(Result::ok)
-            .take_while(|(key, _)| key.starts_with(KEY_PREFIX))
-            .filter(|(key, _)| parse_key(key).is_none_or(|pair| pair.1 <= snapshot_index && !current.contains(&pair)))
-            .map(|(key, _)| key)
-            .collect();
-        for key in stale {
-            let _ = self.db.delete_cf(cf, key);
-        }
+        let mut stale = Batch::default();
+        let _ = self.disk.scan_from(Family::Meta, KEY_PREFIX, &mut |key, _| {
+            if !key.starts_with(KEY_PREFIX) {
+                return false;
+            }
+            if parse_key(key).is_none_or(|pair| pair.1 <= snapshot_index && !current.contains(&pair)) {
+                stale.delete(Family::Meta, key);
+            }
+            true
+        });
+        let _ = self.disk.write(stale, Durability::Written);
     }
 }
 
@@ -132,7 +130,7 @@ mod tests {
     #[test]
     fn a_checkpoint_applied_again_on_the_same_boot_keeps_its_first_deadline() {
         let directory = tempfile::tempdir().unwrap();
-        let db = storage::open(directory.path(), true).unwrap();
+        let db: Arc<dyn Disk> = storage::open(directory.path(), true).unwrap();
         let clock = Clock::manual();
         let deadlines = QuietDeadlines::with_boot_id(db.clone(), clock.clone(), "boot-a");
         // 5 s and the drift allowance (0.1 %).
@@ -153,13 +151,12 @@ mod tests {
         deadlines.remaining_ms(9, 400, 1_000);
         // A snapshot at 350 holds session 8's checkpoint; 9's comes after it.
         deadlines.retain(350, &BTreeSet::from([(8, 300)]));
-        let cf = db.cf_handle(COLUMN_FAMILY_META).unwrap();
-        let left: Vec<_> = db
-            .prefix_iterator_cf(cf, KEY_PREFIX)
-            .filter_map(Result::ok)
-            .take_while(|(key, _)| key.starts_with(KEY_PREFIX))
-            .filter_map(|(key, _)| parse_key(&key))
-            .collect();
+        let mut left = Vec::new();
+        db.scan_from(Family::Meta, KEY_PREFIX, &mut |key, _| {
+            left.extend(parse_key(key));
+            key.starts_with(KEY_PREFIX)
+        })
+        .unwrap();
         assert_eq!(left, vec![(8, 300), (9, 400)], "session 7's record of entry 200 is gone");
     }
 }

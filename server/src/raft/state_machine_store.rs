@@ -11,7 +11,6 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder, StorageIOError};
-use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
@@ -20,8 +19,8 @@ use crate::machine::{
 };
 use crate::raft::applier::Applier;
 use crate::raft::codec;
+use crate::raft::disk::{Disk, Durability, Family, KEY_SNAPSHOT};
 use crate::raft::quiet_deadlines::QuietDeadlines;
-use crate::raft::storage::{self, COLUMN_FAMILY_META, KEY_SNAPSHOT};
 use crate::raft::types::{Entry, LogId, NodeId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::shell::clock::Stopwatch;
 use crate::shell::credentials::Credentials;
@@ -186,7 +185,7 @@ impl Shared {
 #[derive(Clone)]
 pub struct StateMachineStore {
     shared: Arc<Shared>,
-    db: Arc<DB>,
+    disk: Arc<dyn Disk>,
     /// Where the state is built (see `applier`).
     applier: Applier,
 }
@@ -220,10 +219,10 @@ fn snapshot_error(error: impl std::error::Error + 'static) -> StorageError {
 
 impl StateMachineStore {
     /// Loads the latest snapshot, if any, as the starting state.
-    pub fn open(db: Arc<DB>, deadlines: SessionDeadlines, lock_delays: LockDelays) -> Result<Self, String> {
+    pub fn open(disk: Arc<dyn Disk>, deadlines: SessionDeadlines, lock_delays: LockDelays) -> Result<Self, String> {
         let applier = Applier::start().map_err(|error| format!("cannot start the applier thread: {error}"))?;
-        let meta = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
-        let stored = db.get_cf(meta, KEY_SNAPSHOT).map_err(|error| format!("cannot read the snapshot: {error}"))?;
+        let stored =
+            disk.get(Family::Meta, KEY_SNAPSHOT).map_err(|error| format!("cannot read the snapshot: {error}"))?;
         let applied = match stored {
             None => AppliedState::default(),
             Some(bytes) => applier.run_blocking(move || {
@@ -250,7 +249,7 @@ impl StateMachineStore {
                 })
             })?,
         };
-        let quiet_deadlines = QuietDeadlines::new(db.clone(), deadlines.clock().clone());
+        let quiet_deadlines = QuietDeadlines::new(disk.clone(), deadlines.clock().clone());
         let checkpoints = applied.machine.quiet_checkpoints().collect();
         quiet_deadlines.retain(applied.last_applied.map(|log_id| log_id.index).unwrap_or(0), &checkpoints);
         let ttls = Shared::session_ttls(&applied.machine, &quiet_deadlines);
@@ -280,7 +279,7 @@ impl StateMachineStore {
         });
         shared.state_bytes.store(shared.applied.read().unwrap().machine.state_bytes().0, Ordering::Relaxed);
         shared.credentials.refresh(&shared.applied.read().unwrap().machine);
-        Ok(Self { shared, db, applier })
+        Ok(Self { shared, disk, applier })
     }
 
     pub fn shared(&self) -> Arc<Shared> {
@@ -316,19 +315,17 @@ impl StateMachineStore {
 
     fn persist_snapshot(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), StorageError> {
         let stored = StoredSnapshotRef { meta, data };
-        let cf = self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
-        self.db.put_cf_opt(cf, KEY_SNAPSHOT, codec::encode(&stored), &storage::synced()).map_err(snapshot_error)
+        self.disk.put(Family::Meta, KEY_SNAPSHOT, codec::encode(&stored), Durability::Synced).map_err(snapshot_error)
     }
 }
 
 /// Stores `machine` as the snapshot of a fresh database, with `meta` (its last log
 /// id and membership): a restored node loads it as its state at start.
-pub fn seed(db: &DB, machine: &StateMachine, meta: &SnapshotMeta) -> Result<(), String> {
+pub fn seed(disk: &dyn Disk, machine: &StateMachine, meta: &SnapshotMeta) -> Result<(), String> {
     check_loaded(machine, meta.last_log_id)?;
     let data = SnapshotBody::encode(machine);
     let stored = StoredSnapshotRef { meta, data: &data };
-    let cf = db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
-    db.put_cf_opt(cf, KEY_SNAPSHOT, codec::encode(&stored), &storage::synced())
+    disk.put(Family::Meta, KEY_SNAPSHOT, codec::encode(&stored), Durability::Synced)
         .map_err(|error| format!("cannot write the snapshot: {error}"))
 }
 
@@ -555,8 +552,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        let cf = self.db.cf_handle(COLUMN_FAMILY_META).expect("meta column family exists");
-        let Some(bytes) = self.db.get_cf(cf, KEY_SNAPSHOT).map_err(snapshot_error)? else {
+        let Some(bytes) = self.disk.get(Family::Meta, KEY_SNAPSHOT).map_err(snapshot_error)? else {
             return Ok(None);
         };
         let stored: StoredSnapshot = codec::decode(&bytes).map_err(snapshot_error)?;

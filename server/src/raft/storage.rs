@@ -1,4 +1,5 @@
-//! RocksDB as Leasehold's disk: one database per node with two column families.
+//! RocksDB as Leasehold's disk (`RocksDisk`): one database per node with a column
+//! family for each `disk::Family`.
 //!
 //! * `logs`: Raft log entries, keyed by big-endian index so that key order is log order.
 //! * `meta`: the vote, the committed log id, the last purged log id and the latest
@@ -10,11 +11,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, DBRecoveryMode, Options, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRecoveryMode, Direction,
+    IteratorMode, Options, WriteBatch, WriteOptions, DB,
 };
 
-pub const COLUMN_FAMILY_LOGS: &str = "logs";
-pub const COLUMN_FAMILY_META: &str = "meta";
+use crate::raft::disk::{Batch, Change, Disk, DiskError, Durability, Family};
 
 /// Memtable size of each column family. Log entries live only until the next
 /// snapshot purges them, so a small memtable that is flushed often costs little disk
@@ -47,11 +48,6 @@ pub const BLOCK_CACHE_BYTES: usize = 4 * 1024 * 1024;
 /// ms per fdatasync on the 2-core machine; bench/README gives the cost in throughput.
 pub const WAL_RECOVERY_MODE: DBRecoveryMode = DBRecoveryMode::AbsoluteConsistency;
 
-pub const KEY_VOTE: &[u8] = b"vote";
-pub const KEY_COMMITTED: &[u8] = b"committed";
-pub const KEY_LAST_PURGED: &[u8] = b"last_purged";
-pub const KEY_SNAPSHOT: &[u8] = b"snapshot";
-
 #[derive(Debug, thiserror::Error)]
 #[error("cannot open the database at {path}: {source}{}", file.as_ref().map(|file| format!(" (in {file})")).unwrap_or_default())]
 pub struct OpenError {
@@ -76,7 +72,7 @@ fn corrupt_file_logged(path: &Path) -> Option<String> {
 }
 
 /// Opens (or, for a fresh data directory, creates) the node's database.
-pub fn open(path: &Path, create: bool) -> Result<Arc<DB>, OpenError> {
+pub fn open(path: &Path, create: bool) -> Result<Arc<RocksDisk>, OpenError> {
     let mut options = Options::default();
     options.create_if_missing(create);
     options.create_missing_column_families(create);
@@ -89,7 +85,7 @@ pub fn open(path: &Path, create: bool) -> Result<Arc<DB>, OpenError> {
     let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
     let mut table_options = BlockBasedOptions::default();
     table_options.set_block_cache(&cache);
-    let descriptors = [COLUMN_FAMILY_LOGS, COLUMN_FAMILY_META].map(|name| {
+    let descriptors = Family::ALL.map(|family| {
         let mut cf_options = Options::default();
         cf_options.set_block_based_table_factory(&table_options);
         cf_options.set_compression_type(DBCompressionType::Lz4);
@@ -97,9 +93,9 @@ pub fn open(path: &Path, create: bool) -> Result<Arc<DB>, OpenError> {
         // holds a handful of keys: small memtables keep a node's memory close to its
         // state instead of RocksDB's 64 MiB default per family.
         cf_options.set_write_buffer_size(WRITE_BUFFER_BYTES);
-        ColumnFamilyDescriptor::new(name, cf_options)
+        ColumnFamilyDescriptor::new(family.name(), cf_options)
     });
-    DB::open_cf_descriptors(&options, path, descriptors).map(Arc::new).map_err(|source| {
+    let db = DB::open_cf_descriptors(&options, path, descriptors).map_err(|source| {
         let file = match source.kind() {
             rocksdb::ErrorKind::Corruption if !source.to_string().contains(&*path.to_string_lossy()) => {
                 corrupt_file_logged(path)
@@ -107,27 +103,75 @@ pub fn open(path: &Path, create: bool) -> Result<Arc<DB>, OpenError> {
             _ => None,
         };
         OpenError { path: path.display().to_string(), source, file }
-    })
+    })?;
+    Ok(Arc::new(RocksDisk { db }))
 }
 
-/// A write that is on disk when it returns.
-pub fn synced() -> WriteOptions {
-    let mut options = WriteOptions::default();
-    options.set_sync(true);
-    options
+/// A node's RocksDB database. Dropping the last reference closes it.
+pub struct RocksDisk {
+    db: DB,
 }
 
-pub fn index_key(index: u64) -> [u8; 8] {
-    index.to_be_bytes()
+fn disk_error(error: rocksdb::Error) -> DiskError {
+    DiskError(error.to_string())
 }
 
-pub fn index_from_key(key: &[u8]) -> u64 {
-    u64::from_be_bytes(key.try_into().expect("log keys are 8 bytes"))
+impl RocksDisk {
+    fn family(&self, family: Family) -> &ColumnFamily {
+        self.db.cf_handle(family.name()).expect("every family's column family exists")
+    }
+}
+
+impl Disk for RocksDisk {
+    fn get(&self, family: Family, key: &[u8]) -> Result<Option<Vec<u8>>, DiskError> {
+        self.db.get_cf(self.family(family), key).map_err(disk_error)
+    }
+
+    fn scan_from(
+        &self,
+        family: Family,
+        from: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), DiskError> {
+        for item in self.db.iterator_cf(self.family(family), IteratorMode::From(from, Direction::Forward)) {
+            let (key, value) = item.map_err(disk_error)?;
+            if !visit(&key, &value) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn last(&self, family: Family) -> Result<Option<(Vec<u8>, Vec<u8>)>, DiskError> {
+        match self.db.iterator_cf(self.family(family), IteratorMode::End).next() {
+            None => Ok(None),
+            Some(item) => item.map(|(key, value)| Some((key.into_vec(), value.into_vec()))).map_err(disk_error),
+        }
+    }
+
+    fn write(&self, batch: Batch, durability: Durability) -> Result<(), DiskError> {
+        let mut rocks = WriteBatch::default();
+        for change in batch.changes {
+            match change {
+                Change::Put { family, key, value } => rocks.put_cf(self.family(family), key, value),
+                Change::Delete { family, key } => rocks.delete_cf(self.family(family), key),
+                Change::DeleteRange { family, from, to } => rocks.delete_range_cf(self.family(family), from, to),
+            }
+        }
+        let mut options = WriteOptions::default();
+        options.set_sync(durability == Durability::Synced);
+        self.db.write_opt(rocks, &options).map_err(disk_error)
+    }
+
+    fn sync(&self) -> Result<(), DiskError> {
+        self.db.flush_wal(true).map_err(disk_error)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raft::disk::index_key;
 
     /// The write-ahead log files of the database at `path`, oldest first.
     fn wal_files(path: &Path) -> Vec<std::path::PathBuf> {
@@ -145,10 +189,9 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let path = root.path().join("db");
         {
-            let db = open(&path, true).unwrap();
-            let logs = db.cf_handle(COLUMN_FAMILY_LOGS).unwrap();
+            let disk = open(&path, true).unwrap();
             for index in 0..200u64 {
-                db.put_cf_opt(logs, index_key(index), vec![index as u8; 100], &synced()).unwrap();
+                disk.put(Family::Logs, &index_key(index), vec![index as u8; 100], Durability::Synced).unwrap();
             }
         }
         let wal = wal_files(&path).pop().expect("a write-ahead log file");
@@ -169,10 +212,9 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let path = root.path().join("db");
         {
-            let db = open(&path, true).unwrap();
-            let logs = db.cf_handle(COLUMN_FAMILY_LOGS).unwrap();
+            let disk = open(&path, true).unwrap();
             for index in 0..50u64 {
-                db.put_cf_opt(logs, index_key(index), vec![index as u8; 100], &synced()).unwrap();
+                disk.put(Family::Logs, &index_key(index), vec![index as u8; 100], Durability::Synced).unwrap();
             }
         }
         let wal = wal_files(&path).pop().unwrap();

@@ -1,0 +1,231 @@
+//! A disk in memory, for tests and the simulator: it keeps what was written apart
+//! from what was synced, so that a crash (`crash`) loses exactly the writes that were
+//! not synced, and a lying disk (`lose_last_synced`) can lose one that was.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Mutex;
+
+use crate::raft::disk::{Batch, Change, Disk, DiskError, Durability, Family};
+
+type Contents = BTreeMap<(Family, Vec<u8>), Vec<u8>>;
+
+#[derive(Default)]
+pub struct MemoryDisk {
+    state: Mutex<State>,
+}
+
+#[derive(Default, Clone)]
+struct State {
+    /// What reads see: every write so far.
+    written: Contents,
+    /// What survives a crash.
+    synced: Contents,
+    /// Writes since the last sync, oldest first: what a crash loses.
+    unsynced: Vec<Batch>,
+    /// The synced contents before the last sync that made something durable, for
+    /// `lose_last_synced`.
+    before_last_sync: Option<(Contents, Vec<Batch>)>,
+    /// Set by `fail_writes`: writes and syncs fail with this reason (a full disk).
+    failing: Option<String>,
+}
+
+fn apply(contents: &mut Contents, batch: &Batch) {
+    for change in &batch.changes {
+        match change {
+            Change::Put { family, key, value } => {
+                contents.insert((*family, key.clone()), value.clone());
+            }
+            Change::Delete { family, key } => {
+                contents.remove(&(*family, key.clone()));
+            }
+            Change::DeleteRange { family, from, to } => {
+                let doomed: Vec<_> = contents
+                    .range((Bound::Included((*family, from.clone())), Bound::Excluded((*family, to.clone()))))
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                for key in doomed {
+                    contents.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+impl State {
+    fn sync(&mut self) {
+        if self.unsynced.is_empty() {
+            return;
+        }
+        self.before_last_sync = Some((self.synced.clone(), self.unsynced.clone()));
+        for batch in self.unsynced.drain(..) {
+            apply(&mut self.synced, &batch);
+        }
+    }
+}
+
+impl MemoryDisk {
+    pub fn new() -> MemoryDisk {
+        MemoryDisk::default()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("no thread panics while holding the memory disk")
+    }
+
+    /// The process died: every write that was not synced is lost.
+    pub fn crash(&self) {
+        let mut state = self.state();
+        state.written = state.synced.clone();
+        state.unsynced.clear();
+    }
+
+    /// A lying disk: the last sync that made writes durable did not, and the process
+    /// died. Answers whether there was such a sync to undo.
+    pub fn lose_last_synced(&self) -> bool {
+        let mut state = self.state();
+        let Some((synced, _lost)) = state.before_last_sync.take() else { return false };
+        state.synced = synced;
+        state.written = state.synced.clone();
+        state.unsynced.clear();
+        true
+    }
+
+    /// From now on (`Some`) every write and sync fails with `reason`, as on a full
+    /// disk; `None` heals it.
+    pub fn fail_writes(&self, reason: Option<String>) {
+        self.state().failing = reason;
+    }
+
+    /// Writes not yet synced (what a crash would lose).
+    pub fn unsynced_writes(&self) -> usize {
+        self.state().unsynced.len()
+    }
+}
+
+impl Disk for MemoryDisk {
+    fn get(&self, family: Family, key: &[u8]) -> Result<Option<Vec<u8>>, DiskError> {
+        Ok(self.state().written.get(&(family, key.to_vec())).cloned())
+    }
+
+    fn scan_from(
+        &self,
+        family: Family,
+        from: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), DiskError> {
+        let state = self.state();
+        for ((entry_family, key), value) in state.written.range((family, from.to_vec())..) {
+            if *entry_family != family || !visit(key, value) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn last(&self, family: Family) -> Result<Option<(Vec<u8>, Vec<u8>)>, DiskError> {
+        let state = self.state();
+        let last = state
+            .written
+            .range((family, Vec::new())..)
+            .take_while(|((entry_family, _), _)| *entry_family == family)
+            .last()
+            .map(|((_, key), value)| (key.clone(), value.clone()));
+        Ok(last)
+    }
+
+    fn write(&self, batch: Batch, durability: Durability) -> Result<(), DiskError> {
+        let mut state = self.state();
+        if let Some(reason) = &state.failing {
+            return Err(DiskError(reason.clone()));
+        }
+        apply(&mut state.written, &batch);
+        state.unsynced.push(batch);
+        if durability == Durability::Synced {
+            state.sync();
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), DiskError> {
+        let mut state = self.state();
+        if let Some(reason) = &state.failing {
+            return Err(DiskError(reason.clone()));
+        }
+        state.sync();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(disk: &MemoryDisk, family: Family) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        disk.scan_from(family, &[], &mut |key, _| {
+            keys.push(key.to_vec());
+            true
+        })
+        .unwrap();
+        keys
+    }
+
+    #[test]
+    fn a_crash_loses_what_was_written_since_the_last_sync_and_nothing_synced() {
+        let disk = MemoryDisk::new();
+        disk.put(Family::Logs, b"1", b"a".to_vec(), Durability::Written).unwrap();
+        disk.put(Family::Meta, b"vote", b"v1".to_vec(), Durability::Synced).unwrap();
+        disk.put(Family::Logs, b"2", b"b".to_vec(), Durability::Written).unwrap();
+        assert_eq!(keys(&disk, Family::Logs), vec![b"1".to_vec(), b"2".to_vec()], "written is readable");
+        assert_eq!(disk.unsynced_writes(), 1);
+        disk.crash();
+        assert_eq!(keys(&disk, Family::Logs), vec![b"1".to_vec()], "the synced vote made entry 1 durable too");
+        assert_eq!(disk.get(Family::Meta, b"vote").unwrap(), Some(b"v1".to_vec()));
+        assert_eq!(disk.unsynced_writes(), 0);
+    }
+
+    #[test]
+    fn ranges_and_families_stay_apart() {
+        let disk = MemoryDisk::new();
+        let mut batch = Batch::default();
+        for index in 1..=5u64 {
+            batch.put(Family::Logs, index.to_be_bytes(), vec![index as u8]);
+        }
+        batch.put(Family::Meta, b"z", b"meta".to_vec());
+        disk.write(batch, Durability::Synced).unwrap();
+        assert_eq!(disk.last(Family::Logs).unwrap().unwrap().0, 5u64.to_be_bytes().to_vec());
+        assert_eq!(disk.last(Family::Meta).unwrap().unwrap().0, b"z".to_vec());
+
+        let mut batch = Batch::default();
+        batch.delete_range(Family::Logs, 2u64.to_be_bytes(), 4u64.to_be_bytes());
+        disk.write(batch, Durability::Written).unwrap();
+        let left: Vec<u64> =
+            keys(&disk, Family::Logs).iter().map(|key| u64::from_be_bytes(key[..].try_into().unwrap())).collect();
+        assert_eq!(left, vec![1, 4, 5]);
+        let mut from_four = Vec::new();
+        disk.scan_from(Family::Logs, &4u64.to_be_bytes(), &mut |key, _| {
+            from_four.push(key.to_vec());
+            false
+        })
+        .unwrap();
+        assert_eq!(from_four, vec![4u64.to_be_bytes().to_vec()], "the visit stops when told");
+    }
+
+    #[test]
+    fn a_lying_disk_loses_its_last_synced_write_and_a_full_one_refuses_writes() {
+        let disk = MemoryDisk::new();
+        disk.put(Family::Meta, b"vote", b"v1".to_vec(), Durability::Synced).unwrap();
+        disk.put(Family::Meta, b"vote", b"v2".to_vec(), Durability::Synced).unwrap();
+        assert!(disk.lose_last_synced());
+        assert_eq!(disk.get(Family::Meta, b"vote").unwrap(), Some(b"v1".to_vec()));
+        assert!(!disk.lose_last_synced(), "one sync to undo, once");
+
+        disk.fail_writes(Some("no space left on device".into()));
+        let error = disk.put(Family::Meta, b"vote", b"v3".to_vec(), Durability::Synced).unwrap_err();
+        assert_eq!(error.to_string(), "no space left on device");
+        assert_eq!(disk.get(Family::Meta, b"vote").unwrap(), Some(b"v1".to_vec()), "a refused write changes nothing");
+        disk.fail_writes(None);
+        disk.put(Family::Meta, b"vote", b"v3".to_vec(), Durability::Synced).unwrap();
+    }
+}
