@@ -2,13 +2,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::Parser;
 use leasehold_server::node;
 use leasehold_server::node::config::{Config, RawConfig};
-use leasehold_server::shell::clock::Clock;
-use leasehold_server::shell::entropy::Entropy;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// The exit codes, as the README's "Operations" section explains them.
@@ -173,7 +170,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(config: Config) -> ExitCode {
-    let mut running = match node::start(config, Clock::system(), Arc::new(Entropy::os())).await {
+    let mut running = match node::start(config, node::Environment::os()).await {
         Ok(running) => running,
         Err(error) => {
             eprintln!("leasehold-server: cannot start: {error}");

@@ -5,6 +5,7 @@
 //!
 //! * `config` — flags and TOML, validated once into a `Config`.
 //! * `data_dir` — the data directory's identity; foreign directories are refused.
+//! * `environment` — what a node takes from the world: clock, randomness, threads.
 //! * `metrics` — the Prometheus text endpoint.
 //! * `restore` — `leasehold-server restore`: a new node's data directory from a backup.
 //! * `status` — the live status page: HTML, CSS and JavaScript in the binary and
@@ -14,9 +15,11 @@
 
 pub mod config;
 pub mod data_dir;
+pub mod environment;
 pub mod metrics;
 pub mod restore;
 pub mod running_node;
 pub mod status;
 
+pub use environment::Environment;
 pub use running_node::{start, RunningNode, StartError};

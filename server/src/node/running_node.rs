@@ -30,6 +30,7 @@ use crate::api::semaphores_service::SemaphoresService;
 use crate::machine::{ClusterRecord, Command};
 use crate::node::config::{Config, Transport};
 use crate::node::data_dir::{self, Claim};
+use crate::node::environment::Environment;
 use crate::node::metrics;
 use crate::node::status::StatusPage;
 use crate::raft::disk::Disk;
@@ -43,7 +44,6 @@ use crate::raft::replica::Replica;
 use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::storage;
 use crate::raft::types::{Node, NodeId, Raft};
-use crate::shell::clock::Clock;
 use crate::shell::clock::LogLimiter;
 use crate::shell::disk::{DiskSpace, DISK_CHECK_INTERVAL_MS};
 use crate::shell::entropy::Entropy;
@@ -102,9 +102,10 @@ fn bind(what: &str, address: SocketAddr) -> Result<tokio::net::TcpListener, Star
     tokio::net::TcpListener::from_std(listener).map_err(|error| StartError::Failed(format!("{what} listener: {error}")))
 }
 
-/// Starts a node on `config`. `clock` is its only clock and `entropy` its only source
-/// of random choices (`Entropy::os` for a node that serves clients).
-pub async fn start(config: Config, clock: Clock, entropy: Arc<Entropy>) -> Result<RunningNode, StartError> {
+/// Starts a node on `config`, in `environment` (`Environment::os` for a node that
+/// serves clients).
+pub async fn start(config: Config, environment: Environment) -> Result<RunningNode, StartError> {
+    let Environment { clock, entropy, blocking } = environment;
     let client_listener = bind("client", config.client_bind)?;
     let peer_listener = bind("peer", config.peer_bind)?;
     let metrics_listener = match config.metrics_bind {
@@ -139,7 +140,7 @@ pub async fn start(config: Config, clock: Clock, entropy: Arc<Entropy>) -> Resul
         .map_err(|error| refused(format!("data directory {}: {error}", config.data_dir.display())))?;
 
     let deadlines = SessionDeadlines::new(clock.clone());
-    let state_machine = StateMachineStore::open(disk.clone(), deadlines, LockDelays::new(clock.clone()))
+    let state_machine = StateMachineStore::open(disk.clone(), deadlines, LockDelays::new(clock.clone()), blocking)
         .map_err(|error| refused(format!("data directory {}: {error}", config.data_dir.display())))?;
     let shared = state_machine.shared();
     let loaded_cluster_id = shared.cluster_record.borrow().cluster_id;
@@ -187,7 +188,7 @@ pub async fn start(config: Config, clock: Clock, entropy: Arc<Entropy>) -> Resul
     } else {
         incarnations
     };
-    let log_store = LogStore::new(disk);
+    let log_store = LogStore::new(disk, blocking);
     let raft_config =
         config.raft_config().validate().map_err(|error| StartError::Failed(format!("raft configuration: {error}")))?;
     let peer_client = match &config.transport {

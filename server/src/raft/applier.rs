@@ -11,6 +11,9 @@
 //! What is freed also matters: glibc keeps a thread's recently freed blocks for that
 //! thread's next allocations, whatever arena they came from. So the entries, which
 //! were decoded on a worker, go back to be dropped there rather than on this thread.
+//!
+//! Under a simulator (`Blocking::Inline`) there is no thread: the work runs at once on
+//! the task that asks for it.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::mpsc;
@@ -18,30 +21,39 @@ use std::thread;
 
 use tokio::sync::oneshot;
 
+use crate::raft::blocking::Blocking;
+
 type Job = Box<dyn FnOnce() + Send>;
 
 /// A handle on the applier thread; clones share it. The thread ends when the last
 /// handle is dropped.
 #[derive(Clone)]
 pub struct Applier {
-    jobs: mpsc::Sender<Job>,
+    /// None under `Blocking::Inline`: the work runs where it is asked for.
+    jobs: Option<mpsc::Sender<Job>>,
 }
 
 impl Applier {
-    pub fn start() -> std::io::Result<Applier> {
+    pub fn start(blocking: Blocking) -> std::io::Result<Applier> {
+        if blocking == Blocking::Inline {
+            return Ok(Applier { jobs: None });
+        }
         let (jobs, queue) = mpsc::channel::<Job>();
         thread::Builder::new().name("applier".into()).spawn(move || {
             for job in queue {
                 job();
             }
         })?;
-        Ok(Applier { jobs })
+        Ok(Applier { jobs: Some(jobs) })
     }
 
     /// Runs `work` on the applier thread and returns its result. A panic in `work`
     /// resumes here, where no fail-stop hook is installed (unit tests); in a node the
     /// hook has stopped the process first (`shell::fail_stop`).
     pub async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> T {
+        if self.jobs.is_none() {
+            return work();
+        }
         let (reply, answer) = oneshot::channel();
         self.send(move || {
             let _ = reply.send(panic::catch_unwind(AssertUnwindSafe(work)));
@@ -54,6 +66,9 @@ impl Applier {
 
     /// `run` for callers outside the runtime (opening the store at start).
     pub fn run_blocking<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> T {
+        if self.jobs.is_none() {
+            return work();
+        }
         let (reply, answer) = mpsc::sync_channel(1);
         self.send(move || {
             let _ = reply.send(panic::catch_unwind(AssertUnwindSafe(work)));
@@ -65,7 +80,8 @@ impl Applier {
     }
 
     fn send(&self, job: impl FnOnce() + Send + 'static) {
-        self.jobs.send(Box::new(job)).expect("the applier thread runs while a handle exists");
+        let jobs = self.jobs.as_ref().expect("only a thread is sent jobs");
+        jobs.send(Box::new(job)).expect("the applier thread runs while a handle exists");
     }
 }
 
@@ -75,7 +91,7 @@ mod tests {
 
     #[tokio::test]
     async fn work_runs_on_the_applier_thread_and_panics_come_back() {
-        let applier = Applier::start().unwrap();
+        let applier = Applier::start(Blocking::Threads).unwrap();
         let name = applier.run(|| thread::current().name().map(str::to_owned)).await;
         assert_eq!(name.as_deref(), Some("applier"));
         assert_eq!(applier.run_blocking(|| 6 * 7), 42);
@@ -84,5 +100,9 @@ mod tests {
         let panicked = tokio::spawn(async move { clone.run(|| panic!("broken invariant")).await }).await;
         assert!(panicked.unwrap_err().is_panic());
         assert_eq!(applier.run(|| 1).await, 1, "the thread survives a panicking job");
+
+        let inline = Applier::start(Blocking::Inline).unwrap();
+        let here = thread::current().id();
+        assert_eq!(inline.run(move || thread::current().id()).await, here, "inline work runs on the asking task");
     }
 }

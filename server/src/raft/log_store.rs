@@ -6,6 +6,7 @@
 //! flusher thread, which fsyncs once for every append that queued up meanwhile: a
 //! group commit that keeps fsyncs off the Raft core task and amortizes them under
 //! load. The vote, truncation and purge are made durable before the call returns.
+//! Under a simulator (`Blocking::Inline`) the flusher is a task on the runtime.
 //!
 //! The newest entries are also kept in memory (`RecentEntries`): replication to each
 //! follower and the state machine read every entry right after it is appended, and
@@ -21,6 +22,7 @@ use std::thread::JoinHandle;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError};
 
+use crate::raft::blocking::Blocking;
 use crate::raft::codec;
 use crate::raft::disk::{
     index_from_key, index_key, Batch, Disk, Durability, Family, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE,
@@ -40,6 +42,7 @@ pub const RECENT_COMMANDS_MAX: usize = 4_096;
 #[derive(Clone)]
 pub struct LogStore {
     disk: Arc<dyn Disk>,
+    blocking: Blocking,
     flusher: Arc<Flusher>,
     /// Shared with the readers openraft gets from `get_log_reader`.
     recent: Arc<Mutex<RecentEntries>>,
@@ -133,35 +136,69 @@ fn write_error(error: impl std::error::Error + 'static) -> StorageError {
     io_error(ErrorSubject::Logs, ErrorVerb::Write, error)
 }
 
-/// The queue to the flusher thread, shared by the clones of the log store. When the
-/// last clone goes, the queue closes and the thread's end is awaited: the thread holds
+/// The queue to the flusher, shared by the clones of the log store. When the last
+/// clone goes, the queue closes and the thread's end is awaited: the thread holds
 /// the disk, and a RocksDB database left for it to close could still be closing while the
 /// process exits, which aborts in RocksDB's destructors ("pthread lock: Invalid
 /// argument"). So the database is closed by whoever drops it last, in order.
-struct Flusher {
-    queue: Option<mpsc::SyncSender<LogFlushed<TypeConfig>>>,
-    thread: Option<JoinHandle<()>>,
+enum Flusher {
+    Thread {
+        queue: Option<mpsc::SyncSender<LogFlushed<TypeConfig>>>,
+        thread: Option<JoinHandle<()>>,
+    },
+    /// Under `Blocking::Inline`: a task, which ends when the queue closes.
+    Task {
+        queue: tokio::sync::mpsc::Sender<LogFlushed<TypeConfig>>,
+    },
 }
 
 impl Flusher {
-    fn start(disk: Arc<dyn Disk>) -> Self {
-        let (queue, appends) = mpsc::sync_channel::<LogFlushed<TypeConfig>>(FLUSH_QUEUE_APPENDS_MAX);
-        let thread = std::thread::Builder::new()
-            .name("log-flusher".into())
-            .spawn(move || run_flusher(disk, appends))
-            .expect("spawn the log flusher thread");
-        Self { queue: Some(queue), thread: Some(thread) }
+    fn start(disk: Arc<dyn Disk>, blocking: Blocking) -> Self {
+        match blocking {
+            Blocking::Threads => {
+                let (queue, appends) = mpsc::sync_channel::<LogFlushed<TypeConfig>>(FLUSH_QUEUE_APPENDS_MAX);
+                let thread = std::thread::Builder::new()
+                    .name("log-flusher".into())
+                    .spawn(move || run_flusher(disk, appends))
+                    .expect("spawn the log flusher thread");
+                Flusher::Thread { queue: Some(queue), thread: Some(thread) }
+            }
+            Blocking::Inline => {
+                let (queue, appends) = tokio::sync::mpsc::channel(FLUSH_QUEUE_APPENDS_MAX);
+                tokio::spawn(run_flusher_task(disk, appends));
+                Flusher::Task { queue }
+            }
+        }
     }
 
-    fn queue(&self) -> &mpsc::SyncSender<LogFlushed<TypeConfig>> {
-        self.queue.as_ref().expect("the queue is open until the flusher is dropped")
+    /// Hands `callback` to the flusher, waiting while its queue is full.
+    async fn queue(&self, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError> {
+        let stopped = || write_error(std::io::Error::other("the log flusher stopped"));
+        match self {
+            Flusher::Thread { queue, .. } => {
+                let queue = queue.as_ref().expect("the queue is open until the flusher is dropped");
+                match queue.try_send(callback) {
+                    Ok(()) => Ok(()),
+                    Err(mpsc::TrySendError::Disconnected(_)) => Err(stopped()),
+                    Err(mpsc::TrySendError::Full(callback)) => {
+                        let queue = queue.clone();
+                        tokio::task::spawn_blocking(move || queue.send(callback))
+                            .await
+                            .expect("queueing to the flusher does not panic")
+                            .map_err(|_| stopped())
+                    }
+                }
+            }
+            Flusher::Task { queue } => queue.send(callback).await.map_err(|_| stopped()),
+        }
     }
 }
 
 impl Drop for Flusher {
     fn drop(&mut self) {
-        drop(self.queue.take());
-        if let Some(thread) = self.thread.take() {
+        let Flusher::Thread { queue, thread } = self else { return };
+        drop(queue.take());
+        if let Some(thread) = thread.take() {
             // Appends already queued are fsynced and answered first; then the thread ends.
             if thread.join().is_err() {
                 tracing::error!("the log flusher thread panicked");
@@ -171,9 +208,9 @@ impl Drop for Flusher {
 }
 
 impl LogStore {
-    pub fn new(disk: Arc<dyn Disk>) -> Self {
-        let flusher = Arc::new(Flusher::start(disk.clone()));
-        Self { disk, flusher, recent: Arc::new(Mutex::new(RecentEntries::default())) }
+    pub fn new(disk: Arc<dyn Disk>, blocking: Blocking) -> Self {
+        let flusher = Arc::new(Flusher::start(disk.clone(), blocking));
+        Self { disk, blocking, flusher, recent: Arc::new(Mutex::new(RecentEntries::default())) }
     }
 
     fn recent(&self) -> std::sync::MutexGuard<'_, RecentEntries> {
@@ -191,10 +228,7 @@ impl LogStore {
     async fn put_meta_durable<T: serde::Serialize>(&self, key: &'static [u8], value: &T) -> Result<(), StorageError> {
         let bytes = codec::encode(value);
         let disk = self.disk.clone();
-        tokio::task::spawn_blocking(move || disk.put(Family::Meta, key, bytes, Durability::Synced))
-            .await
-            .expect("blocking write task does not panic")
-            .map_err(write_error)
+        self.blocking.run(move || disk.put(Family::Meta, key, bytes, Durability::Synced)).await.map_err(write_error)
     }
 
     fn last_log_id(&self) -> Result<Option<LogId>, StorageError> {
@@ -212,6 +246,23 @@ impl LogStore {
 /// tells openraft that those appends are durable.
 fn run_flusher(disk: Arc<dyn Disk>, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
     while let Ok(first) = queue.recv() {
+        let mut callbacks = vec![first];
+        while let Ok(more) = queue.try_recv() {
+            callbacks.push(more);
+        }
+        let result = disk.sync().map_err(std::io::Error::other);
+        for callback in callbacks {
+            callback.log_io_completed(
+                result.as_ref().map(|_| ()).map_err(|error| std::io::Error::other(error.to_string())),
+            );
+        }
+    }
+}
+
+/// `run_flusher` as a task (`Blocking::Inline`): the appends that queued up while it
+/// waited are synced together, as on the thread.
+async fn run_flusher_task(disk: Arc<dyn Disk>, mut queue: tokio::sync::mpsc::Receiver<LogFlushed<TypeConfig>>) {
+    while let Some(first) = queue.recv().await {
         let mut callbacks = vec![first];
         while let Ok(more) = queue.try_recv() {
             callbacks.push(more);
@@ -326,45 +377,34 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 recent.push(entry);
             }
         }
-        let stopped = || write_error(std::io::Error::other("the log flusher thread stopped"));
-        match self.flusher.queue().try_send(callback) {
-            Ok(()) => Ok(()),
-            Err(mpsc::TrySendError::Disconnected(_)) => Err(stopped()),
-            Err(mpsc::TrySendError::Full(callback)) => {
-                let flusher = self.flusher.clone();
-                tokio::task::spawn_blocking(move || flusher.queue().send(callback))
-                    .await
-                    .expect("queueing to the flusher does not panic")
-                    .map_err(|_| stopped())
-            }
-        }
+        self.flusher.queue(callback).await
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.recent().truncate_from(log_id.index);
         let disk = self.disk.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut batch = Batch::default();
-            batch.delete_range(Family::Logs, index_key(log_id.index), index_key(u64::MAX));
-            disk.write(batch, Durability::Synced)
-        })
-        .await
-        .expect("blocking write task does not panic")
-        .map_err(write_error)
+        self.blocking
+            .run(move || {
+                let mut batch = Batch::default();
+                batch.delete_range(Family::Logs, index_key(log_id.index), index_key(u64::MAX));
+                disk.write(batch, Durability::Synced)
+            })
+            .await
+            .map_err(write_error)
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.recent().purge_upto(log_id.index);
         let disk = self.disk.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut batch = Batch::default();
-            batch.put(Family::Meta, KEY_LAST_PURGED, codec::encode(&log_id));
-            batch.delete_range(Family::Logs, index_key(0), index_key(log_id.index + 1));
-            disk.write(batch, Durability::Synced)
-        })
-        .await
-        .expect("blocking write task does not panic")
-        .map_err(write_error)
+        self.blocking
+            .run(move || {
+                let mut batch = Batch::default();
+                batch.put(Family::Meta, KEY_LAST_PURGED, codec::encode(&log_id));
+                batch.delete_range(Family::Logs, index_key(0), index_key(log_id.index + 1));
+                disk.write(batch, Durability::Synced)
+            })
+            .await
+            .map_err(write_error)
     }
 }
 

@@ -16,6 +16,8 @@
 //! * `log_store` — openraft's log storage on the disk, with group-committed fsyncs.
 //! * `state_machine_store` — openraft's state machine: the pure machine in memory,
 //!   snapshots on the disk, the machine's effects handed to the `shell`.
+//! * `blocking` — where blocking work runs: threads in a node, inline under a
+//!   simulator.
 //! * `applier` — the thread on which entries are applied and snapshots decoded, so
 //!   that the state is packed in a heap arena of its own.
 //! * `replica` — `Replica`: propose (batched into entries), confirm leadership
@@ -34,6 +36,7 @@
 
 pub mod applier;
 pub mod backup;
+pub mod blocking;
 pub mod codec;
 pub mod disk;
 pub mod incarnations;

@@ -18,6 +18,7 @@ use crate::machine::{
     Caller, ClusterRecord, Command, DelayKey, Event, Response, SessionId, StateMachine, Submission, WaitFailure,
 };
 use crate::raft::applier::Applier;
+use crate::raft::blocking::Blocking;
 use crate::raft::codec;
 use crate::raft::disk::{Disk, Durability, Family, KEY_SNAPSHOT};
 use crate::raft::quiet_deadlines::QuietDeadlines;
@@ -188,6 +189,8 @@ pub struct StateMachineStore {
     disk: Arc<dyn Disk>,
     /// Where the state is built (see `applier`).
     applier: Applier,
+    /// Where a snapshot is encoded.
+    blocking: Blocking,
 }
 
 /// What applying a run of entries produced, besides the state itself.
@@ -219,8 +222,13 @@ fn snapshot_error(error: impl std::error::Error + 'static) -> StorageError {
 
 impl StateMachineStore {
     /// Loads the latest snapshot, if any, as the starting state.
-    pub fn open(disk: Arc<dyn Disk>, deadlines: SessionDeadlines, lock_delays: LockDelays) -> Result<Self, String> {
-        let applier = Applier::start().map_err(|error| format!("cannot start the applier thread: {error}"))?;
+    pub fn open(
+        disk: Arc<dyn Disk>,
+        deadlines: SessionDeadlines,
+        lock_delays: LockDelays,
+        blocking: Blocking,
+    ) -> Result<Self, String> {
+        let applier = Applier::start(blocking).map_err(|error| format!("cannot start the applier thread: {error}"))?;
         let stored =
             disk.get(Family::Meta, KEY_SNAPSHOT).map_err(|error| format!("cannot read the snapshot: {error}"))?;
         let applied = match stored {
@@ -279,7 +287,7 @@ impl StateMachineStore {
         });
         shared.state_bytes.store(shared.applied.read().unwrap().machine.state_bytes().0, Ordering::Relaxed);
         shared.credentials.refresh(&shared.applied.read().unwrap().machine);
-        Ok(Self { shared, disk, applier })
+        Ok(Self { shared, disk, applier, blocking })
     }
 
     pub fn shared(&self) -> Arc<Shared> {
@@ -332,26 +340,26 @@ pub fn seed(disk: &dyn Disk, machine: &StateMachine, meta: &SnapshotMeta) -> Res
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let store = self.clone();
-        tokio::task::spawn_blocking(move || {
-            // Encoded under the read lock rather than cloned and encoded outside it:
-            // encoding is faster than a clone of every session and lock, and a clone
-            // would double the node's memory for the moment.
-            let (data, last_applied, membership) = {
-                let applied = store.shared.applied.read().unwrap();
-                let data = SnapshotBody::encode(&applied.machine);
-                (data, applied.last_applied, applied.membership.clone())
-            };
-            let snapshot_id = match last_applied {
-                Some(log_id) => format!("{}-{}-{}", log_id.leader_id.term, log_id.leader_id.node_id, log_id.index),
-                None => "empty".to_string(),
-            };
-            let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
-            store.persist_snapshot(&meta, &data)?;
-            crate::shell::memory::release_freed_memory();
-            Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
-        })
-        .await
-        .expect("snapshot task does not panic")
+        self.blocking
+            .run(move || {
+                // Encoded under the read lock rather than cloned and encoded outside it:
+                // encoding is faster than a clone of every session and lock, and a clone
+                // would double the node's memory for the moment.
+                let (data, last_applied, membership) = {
+                    let applied = store.shared.applied.read().unwrap();
+                    let data = SnapshotBody::encode(&applied.machine);
+                    (data, applied.last_applied, applied.membership.clone())
+                };
+                let snapshot_id = match last_applied {
+                    Some(log_id) => format!("{}-{}-{}", log_id.leader_id.term, log_id.leader_id.node_id, log_id.index),
+                    None => "empty".to_string(),
+                };
+                let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
+                store.persist_snapshot(&meta, &data)?;
+                crate::shell::memory::release_freed_memory();
+                Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+            })
+            .await
     }
 }
 

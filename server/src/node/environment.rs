@@ -1,0 +1,26 @@
+//! What a node takes from the world it runs in, handed to `start` in one value: its
+//! clock, its randomness and where its blocking work runs. A node that serves clients
+//! takes the machine's (`Environment::os`); a simulator hands in its own, so that one
+//! seed fixes every choice and every reading.
+
+use std::sync::Arc;
+
+use crate::raft::blocking::Blocking;
+use crate::shell::clock::Clock;
+use crate::shell::entropy::Entropy;
+
+pub struct Environment {
+    /// The node's only clock.
+    pub clock: Clock,
+    /// The node's only source of random choices (incarnations, ids, secrets).
+    pub entropy: Arc<Entropy>,
+    /// Threads, or inline under a simulator.
+    pub blocking: Blocking,
+}
+
+impl Environment {
+    /// The machine's clocks, the operating system's randomness, threads.
+    pub fn os() -> Environment {
+        Environment { clock: Clock::system(), entropy: Arc::new(Entropy::os()), blocking: Blocking::Threads }
+    }
+}
