@@ -1,5 +1,6 @@
 //! What a node takes from the world it runs in, handed to `start` in one value: its
-//! clock, its randomness and where its blocking work runs. A node that serves clients
+//! clock, its randomness, where its blocking work runs and where its connections
+//! come from. A node that serves clients
 //! takes the machine's (`Environment::os`); a simulator hands in its own, so that one
 //! seed fixes every choice and every reading.
 
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use crate::raft::blocking::Blocking;
 use crate::shell::clock::Clock;
 use crate::shell::entropy::Entropy;
+use crate::shell::sockets::Sockets;
 
 pub struct Environment {
     /// The node's only clock.
@@ -16,11 +18,19 @@ pub struct Environment {
     pub entropy: Arc<Entropy>,
     /// Threads, or inline under a simulator.
     pub blocking: Blocking,
+    /// None: the operating system's TCP (and TLS, as configured). A simulator's
+    /// network serves both ports in plaintext and has no metrics or status listener.
+    pub sockets: Option<Arc<dyn Sockets>>,
 }
 
 impl Environment {
     /// The machine's clocks, the operating system's randomness, threads.
     pub fn os() -> Environment {
-        Environment { clock: Clock::system(), entropy: Arc::new(Entropy::os()), blocking: Blocking::Threads }
+        Environment {
+            clock: Clock::system(),
+            entropy: Arc::new(Entropy::os()),
+            blocking: Blocking::Threads,
+            sockets: None,
+        }
     }
 }

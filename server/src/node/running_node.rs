@@ -38,7 +38,7 @@ use crate::raft::incarnations::{
     too_old_message, Incarnations, COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, EXIT_BUILD_TOO_OLD,
 };
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{Network, PEER_MESSAGE_BYTES_MAX};
+use crate::raft::network::{Dialing, Network, PEER_MESSAGE_BYTES_MAX};
 use crate::raft::peer_service::{PeerService, Takeover};
 use crate::raft::replica::Replica;
 use crate::raft::state_machine_store::StateMachineStore;
@@ -51,6 +51,7 @@ use crate::shell::fail_stop::essential;
 use crate::shell::lock_delays::LockDelays;
 use crate::shell::peer_contacts::PeerContacts;
 use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
+use crate::shell::sockets::{self, Listener, Sockets};
 use crate::shell::tls::{tls_incoming, ClientCertificates, NodeTls, PeerClientTls, ServerTls};
 use crate::shell::watched::WatchedGrants;
 
@@ -102,12 +103,63 @@ fn bind(what: &str, address: SocketAddr) -> Result<tokio::net::TcpListener, Star
     tokio::net::TcpListener::from_std(listener).map_err(|error| StartError::Failed(format!("{what} listener: {error}")))
 }
 
+/// A bound client or peer listener: the operating system's, or a simulator's.
+enum Bound {
+    Os(tokio::net::TcpListener),
+    Simulated(Box<dyn Listener>),
+}
+
+impl Bound {
+    async fn bind(what: &str, address: SocketAddr, sockets: &Option<Arc<dyn Sockets>>) -> Result<Bound, StartError> {
+        match sockets {
+            None => bind(what, address).map(Bound::Os),
+            Some(sockets) => {
+                sockets.bind(address).await.map(Bound::Simulated).map_err(|error| {
+                    StartError::Failed(format!("cannot listen on the {what} address {address}: {error}"))
+                })
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            Bound::Os(listener) => listener.local_addr(),
+            Bound::Simulated(listener) => listener.local_addr(),
+        }
+    }
+
+    /// Serves `server` on this listener until `shutdown`, through TLS when `tls`.
+    async fn serve(
+        self,
+        server: tonic::transport::server::Router,
+        tls: Option<Arc<ServerTls>>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<(), tonic::transport::Error> {
+        match (self, tls) {
+            (Bound::Os(listener), Some(tls)) => {
+                server.serve_with_incoming_shutdown(tls_incoming(listener, tls), shutdown).await
+            }
+            (Bound::Os(listener), None) => server.serve_with_incoming_shutdown(accepting(listener), shutdown).await,
+            (Bound::Simulated(listener), _) => {
+                server.serve_with_incoming_shutdown(sockets::incoming(listener), shutdown).await
+            }
+        }
+    }
+}
+
 /// Starts a node on `config`, in `environment` (`Environment::os` for a node that
 /// serves clients).
 pub async fn start(config: Config, environment: Environment) -> Result<RunningNode, StartError> {
-    let Environment { clock, entropy, blocking } = environment;
-    let client_listener = bind("client", config.client_bind)?;
-    let peer_listener = bind("peer", config.peer_bind)?;
+    let Environment { clock, entropy, blocking, sockets } = environment;
+    if sockets.is_some()
+        && (!config.transport.is_plaintext() || config.metrics_bind.is_some() || config.status_bind.is_some())
+    {
+        return Err(StartError::Failed(
+            "a simulated network serves the client and peer ports in plaintext, and no metrics or status page".into(),
+        ));
+    }
+    let client_listener = Bound::bind("client", config.client_bind, &sockets).await?;
+    let peer_listener = Bound::bind("peer", config.peer_bind, &sockets).await?;
     let metrics_listener = match config.metrics_bind {
         Some(address) => Some(bind("metrics", address)?),
         None => None,
@@ -196,10 +248,15 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         Transport::Tls { peer_port, .. } => Some(PeerClientTls::load(peer_port.clone()).map_err(StartError::Failed)?),
     };
     let contacts = Arc::new(PeerContacts::default());
+    let dialing = match (&sockets, &peer_client) {
+        (Some(sockets), _) => Dialing::Simulated(sockets.clone()),
+        (None, Some(tls)) => Dialing::Tls(tls.clone()),
+        (None, None) => Dialing::Plaintext,
+    };
     let network = Network::new(
         Some(config.peer_bind.ip()),
         &config.cluster_name,
-        peer_client.clone(),
+        dialing,
         incarnations.clone(),
         contacts.clone(),
     );
@@ -310,11 +367,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         let shutdown = async move {
             let _ = stop_client.wait_for(|stop| *stop).await;
         };
-        let served = match client_tls {
-            Some(tls) => client_server.serve_with_incoming_shutdown(tls_incoming(client_listener, tls), shutdown).await,
-            None => client_server.serve_with_incoming_shutdown(accepting(client_listener), shutdown).await,
-        };
-        if let Err(error) = served {
+        if let Err(error) = client_listener.serve(client_server, client_tls, shutdown).await {
             tracing::error!(%error, "client server stopped");
         }
     }));
@@ -351,11 +404,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         let shutdown = async move {
             let _ = stop_peer.wait_for(|stop| *stop).await;
         };
-        let served = match peer_tls {
-            Some(tls) => peer_server.serve_with_incoming_shutdown(tls_incoming(peer_listener, tls), shutdown).await,
-            None => peer_server.serve_with_incoming_shutdown(accepting(peer_listener), shutdown).await,
-        };
-        if let Err(error) = served {
+        if let Err(error) = peer_listener.serve(peer_server, peer_tls, shutdown).await {
             tracing::error!(%error, "peer server stopped");
         }
     }));

@@ -35,6 +35,7 @@ use crate::raft::codec;
 use crate::raft::incarnations::Incarnations;
 use crate::raft::types::{Node, NodeId, TypeConfig};
 use crate::shell::peer_contacts::{Heard, PeerContacts};
+use crate::shell::sockets::{self, Sockets};
 use crate::shell::tls::PeerClientTls;
 
 /// How long a connection attempt to a peer may take before the RPC fails.
@@ -64,8 +65,8 @@ struct NetworkInner {
     /// replication streams, votes, and the heartbeats of each leadership check (which
     /// asks for a fresh client every time and must not open a connection).
     channels: Mutex<BTreeMap<(NodeId, String), Channel>>,
-    /// None with --insecure-plaintext.
-    tls: Option<Arc<PeerClientTls>>,
+    /// How peers are dialed.
+    dialing: Dialing,
     /// This node's incarnation for the messages' headers, and the checks of answers.
     incarnations: Arc<Incarnations>,
     /// When each peer last answered, for the status page.
@@ -74,6 +75,17 @@ struct NetworkInner {
     /// a follower that later lacks an entry it acknowledged under the same leader lost
     /// its log (see `Acknowledged`).
     acknowledged: Mutex<BTreeMap<NodeId, Acknowledged>>,
+}
+
+/// How a node dials its peers.
+#[derive(Clone)]
+pub enum Dialing {
+    /// TCP, --insecure-plaintext.
+    Plaintext,
+    /// TCP and TLS with this node's certificate.
+    Tls(Arc<PeerClientTls>),
+    /// Through a simulator's network, in plaintext (`shell::sockets`).
+    Simulated(Arc<dyn Sockets>),
 }
 
 /// The last index a follower acknowledged (AppendEntries or a snapshot) under one
@@ -98,7 +110,7 @@ impl Network {
     pub fn new(
         local_ip: Option<IpAddr>,
         cluster_name: &str,
-        tls: Option<Arc<PeerClientTls>>,
+        dialing: Dialing,
         incarnations: Arc<Incarnations>,
         contacts: Arc<PeerContacts>,
     ) -> Self {
@@ -108,7 +120,7 @@ impl Network {
                 local_ip,
                 cluster,
                 channels: Mutex::new(BTreeMap::new()),
-                tls,
+                dialing,
                 incarnations,
                 contacts,
                 acknowledged: Mutex::new(BTreeMap::new()),
@@ -187,9 +199,12 @@ impl Network {
             return Some(channel.clone());
         }
         let endpoint = peer_endpoint(address, inner.local_ip).ok()?;
-        let channel = match &inner.tls {
-            None => endpoint.connect_lazy(),
-            Some(tls) => endpoint.connect_with_connector_lazy(tls_connector(tls.clone(), target, inner.local_ip)),
+        let channel = match &inner.dialing {
+            Dialing::Plaintext => endpoint.connect_lazy(),
+            Dialing::Tls(tls) => {
+                endpoint.connect_with_connector_lazy(tls_connector(tls.clone(), target, inner.local_ip))
+            }
+            Dialing::Simulated(sockets) => endpoint.connect_with_connector_lazy(sockets::connector(sockets.clone())),
         };
         channels.insert(key, channel.clone());
         Some(channel)

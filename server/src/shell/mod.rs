@@ -7,7 +7,8 @@
 //! # Layout
 //!
 //! * `fail_stop` — a panic anywhere stops the process, unless it is `catching`.
-//! * `clock` — the only place that reads a clock, with the test-only skew knob.
+//! * `clock` — the only place that reads a clock (through a `TimeSource` a simulator
+//!   can drive), with the test-only skew knob.
 //! * `entropy` — the only source of random choices (incarnations, cluster ids,
 //!   session secrets, tenant tokens): the OS in production, a seed where runs replay.
 //! * `credentials` — the tenants' token hashes and names as last applied, for
@@ -24,6 +25,8 @@
 //! * `disk` — the data directory's free space against the reserve.
 //! * `peer_contacts` — when each member was last heard from, for the status page.
 //! * `watched` — grants of the names the operator watches, for "it did not run".
+//! * `sockets` — a simulator's network under the client and peer servers and the
+//!   peer dialer (a node that serves clients uses the operating system's).
 //! * `tls` — TLS on both ports: certificates re-read on SIGHUP, peers' and clients'
 //!   identities read from their certificates.
 
@@ -37,6 +40,7 @@ pub mod memory;
 pub mod observers;
 pub mod peer_contacts;
 pub mod session_deadlines;
+pub mod sockets;
 pub mod tls;
 pub mod wait_histograms;
 pub mod wait_registry;
