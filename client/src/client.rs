@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_proto as pb;
 use leasehold_proto::admin_client::AdminClient;
@@ -16,6 +16,7 @@ use leasehold_proto::errors::{
 use leasehold_proto::leasehold_client::LeaseholdClient;
 use leasehold_proto::semaphores_client::SemaphoresClient;
 use leasehold_proto::ErrorReason;
+use tokio::time::Instant;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
@@ -23,6 +24,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Code, Status};
 
 use crate::error::{Error, Result};
+use crate::random;
 use crate::session::Session;
 
 /// The metadata key in which a follower names the leader's client address.
@@ -62,7 +64,7 @@ impl RetryPause {
     pub(crate) fn next(&mut self) -> Duration {
         let step_ms = self.step_ms;
         self.step_ms = (step_ms * 2).min(RETRY_PAUSE_MS_MAX);
-        Duration::from_millis(rand::random_range(step_ms / 2..=step_ms))
+        Duration::from_millis(random::in_range(step_ms / 2..=step_ms))
     }
 
     /// The pause before trying again after a server asked for `retry_after_ms`: drawn
@@ -70,7 +72,7 @@ impl RetryPause {
     /// that the clients a leader refused at one moment come back spread out.
     pub(crate) fn after(retry_after_ms: u64) -> Duration {
         let retry_after_ms = retry_after_ms.clamp(1, RETRY_AFTER_MS_CAP);
-        Duration::from_millis(rand::random_range(retry_after_ms..=retry_after_ms + retry_after_ms / 2))
+        Duration::from_millis(random::in_range(retry_after_ms..=retry_after_ms + retry_after_ms / 2))
     }
 
     /// A pause of the first step, drawn the same way, for loops that retry for as long
@@ -111,6 +113,19 @@ pub struct Client {
     pub(crate) inner: Arc<ClientInner>,
 }
 
+/// A connection a `Dialer` made.
+pub trait Connection: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Connection for T {}
+
+/// Makes the connection to an endpoint (`host:port`) some other way than the
+/// operating system's TCP: a simulator's network (`Client::with_dialer`).
+pub type Dialer = Arc<
+    dyn Fn(String) -> std::pin::Pin<Box<dyn Future<Output = std::io::Result<Box<dyn Connection>>> + Send>>
+        + Send
+        + Sync,
+>;
+
 pub(crate) struct ClientInner {
     endpoints: Vec<String>,
     channels: Mutex<BTreeMap<String, Transport>>,
@@ -123,6 +138,8 @@ pub(crate) struct ClientInner {
     sequence: AtomicU64,
     pub(crate) request_deadline: Duration,
     pub(crate) client_name: String,
+    /// None: the operating system's TCP. A simulator's network otherwise.
+    dialer: Option<Dialer>,
     /// The keepalive task's inbox, while it runs (see `keepalive`).
     pub(crate) keepalives: Mutex<Option<tokio::sync::mpsc::UnboundedSender<crate::keepalive::Command>>>,
 }
@@ -187,12 +204,7 @@ impl Client {
         if endpoints.is_empty() {
             return Err(Error::InvalidArgument("no endpoints given".into()));
         }
-        let client_id = loop {
-            let id: u64 = rand::random();
-            if id != 0 {
-                break id;
-            }
-        };
+        let client_id = random::nonzero();
         let client_name = format!("{}:{}", host_name(), std::process::id());
         Ok(Client {
             inner: Arc::new(ClientInner {
@@ -204,9 +216,17 @@ impl Client {
                 sequence: AtomicU64::new(1),
                 request_deadline: Duration::from_millis(REQUEST_DEADLINE_MS_DEFAULT),
                 client_name,
+                dialer: None,
                 keepalives: Mutex::new(None),
             }),
         })
+    }
+
+    /// Makes every connection with `dialer` instead of the operating system's TCP: a
+    /// simulator's network. Connections made so carry no TLS.
+    pub fn with_dialer(mut self, dialer: Dialer) -> Self {
+        Arc::get_mut(&mut self.inner).expect("set before cloning").dialer = Some(dialer);
+        self
     }
 
     /// Sets how long each request keeps retrying across leader changes.
@@ -282,7 +302,18 @@ impl Client {
             }
             builder = builder.tls_config(tls).map_err(|error| invalid(&error))?;
         }
-        let channel = InterceptedService::new(builder.connect_lazy(), credentials.clone());
+        let channel = match &self.inner.dialer {
+            None => builder.connect_lazy(),
+            Some(dialer) => {
+                let dialer = dialer.clone();
+                builder.connect_with_connector_lazy(tower::service_fn(move |uri: tonic::codegen::http::Uri| {
+                    let authority = uri.authority().map(|authority| authority.as_str().to_string()).unwrap_or_default();
+                    let dialing = dialer(authority);
+                    async move { dialing.await.map(hyper_util::rt::TokioIo::new) }
+                }))
+            }
+        };
+        let channel = InterceptedService::new(channel, credentials.clone());
         channels.insert(endpoint.to_string(), channel.clone());
         Ok(channel)
     }

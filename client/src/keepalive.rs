@@ -10,7 +10,9 @@
 //! so an idle client holds no task and no stream.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use leasehold_proto as pb;
 use tokio::sync::{mpsc, watch};
@@ -265,7 +267,7 @@ async fn run(client: Client, mut commands: mpsc::UnboundedReceiver<Command>) {
                     schedule.forget_in_flight();
                 }
             },
-            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(next_due)) => {
+            _ = tokio::time::sleep_until(next_due) => {
                 if !process_due(&mut schedule, stream.as_ref().expect("open")) {
                     // A keepalive went unanswered for a whole interval: another node.
                     client.rotate();

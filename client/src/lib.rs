@@ -35,6 +35,7 @@
 //! * `fence` — `FencingToken` for SQL and HTTP, and how storage checks it.
 //! * `semaphore` — at most K holders per name; permit guards.
 //! * `election` — campaigns, leadership handles, observing changes.
+//! * `random` — the client's random choices, from a generator a simulator can seed.
 //! * `error` — errors; `Indeterminate` for requests that may have taken effect.
 //! * `settings` — the `LEASEHOLD_*` variables (endpoints, CA, token, client
 //!   certificate) turned into a `Client`.
@@ -48,6 +49,7 @@ pub mod error;
 pub mod fence;
 pub mod keepalive;
 pub mod lock;
+pub mod random;
 pub mod semaphore;
 pub mod session;
 pub mod settings;

@@ -7,7 +7,9 @@
 //! fencing token checked by the storage makes a late write harmless.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use leasehold_proto as pb;
 use tokio::sync::watch;
@@ -171,8 +173,8 @@ impl Session {
     /// the TTL, less the allowance for clock drift between this process and the
     /// leader (`leasehold_proto::lease::client_lease_ms`). Past it, assume the locks
     /// are held by someone else.
-    pub fn deadline(&self) -> Instant {
-        self.inner.state.borrow().1
+    pub fn deadline(&self) -> std::time::Instant {
+        self.inner.state.borrow().1.into_std()
     }
 
     pub fn state(&self) -> SessionState {
