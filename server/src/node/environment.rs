@@ -1,12 +1,13 @@
 //! What a node takes from the world it runs in, handed to `start` in one value: its
-//! clock, its randomness, where its blocking work runs and where its connections
-//! come from. A node that serves clients
+//! clock, its randomness, where its blocking work runs, its disk and where its
+//! connections come from. A node that serves clients
 //! takes the machine's (`Environment::os`); a simulator hands in its own, so that one
 //! seed fixes every choice and every reading.
 
 use std::sync::Arc;
 
 use crate::raft::blocking::Blocking;
+use crate::raft::disk::Disk;
 use crate::shell::clock::Clock;
 use crate::shell::entropy::Entropy;
 use crate::shell::sockets::Sockets;
@@ -18,6 +19,9 @@ pub struct Environment {
     pub entropy: Arc<Entropy>,
     /// Threads, or inline under a simulator.
     pub blocking: Blocking,
+    /// None: RocksDB in the data directory. A simulator's disk otherwise (the data
+    /// directory still holds the node's identity).
+    pub disk: Option<Arc<dyn Disk>>,
     /// None: the operating system's TCP (and TLS, as configured). A simulator's
     /// network serves both ports in plaintext and has no metrics or status listener.
     pub sockets: Option<Arc<dyn Sockets>>,
@@ -30,6 +34,7 @@ impl Environment {
             clock: Clock::system(),
             entropy: Arc::new(Entropy::os()),
             blocking: Blocking::Threads,
+            disk: None,
             sockets: None,
         }
     }

@@ -150,7 +150,7 @@ impl Bound {
 /// Starts a node on `config`, in `environment` (`Environment::os` for a node that
 /// serves clients).
 pub async fn start(config: Config, environment: Environment) -> Result<RunningNode, StartError> {
-    let Environment { clock, entropy, blocking, sockets } = environment;
+    let Environment { clock, entropy, blocking, disk, sockets } = environment;
     if sockets.is_some()
         && (!config.transport.is_plaintext() || config.metrics_bind.is_some() || config.status_bind.is_some())
     {
@@ -188,8 +188,17 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         Claim::Existing(identity) => data_dir::with_incarnation(&config.data_dir, identity, &entropy),
     }
     .map_err(|error| refused(error.to_string()))?;
-    let disk: Arc<dyn Disk> = storage::open(&config.data_dir.join(data_dir::DATABASE_DIR), fresh)
-        .map_err(|error| refused(format!("data directory {}: {error}", config.data_dir.display())))?;
+    let disk: Arc<dyn Disk> = match disk {
+        Some(disk) => {
+            // The simulator's disk holds the database; the directory is made as RocksDB
+            // would make it, so that the data directory reads as a node's at a restart.
+            std::fs::create_dir_all(config.data_dir.join(data_dir::DATABASE_DIR))
+                .map_err(|error| refused(format!("data directory {}: {error}", config.data_dir.display())))?;
+            disk
+        }
+        None => storage::open(&config.data_dir.join(data_dir::DATABASE_DIR), fresh)
+            .map_err(|error| refused(format!("data directory {}: {error}", config.data_dir.display())))?,
+    };
 
     let deadlines = SessionDeadlines::new(clock.clone());
     let state_machine = StateMachineStore::open(disk.clone(), deadlines, LockDelays::new(clock.clone()), blocking)

@@ -1,0 +1,118 @@
+//! One node as turmoil host software: the real `node::start`, in an environment the
+//! simulator makes (its clock, a seeded entropy, blocking work inline, the in-memory
+//! disk, turmoil's network). turmoil runs the software again after a crash; the disk
+//! and the data directory (the node's identity) outlive it, as they would a process.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use leasehold_server::node::config::{Config, RawConfig};
+use leasehold_server::node::{self, Environment};
+use leasehold_server::raft::blocking::Blocking;
+use leasehold_server::raft::memory_disk::MemoryDisk;
+use leasehold_server::shell::clock::{Clock, TimeSource};
+use leasehold_server::shell::entropy::Entropy;
+
+use crate::network::SimulatedSockets;
+
+/// The port of every node's client service; peers are on `PEER_PORT`.
+pub const CLIENT_PORT: u16 = 7001;
+pub const PEER_PORT: u16 = 7002;
+/// Milliseconds since the Unix epoch at which every simulation starts (2026-12-01).
+pub const EPOCH_UNIX_MS: u64 = 1_796_083_200_000;
+
+/// Node `id`'s address on turmoil's network (never an address of this machine).
+pub fn node_ip(id: u64) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(192, 168, 70, id as u8))
+}
+
+/// Node `id`'s client endpoint, `ip:port`.
+pub fn client_endpoint(id: u64) -> String {
+    format!("{}:{CLIENT_PORT}", node_ip(id))
+}
+
+/// Time as the simulator drives it: one boot per node for the whole run, the wall
+/// clock starting at `EPOCH_UNIX_MS`.
+struct SimulatedTime;
+
+fn elapsed_ms() -> u64 {
+    turmoil::sim_elapsed().unwrap_or_default().as_millis() as u64
+}
+
+impl TimeSource for SimulatedTime {
+    fn monotonic_ms(&self) -> u64 {
+        elapsed_ms()
+    }
+
+    fn unix_ms(&self) -> u64 {
+        EPOCH_UNIX_MS + elapsed_ms()
+    }
+
+    fn boot_id(&self) -> Option<String> {
+        Some("simulated".to_string())
+    }
+
+    fn boot_ms(&self) -> u64 {
+        elapsed_ms()
+    }
+}
+
+/// What a node keeps across its crashes: its disk, data directory and configuration.
+pub struct SimulatedNode {
+    pub id: u64,
+    pub disk: Arc<MemoryDisk>,
+    config: Config,
+    seed: u64,
+    /// Starts so far, so that each start draws other random choices.
+    starts: AtomicU64,
+}
+
+/// The admin credential every node of a simulation accepts.
+pub const ADMIN_TOKEN: &str = "simulated-admin-token-0123456789";
+
+impl SimulatedNode {
+    /// Node `id` of `members` nodes, its data directory under `root`.
+    pub fn new(id: u64, members: u64, root: &Path, seed: u64) -> anyhow::Result<SimulatedNode> {
+        let admin_token_file = root.join("admin-token");
+        if !admin_token_file.exists() {
+            std::fs::write(&admin_token_file, format!("{ADMIN_TOKEN}\n"))?;
+        }
+        let data_dir: PathBuf = root.join(format!("node{id}"));
+        let raw = RawConfig {
+            node_id: Some(id),
+            data_dir: Some(data_dir),
+            cluster_name: Some("simulated".into()),
+            initial_members: (1..=members)
+                .map(|member| format!("{member}={}:{CLIENT_PORT},{}:{PEER_PORT}", node_ip(member), node_ip(member)))
+                .collect(),
+            insecure_plaintext: true,
+            admin_token_file: Some(admin_token_file),
+            ..Default::default()
+        };
+        let mut config = Config::validate(raw).map_err(|error| anyhow::anyhow!("node {id}: {}", error.0))?;
+        // turmoil's listeners bind the unspecified address.
+        config.client_bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), CLIENT_PORT);
+        config.peer_bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), PEER_PORT);
+        Ok(SimulatedNode { id, disk: Arc::new(MemoryDisk::new()), config, seed, starts: AtomicU64::new(0) })
+    }
+
+    /// The node's software: starts it and serves until turmoil crashes the host.
+    pub async fn serve(self: Arc<Self>) -> turmoil::Result {
+        let start = self.starts.fetch_add(1, Ordering::SeqCst);
+        let environment = Environment {
+            clock: Clock::driven(Arc::new(SimulatedTime)),
+            entropy: Arc::new(Entropy::seeded(self.seed ^ (self.id << 48) ^ (start << 32))),
+            blocking: Blocking::Inline,
+            disk: Some(self.disk.clone()),
+            sockets: Some(Arc::new(SimulatedSockets)),
+        };
+        let running = node::start(self.config.clone(), environment)
+            .await
+            .map_err(|error| format!("node {} did not start: {error}", self.id))?;
+        std::future::pending::<()>().await;
+        drop(running);
+        Ok(())
+    }
+}

@@ -1,0 +1,20 @@
+//! Leasehold's cluster in one process under a seeded simulator: the real server code
+//! (machine, shell, openraft glue, gRPC services over tonic) and the real client
+//! library, on turmoil's simulated network and clock, with the in-memory disk. One
+//! seed fixes the faults, the network's delays and losses, openraft's election
+//! timeouts and the clients' random choices, so a failing seed can be run again.
+//!
+//! # Layout
+//!
+//! * `network` — turmoil's TCP as the node's `Sockets` and the client's `Dialer`.
+//! * `host` — one node as turmoil host software: its configuration, disk, clock and
+//!   environment, started again after a crash.
+//! * `workload` — simulated workers: sessions, locks and fenced writes through the
+//!   real client, recorded as the fault suite's history.
+//! * `run` — one seed: the cluster, the workers, the faults the seed draws, the
+//!   checks.
+
+pub mod host;
+pub mod network;
+pub mod run;
+pub mod workload;

@@ -1,0 +1,101 @@
+//! `leasehold-sim`: runs Leasehold's cluster under the seeded simulator, seed after
+//! seed, and names every seed whose history fails a check.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use leasehold_simulation::run::{self, Bug, Options};
+
+#[derive(Parser)]
+#[command(name = "leasehold-sim", about = "Leasehold's cluster in one process under a seeded simulator")]
+struct Arguments {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs seeds: `--seeds N` of them from `--first-seed`, or the one `--seed`.
+    Run {
+        /// How many seeds to run.
+        #[arg(long, default_value_t = 1, conflicts_with = "seed")]
+        seeds: u64,
+        /// The first of the seeds (default: drawn at random and printed).
+        #[arg(long)]
+        first_seed: Option<u64>,
+        /// Runs this one seed and prints its faults and checks.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Nodes in the cluster: 3 or 5.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(3..=5))]
+        nodes: u64,
+        /// Simulated seconds with faults, before the final healed phase.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Plants a known bug (a control): its seeds must fail.
+        #[arg(long, value_enum)]
+        bug: Option<Bug>,
+        /// With --seed: writes the run's faults and history here, one JSON object a line.
+        #[arg(long, requires = "seed")]
+        trace: Option<std::path::PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let Command::Run { seeds, first_seed, seed, nodes, seconds, bug, trace } = Arguments::parse().command;
+    if nodes == 4 {
+        eprintln!("leasehold-sim: --nodes is 3 or 5");
+        return ExitCode::from(2);
+    }
+    let options = Options { nodes, faulty: Duration::from_secs(seconds), bug, ..Options::default() };
+    let (first, count, verbose) = match seed {
+        Some(seed) => (seed, 1, true),
+        None => (first_seed.unwrap_or_else(|| u64::from(rand::random::<u32>())), seeds, false),
+    };
+    if seed.is_none() {
+        println!("seeds {first}..{} ({count}), {nodes} nodes, {seconds} s of faults each", first + count);
+    }
+    let started = Instant::now();
+    let (mut failed, mut operations, mut simulated) = (0u64, 0usize, Duration::ZERO);
+    for seed in first..first + count {
+        let outcome = run::run(seed, &options);
+        operations += outcome.operations;
+        simulated += outcome.simulated;
+        if verbose {
+            for fault in &outcome.faults {
+                println!("fault {fault}");
+            }
+            for check in &outcome.checks {
+                println!("check {:?} {}: {}", check.verdict, check.name, check.detail);
+                for anomaly in &check.anomalies {
+                    println!("  {}", anomaly.what);
+                    for operation in &anomaly.operations {
+                        println!("    {operation}");
+                    }
+                }
+            }
+            if let Some(path) = &trace {
+                if let Err(error) = std::fs::write(path, outcome.trace.join("\n") + "\n") {
+                    eprintln!("leasehold-sim: cannot write {}: {error}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        if !outcome.valid() {
+            failed += 1;
+            println!("seed {seed}: {}", outcome.failure());
+        }
+    }
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    println!(
+        "{count} seeds run, {failed} failed, {operations} operations checked, {:.0} simulated s, {:.1} seeds per minute",
+        simulated.as_secs_f64(),
+        count as f64 / minutes.max(f64::EPSILON)
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,253 @@
+//! Simulated workers: each a turmoil client host with the real client library, taking
+//! locks on a few names, appending to a list in the fault suite's fenced store under
+//! each grant (a fenced read, then a write) and releasing, recorded as the fault
+//! suite's history (times are simulated nanoseconds). Now and then a worker stalls
+//! while it holds a lock, as a process in a long GC pause does: cut off from every
+//! node for longer than its session's TTL, then it writes what it was about to.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_jepsen::fenced_store::FencedStore;
+use leasehold_jepsen::history::{Function, Kind, Phase, Record, NOT_ACQUIRED, NOT_HOLDER};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::host::{client_endpoint, node_ip, ADMIN_TOKEN};
+use crate::network;
+
+/// The session TTL of every worker.
+pub const SESSION_TTL_MS: u64 = 2_000;
+/// How long an acquire waits in the lock's queue at most.
+pub const ACQUIRE_WAIT_MS: u64 = 400;
+/// The names the workers contend for.
+pub const KEYS: [&str; 2] = ["orders/1", "orders/2"];
+
+/// One stall in this many grants.
+pub const STALL_ONE_IN: u64 = 12;
+/// How long a stall lasts: past the session's TTL and its drift allowance.
+pub const STALL_MS: u64 = SESSION_TTL_MS + 1_000;
+
+/// What every worker of a run shares: the history and the fenced store.
+#[derive(Clone)]
+pub struct Shared {
+    pub records: Arc<Mutex<Vec<Record>>>,
+    pub store: FencedStore,
+}
+
+impl Shared {
+    /// `fencing` off is the control: the store takes every write.
+    pub fn new(fencing: bool) -> Shared {
+        Shared { records: Arc::default(), store: FencedStore::new(fencing) }
+    }
+}
+
+pub fn now_ns() -> u64 {
+    turmoil::sim_elapsed().unwrap_or_default().as_nanos() as u64
+}
+
+struct Worker {
+    /// The value of the next record (an increment's id).
+    value: Option<String>,
+    process: u64,
+    sequence: u64,
+    shared: Shared,
+    phase: Phase,
+}
+
+impl Worker {
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        sequence: u64,
+        kind: Kind,
+        function: Function,
+        key: &str,
+        session: u64,
+        token: Option<u64>,
+        error: Option<String>,
+    ) {
+        let record = Record {
+            process: self.process,
+            sequence,
+            kind,
+            function,
+            key: key.to_string(),
+            session,
+            token,
+            value: self.value.take(),
+            error,
+            alive_ns: None,
+            leader_session: None,
+            evidence: None,
+            phase: self.phase,
+            time_ns: now_ns(),
+        };
+        self.shared.records.lock().unwrap().push(record);
+    }
+
+    fn invoke(&mut self, function: Function, key: &str, session: u64, token: Option<u64>) -> u64 {
+        self.sequence += 1;
+        let sequence = self.sequence;
+        self.record(sequence, Kind::Invoke, function, key, session, token, None);
+        sequence
+    }
+}
+
+fn outcome_of(error: &leasehold::Error) -> Kind {
+    if error.is_definite() && !matches!(error, leasehold::Error::SessionLost(_)) {
+        Kind::Fail
+    } else {
+        Kind::Info
+    }
+}
+
+/// One worker's life: until `stop_at` (simulated time), with the final phase from
+/// `final_at` on.
+pub async fn run_worker(
+    process: u64,
+    nodes: u64,
+    seed: u64,
+    final_at: Duration,
+    stop_at: Duration,
+    shared: Shared,
+) -> turmoil::Result {
+    let mut random = StdRng::seed_from_u64(seed ^ (process << 40));
+    let endpoints: Vec<String> = (1..=nodes).map(client_endpoint).collect();
+    let client = leasehold::Client::lazy(&endpoints)?
+        .with_dialer(network::dialer())
+        .with_token(ADMIN_TOKEN)?
+        .with_client_name(format!("worker-{process}"))
+        .with_request_deadline(Duration::from_secs(3));
+    let mut worker = Worker { value: None, process, sequence: 0, shared, phase: Phase::Main };
+    let mut session: Option<leasehold::Session> = None;
+    let elapsed = || turmoil::sim_elapsed().unwrap_or_default();
+    while elapsed() < stop_at {
+        if elapsed() >= final_at {
+            worker.phase = Phase::Final;
+        }
+        if session.as_ref().is_none_or(|session| session.state() == leasehold::SessionState::Lost) {
+            let sequence = worker.invoke(Function::Session, "", 0, None);
+            match client.session(Duration::from_millis(SESSION_TTL_MS)).await {
+                Ok(opened) => {
+                    worker.record(sequence, Kind::Ok, Function::Session, "", opened.id(), None, None);
+                    session = Some(opened);
+                }
+                Err(error) => {
+                    worker.record(
+                        sequence,
+                        outcome_of(&error),
+                        Function::Session,
+                        "",
+                        0,
+                        None,
+                        Some(error.to_string()),
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            }
+        }
+        let current = session.clone().expect("a session");
+        let key = KEYS[random.random_range(0..KEYS.len())];
+        let sequence = worker.invoke(Function::Acquire, key, current.id(), None);
+        let guard = match current.acquire(key, Duration::from_millis(ACQUIRE_WAIT_MS)).await {
+            Ok(leasehold::Acquired::Granted(guard)) => {
+                worker.record(sequence, Kind::Ok, Function::Acquire, key, current.id(), Some(guard.token()), None);
+                guard
+            }
+            Ok(leasehold::Acquired::NotAcquired(_)) => {
+                worker.record(
+                    sequence,
+                    Kind::Fail,
+                    Function::Acquire,
+                    key,
+                    current.id(),
+                    None,
+                    Some(NOT_ACQUIRED.into()),
+                );
+                continue;
+            }
+            Err(error) => {
+                let outcome = outcome_of(&error);
+                worker.record(sequence, outcome, Function::Acquire, key, current.id(), None, Some(error.to_string()));
+                if outcome == Kind::Info {
+                    // Whether this session holds the lock is unknown: go on under a new one.
+                    session = None;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                continue;
+            }
+        };
+        // Work under the lock, now and then stalled past the lease, then the
+        // increment: a fenced read and a write, which the store refuses if a newer
+        // grant has read or written since.
+        let token = guard.token();
+        if random.random_range(0..STALL_ONE_IN) == 0 && elapsed() < final_at {
+            stall(process, nodes).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(random.random_range(0..40))).await;
+        }
+        increment(&mut worker, key, current.id(), token, &mut random).await;
+        let sequence = worker.invoke(Function::Release, key, current.id(), Some(token));
+        match guard.release().await {
+            Ok(()) => worker.record(sequence, Kind::Ok, Function::Release, key, current.id(), Some(token), None),
+            Err(error) => {
+                let refused = matches!(
+                    error,
+                    leasehold::Error::Refused(_) | leasehold::Error::NotFound(_) | leasehold::Error::SessionLost(_)
+                );
+                let (kind, reason) = if refused {
+                    (Kind::Fail, NOT_HOLDER.to_string())
+                } else {
+                    (outcome_of(&error), error.to_string())
+                };
+                worker.record(sequence, kind, Function::Release, key, current.id(), Some(token), Some(reason));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A process pause: this worker's host is cut off from every node for `STALL_MS`,
+/// so its keepalives do not arrive and its session expires meanwhile.
+async fn stall(process: u64, nodes: u64) {
+    let me = crate::run::worker_ip(process);
+    for node in 1..=nodes {
+        turmoil::partition(me, node_ip(node));
+    }
+    tokio::time::sleep(Duration::from_millis(STALL_MS)).await;
+    for node in 1..=nodes {
+        turmoil::repair(me, node_ip(node));
+    }
+}
+
+/// Appends a unique id to the list under `key` with `token`: a fenced read, a pause
+/// to think, the write.
+async fn increment(worker: &mut Worker, key: &str, session: u64, token: u64, random: &mut StdRng) {
+    let id = format!("{}.{}", worker.process, worker.sequence + 1);
+    worker.value = Some(id.clone());
+    let sequence = worker.invoke(Function::Increment, key, session, Some(token));
+    let list = match worker.shared.store.fenced_read(key, token) {
+        Ok(Some((_, list))) => list,
+        Ok(None) => String::new(),
+        Err(fence) => {
+            worker.value = Some(id);
+            let error = format!("REJECTED {fence}");
+            worker.record(sequence, Kind::Fail, Function::Increment, key, session, Some(token), Some(error));
+            return;
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(random.random_range(0..5))).await;
+    let written = if list.is_empty() { id.clone() } else { format!("{list},{id}") };
+    let result = worker.shared.store.write(key, token, &written);
+    worker.value = Some(id);
+    match result {
+        Ok(()) => worker.record(sequence, Kind::Ok, Function::Increment, key, session, Some(token), None),
+        Err(highest) => {
+            let error = format!("REJECTED {highest}");
+            worker.record(sequence, Kind::Fail, Function::Increment, key, session, Some(token), Some(error))
+        }
+    }
+}
