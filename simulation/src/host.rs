@@ -6,12 +6,13 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use leasehold_server::node::config::{Config, RawConfig};
 use leasehold_server::node::{self, Environment};
 use leasehold_server::raft::blocking::Blocking;
 use leasehold_server::raft::memory_disk::MemoryDisk;
+use leasehold_server::raft::replica::Replica;
 use leasehold_server::shell::clock::{Clock, TimeSource};
 use leasehold_server::shell::entropy::Entropy;
 
@@ -63,6 +64,11 @@ impl TimeSource for SimulatedTime {
 pub struct SimulatedNode {
     pub id: u64,
     pub disk: Arc<MemoryDisk>,
+    /// The node's clock for its whole run: the clock fault skews it.
+    pub clock: Clock,
+    /// The running node's replica, for the white-box checks between steps; None
+    /// while the node is down.
+    pub replica: Mutex<Option<Arc<Replica>>>,
     config: Config,
     seed: u64,
     /// Starts so far, so that each start draws other random choices.
@@ -95,14 +101,22 @@ impl SimulatedNode {
         // turmoil's listeners bind the unspecified address.
         config.client_bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), CLIENT_PORT);
         config.peer_bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), PEER_PORT);
-        Ok(SimulatedNode { id, disk: Arc::new(MemoryDisk::new()), config, seed, starts: AtomicU64::new(0) })
+        Ok(SimulatedNode {
+            id,
+            disk: Arc::new(MemoryDisk::new()),
+            clock: Clock::driven(Arc::new(SimulatedTime)),
+            replica: Mutex::new(None),
+            config,
+            seed,
+            starts: AtomicU64::new(0),
+        })
     }
 
     /// The node's software: starts it and serves until turmoil crashes the host.
     pub async fn serve(self: Arc<Self>) -> turmoil::Result {
         let start = self.starts.fetch_add(1, Ordering::SeqCst);
         let environment = Environment {
-            clock: Clock::driven(Arc::new(SimulatedTime)),
+            clock: self.clock.clone(),
             entropy: Arc::new(Entropy::seeded(self.seed ^ (self.id << 48) ^ (start << 32))),
             blocking: Blocking::Inline,
             disk: Some(self.disk.clone()),
@@ -111,6 +125,7 @@ impl SimulatedNode {
         let running = node::start(self.config.clone(), environment)
             .await
             .map_err(|error| format!("node {} did not start: {error}", self.id))?;
+        *self.replica.lock().unwrap() = Some(running.replica.clone());
         std::future::pending::<()>().await;
         drop(running);
         Ok(())

@@ -11,10 +11,13 @@
 //!   environment, started again after a crash.
 //! * `workload` — simulated workers: sessions, locks and fenced writes through the
 //!   real client, recorded as the fault suite's history.
+//! * `replicas` — the white-box checks between steps: invariants on every node, and
+//!   the same state wherever the same index was applied.
 //! * `run` — one seed: the cluster, the workers, the faults the seed draws, the
 //!   checks.
 
 pub mod host;
 pub mod network;
+pub mod replicas;
 pub mod run;
 pub mod workload;

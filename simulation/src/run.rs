@@ -1,6 +1,7 @@
 //! One seed: a cluster of 3 or 5 nodes and its workers under turmoil, the faults the
-//! seed draws (partitions, crashes that lose the unsynced writes, restarts), then a
-//! healed final phase, and the fault suite's checks on the history.
+//! seed draws (a node isolated, a crash that loses the unsynced writes and a
+//! restart, a clock at another rate or jumped forward), then a healed final phase;
+//! the white-box checks between steps and the fault suite's checks on the history.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -12,7 +13,10 @@ use leasehold_jepsen::history;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use leasehold_server::shell::clock::RATE_PER_MILLE_NORMAL;
+
 use crate::host::{node_ip, SimulatedNode};
+use crate::replicas::ReplicaChecks;
 use crate::workload::{self, Shared};
 
 /// What one seed runs.
@@ -88,7 +92,12 @@ enum Fault {
     Isolated(u64),
     /// The node's process is down (its unsynced writes lost).
     Crashed(u64),
+    /// The node's clock runs at another rate (per mille), after a jump forward.
+    Skewed(u64),
 }
+
+/// How often (simulated) the white-box checks look at the nodes.
+const REPLICA_SAMPLE_MS: u64 = 25;
 
 /// Runs `seed`.
 pub fn run(seed: u64, options: &Options) -> Outcome {
@@ -137,8 +146,14 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     let mut next_fault = Duration::from_millis(random.random_range(500..2_000));
     let mut in_effect: Option<(Fault, Duration)> = None;
     let mut healed = false;
+    let mut replicas = ReplicaChecks::default();
+    let mut next_sample = Duration::ZERO;
     loop {
         let now = sim.elapsed();
+        if now >= next_sample {
+            replicas.sample(&nodes, now.as_millis());
+            next_sample = now + Duration::from_millis(REPLICA_SAMPLE_MS);
+        }
         if !healed && now >= options.faulty {
             if let Some((fault, _)) = in_effect.take() {
                 heal(&mut sim, &nodes, options.workers, fault, &mut outcome.faults, now);
@@ -155,7 +170,8 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
             } else if now >= next_fault {
                 let node = random.random_range(1..=options.nodes);
                 let lasting = Duration::from_millis(random.random_range(300..3_000));
-                let fault = if random.random_bool(0.5) {
+                let kind = random.random_range(0..10);
+                let fault = if kind < 4 {
                     for other in (1..=options.nodes).filter(|other| *other != node) {
                         sim.partition(node_ip(node), node_ip(other));
                     }
@@ -164,11 +180,22 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                     }
                     outcome.faults.push(format!("{:>6} ms isolate node {node}", now.as_millis()));
                     Fault::Isolated(node)
-                } else {
+                } else if kind < 8 {
                     sim.crash(node_ip(node));
-                    nodes[node as usize - 1].disk.crash();
+                    let crashed = &nodes[node as usize - 1];
+                    crashed.disk.crash();
+                    *crashed.replica.lock().unwrap() = None;
                     outcome.faults.push(format!("{:>6} ms crash node {node}", now.as_millis()));
                     Fault::Crashed(node)
+                } else {
+                    let rate_per_mille = random.random_range(500..=2_000);
+                    let jump_ms = if random.random_bool(0.5) { random.random_range(0..=3_000) } else { 0 };
+                    nodes[node as usize - 1].clock.skew(rate_per_mille, jump_ms);
+                    outcome.faults.push(format!(
+                        "{:>6} ms clock of node {node} at {rate_per_mille}/1000, jumped {jump_ms} ms",
+                        now.as_millis()
+                    ));
+                    Fault::Skewed(node)
                 };
                 in_effect = Some((fault, now + lasting));
             }
@@ -195,6 +222,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     outcome.checks.push(checker::tokens(&operations));
     outcome.checks.push(checker::fenced_store(&operations, &shared.store.writes(), &final_values));
     outcome.checks.push(checker::linearizability(&operations, Duration::from_secs(10)));
+    outcome.checks.push(replicas.result());
     outcome
 }
 
@@ -219,6 +247,10 @@ fn heal(
         Fault::Crashed(node) => {
             sim.bounce(node_ip(node));
             log.push(format!("{:>6} ms restart node {node}", now.as_millis()));
+        }
+        Fault::Skewed(node) => {
+            nodes[node as usize - 1].clock.skew(RATE_PER_MILLE_NORMAL, 0);
+            log.push(format!("{:>6} ms clock of node {node} at the normal rate", now.as_millis()));
         }
     }
 }

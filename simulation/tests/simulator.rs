@@ -1,0 +1,54 @@
+//! `leasehold-sim` as a user runs it: a block of seeds passes, the control's bug is
+//! found and its failing seed fails again, and a seed's replay writes the same trace.
+
+use std::process::{Command, Output};
+
+fn sim(arguments: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_leasehold-sim")).args(arguments).output().expect("leasehold-sim runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn a_block_of_seeds_is_valid_and_the_summary_says_what_ran() {
+    let output = sim(&["run", "--seeds", "6", "--first-seed", "20261204"]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+    let summary = text.lines().last().expect("a summary line");
+    assert!(summary.starts_with("6 seeds run, 0 failed, "), "{summary}");
+    assert!(summary.contains("operations checked") && summary.contains("seeds per minute"), "{summary}");
+}
+
+#[test]
+fn the_no_fencing_control_is_found_and_its_seed_fails_again() {
+    let output = sim(&["run", "--seeds", "5", "--first-seed", "7", "--bug", "no-fencing"]);
+    let text = stdout(&output);
+    assert!(!output.status.success(), "a store without fencing must fail a check: {text}");
+    let failing = text.lines().find(|line| line.starts_with("seed ")).expect("a failing seed is named");
+    assert!(failing.contains("fenced store (b)"), "{failing}");
+    let seed = failing.trim_start_matches("seed ").split(':').next().unwrap();
+
+    let replay = sim(&["run", "--seed", seed, "--bug", "no-fencing"]);
+    assert!(!replay.status.success(), "the named seed fails again: {}", stdout(&replay));
+    assert!(stdout(&replay).contains(&format!("seed {seed}: fenced store (b)")), "{}", stdout(&replay));
+    let fenced = sim(&["run", "--seed", seed]);
+    assert!(fenced.status.success(), "the same seed with fencing is valid: {}", stdout(&fenced));
+}
+
+#[test]
+fn two_replays_of_a_seed_write_byte_identical_traces() {
+    let directory = tempfile::tempdir().unwrap();
+    let traces: Vec<Vec<u8>> = ["one", "two"]
+        .iter()
+        .map(|name| {
+            let path = directory.path().join(name);
+            let output = sim(&["run", "--seed", "4242", "--nodes", "5", "--trace", path.to_str().unwrap()]);
+            assert!(output.status.success(), "{}", stdout(&output));
+            std::fs::read(&path).unwrap()
+        })
+        .collect();
+    assert!(traces[0].len() > 10_000, "a trace of a whole run: {} bytes", traces[0].len());
+    assert!(traces[0] == traces[1], "the two traces differ");
+}
