@@ -5,7 +5,8 @@
 # codes); the fault suite's short runs, a rolling upgrade from the previous release
 # among them; the benchmark tool's smoke test; the payments stories against a real
 # PostgreSQL; the documentation examples; and the Python client's tests against real
-# clusters, the status page's in headless Chromium among them. Installs what it needs.
+# clusters, the status page's in headless Chromium among them; and blocks of seeds of
+# the simulator. Installs what it needs.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$LEASEHOLD_ROOT/scripts/setup.sh"
@@ -32,6 +33,13 @@ if [ "$#" -eq 0 ]; then
   cargo test --release --workspace --locked --doc || status=$?
 fi
 cargo nextest run --release --workspace --locked --no-fail-fast "$@" || status=$?
+# The simulator (simulation/README.md): a fixed block of seeds, then a block from a
+# first seed drawn at random and printed; any failing seed is named and replays with
+# `leasehold-sim run --seed S`.
+if [ "$#" -eq 0 ]; then
+  "$LEASEHOLD_BIN/leasehold-sim" run --seeds 100 --first-seed 1 || status=$?
+  "$LEASEHOLD_BIN/leasehold-sim" run --seeds 50 || status=$?
+fi
 # The Python client (clients/python), installed as a user installs it, in a virtual
 # environment beside the target directory, and its pytest suite against real clusters
 # of the binaries built above (with the status page's browser test, which drives
