@@ -172,6 +172,12 @@ pub struct RawConfig {
     #[arg(long, hide = true)]
     #[serde(default)]
     pub test_full_ttl_restart: bool,
+    /// Plants a bug: a new leader restarts every live session at half its TTL, which
+    /// can end a lease its holder still counts on. For the control runs of the lease
+    /// checks (the simulator's `--bug lease-shortened`); never in production.
+    #[arg(long, hide = true)]
+    #[serde(default)]
+    pub test_short_lease_restart: bool,
     /// Speaks for a build that knows command levels up to N only (below this build's
     /// `COMMAND_LEVEL`): what an older build does when the cluster's log is newer. For
     /// the tests of that refusal; never in production.
@@ -231,6 +237,7 @@ impl RawConfig {
             new_incarnation: self.new_incarnation || file.new_incarnation,
             test_accept_any_incarnation: self.test_accept_any_incarnation || file.test_accept_any_incarnation,
             test_full_ttl_restart: self.test_full_ttl_restart || file.test_full_ttl_restart,
+            test_short_lease_restart: self.test_short_lease_restart || file.test_short_lease_restart,
             test_command_level: self.test_command_level.or(file.test_command_level),
             test_panic_on_lock: self.test_panic_on_lock.or(file.test_panic_on_lock),
             lock_delay_defaults: if self.lock_delay_defaults.is_empty() {
@@ -280,6 +287,7 @@ pub struct Config {
     pub new_incarnation: bool,
     pub test_accept_any_incarnation: bool,
     pub test_full_ttl_restart: bool,
+    pub test_short_lease_restart: bool,
     /// The command level this node speaks for: `COMMAND_LEVEL` unless
     /// --test-command-level says lower.
     pub command_level: u32,
@@ -597,6 +605,7 @@ impl Config {
             new_incarnation: raw.new_incarnation,
             test_accept_any_incarnation: raw.test_accept_any_incarnation,
             test_full_ttl_restart: raw.test_full_ttl_restart,
+            test_short_lease_restart: raw.test_short_lease_restart,
             command_level,
             test_panic_on_lock: raw.test_panic_on_lock,
             lock_delay_defaults: lock_delay_defaults(&raw.lock_delay_defaults)?,

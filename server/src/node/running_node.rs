@@ -450,6 +450,10 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
     if config.test_full_ttl_restart {
         tracing::warn!("--test-full-ttl-restart: no session is checkpointed; a new leader restarts every lease");
     }
+    if config.test_short_lease_restart {
+        tracing::warn!("--test-short-lease-restart: a new leader restarts every live session at half its TTL");
+        replica.shared.deadlines.shorten_restarts_for_tests();
+    }
     let checkpoints = !config.test_full_ttl_restart;
     let expiry = run_expiry(replica.clone(), incarnations.clone(), checkpoints, stopped.clone());
     tasks.push(essential("expiry", stopped.clone(), expiry));

@@ -25,6 +25,7 @@
 //! session.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use leasehold_proto::lease::{quiet_after_ms, with_drift_ms};
@@ -102,6 +103,8 @@ pub struct Due {
 pub struct SessionDeadlines {
     clock: Clock,
     table: Mutex<LeaseTable>,
+    /// A planted bug for the control runs (`shorten_restarts_for_tests`).
+    shortened_restarts: AtomicBool,
 }
 
 #[derive(Default)]
@@ -199,7 +202,14 @@ impl LeaseTable {
 
 impl SessionDeadlines {
     pub fn new(clock: Clock) -> Self {
-        Self { clock, table: Mutex::new(LeaseTable::default()) }
+        Self { clock, table: Mutex::new(LeaseTable::default()), shortened_restarts: AtomicBool::new(false) }
+    }
+
+    /// Plants a bug for the control runs of the lease checks: a new leader restarts
+    /// every live session at half its TTL from now, whatever the deadline it had, so
+    /// that it can end a lease its holder still counts on. Never in production.
+    pub fn shorten_restarts_for_tests(&self) {
+        self.shortened_restarts.store(true, Ordering::Relaxed);
     }
 
     pub fn clock(&self) -> &Clock {
@@ -265,9 +275,12 @@ impl SessionDeadlines {
     /// fresh TTL from now.
     pub fn restart_deadlines(&self) {
         let now = self.clock.now_ms();
+        let shortened = self.shortened_restarts.load(Ordering::Relaxed);
         let mut table = self.table.lock().unwrap();
         for lease in table.leases.values_mut() {
-            if !lease.quiet() {
+            if shortened && !lease.quiet() {
+                *lease = Lease::new(lease.ttl_ms(), now + lease.ttl_ms() / 2, false);
+            } else if !lease.quiet() {
                 *lease = Lease::new(lease.ttl_ms(), lease.deadline_ms().max(now + lease.ttl_ms()), false);
             }
         }
