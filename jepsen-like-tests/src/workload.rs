@@ -222,11 +222,25 @@ fn is_reused_request_id(error: &leasehold::Error) -> bool {
 
 /// How an error of the client library enters the history. A wait that ends with its
 /// session lost may have been granted just before the session ended: info, not fail.
-fn outcome_of(error: &leasehold::Error) -> Kind {
+pub fn outcome_of(error: &leasehold::Error) -> Kind {
     if error.is_definite() && !matches!(error, leasehold::Error::SessionLost(_)) {
         Kind::Fail
     } else {
         Kind::Info
+    }
+}
+
+/// How a failed release (or resign) enters the history: refused because the grant is
+/// no longer the holder's (`NOT_HOLDER`), else as `outcome_of` says, with the error.
+pub fn release_outcome(error: &leasehold::Error) -> (Kind, String) {
+    let refused = matches!(
+        error,
+        leasehold::Error::Refused(_) | leasehold::Error::NotFound(_) | leasehold::Error::SessionLost(_)
+    );
+    if refused {
+        (Kind::Fail, NOT_HOLDER.to_string())
+    } else {
+        (outcome_of(error), error.to_string())
     }
 }
 
@@ -394,15 +408,7 @@ impl Worker {
         match result {
             Ok(()) => self.record_in(session, sequence, Kind::Ok, Function::Release, key, Some(token), None, None),
             Err(error) => {
-                let refused = matches!(
-                    error,
-                    leasehold::Error::Refused(_) | leasehold::Error::NotFound(_) | leasehold::Error::SessionLost(_)
-                );
-                let (kind, reason) = if refused {
-                    (Kind::Fail, NOT_HOLDER.to_string())
-                } else {
-                    (outcome_of(&error), error.to_string())
-                };
+                let (kind, reason) = release_outcome(&error);
                 self.record_in(session, sequence, kind, Function::Release, key, Some(token), None, Some(reason));
             }
         }
@@ -500,15 +506,7 @@ impl Worker {
         match result {
             Ok(()) => self.record_in(session, sequence, Kind::Ok, function, key, Some(token), None, None),
             Err(error) => {
-                let refused = matches!(
-                    error,
-                    leasehold::Error::Refused(_) | leasehold::Error::NotFound(_) | leasehold::Error::SessionLost(_)
-                );
-                let (kind, reason) = if refused {
-                    (Kind::Fail, NOT_HOLDER.to_string())
-                } else {
-                    (outcome_of(&error), error.to_string())
-                };
+                let (kind, reason) = release_outcome(&error);
                 self.record_in(session, sequence, kind, function, key, Some(token), None, Some(reason));
                 if kind == Kind::Info && self.session.as_ref().is_some_and(|current| current.id() == session) {
                     self.abandon_session();

@@ -79,8 +79,9 @@ pub struct SimulatedNode {
 pub const ADMIN_TOKEN: &str = "simulated-admin-token-0123456789";
 
 impl SimulatedNode {
-    /// Node `id` of `members` nodes, its data directory under `root`.
-    pub fn new(id: u64, members: u64, root: &Path, seed: u64) -> anyhow::Result<SimulatedNode> {
+    /// Node `id` of `members` nodes, its data directory under `root`; with
+    /// `lease_shortened`, the node carries that planted bug (`run::Bug`).
+    pub fn new(id: u64, members: u64, root: &Path, seed: u64, lease_shortened: bool) -> anyhow::Result<SimulatedNode> {
         let admin_token_file = root.join("admin-token");
         if !admin_token_file.exists() {
             std::fs::write(&admin_token_file, format!("{ADMIN_TOKEN}\n"))?;
@@ -95,6 +96,7 @@ impl SimulatedNode {
                 .collect(),
             insecure_plaintext: true,
             admin_token_file: Some(admin_token_file),
+            test_short_lease_restart: lease_shortened,
             ..Default::default()
         };
         let mut config = Config::validate(raw).map_err(|error| anyhow::anyhow!("node {id}: {}", error.0))?;

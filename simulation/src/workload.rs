@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_jepsen::fenced_store::FencedStore;
-use leasehold_jepsen::history::{Function, Kind, Phase, Record, NOT_ACQUIRED, NOT_HOLDER};
+use leasehold_jepsen::history::{Function, Kind, Phase, Record, NOT_ACQUIRED};
+use leasehold_jepsen::workload::{outcome_of, release_outcome};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -49,6 +50,8 @@ pub fn now_ns() -> u64 {
 struct Worker {
     /// The value of the next record (an increment's id).
     value: Option<String>,
+    /// The `alive_ns` of the next record (a release's invoke).
+    alive_ns: Option<u64>,
     process: u64,
     sequence: u64,
     shared: Shared,
@@ -77,7 +80,7 @@ impl Worker {
             token,
             value: self.value.take(),
             error,
-            alive_ns: None,
+            alive_ns: self.alive_ns.take(),
             leader_session: None,
             evidence: None,
             phase: self.phase,
@@ -91,14 +94,6 @@ impl Worker {
         let sequence = self.sequence;
         self.record(sequence, Kind::Invoke, function, key, session, token, None);
         sequence
-    }
-}
-
-fn outcome_of(error: &leasehold::Error) -> Kind {
-    if error.is_definite() && !matches!(error, leasehold::Error::SessionLost(_)) {
-        Kind::Fail
-    } else {
-        Kind::Info
     }
 }
 
@@ -119,7 +114,7 @@ pub async fn run_worker(
         .with_token(ADMIN_TOKEN)?
         .with_client_name(format!("worker-{process}"))
         .with_request_deadline(Duration::from_secs(3));
-    let mut worker = Worker { value: None, process, sequence: 0, shared, phase: Phase::Main };
+    let mut worker = Worker { value: None, alive_ns: None, process, sequence: 0, shared, phase: Phase::Main };
     let mut session: Option<leasehold::Session> = None;
     let elapsed = || turmoil::sim_elapsed().unwrap_or_default();
     while elapsed() < stop_at {
@@ -190,19 +185,12 @@ pub async fn run_worker(
             tokio::time::sleep(Duration::from_millis(random.random_range(0..40))).await;
         }
         increment(&mut worker, key, current.id(), token, &mut random).await;
+        worker.alive_ns = Some(last_answered_keepalive_ns(&current));
         let sequence = worker.invoke(Function::Release, key, current.id(), Some(token));
         match guard.release().await {
             Ok(()) => worker.record(sequence, Kind::Ok, Function::Release, key, current.id(), Some(token), None),
             Err(error) => {
-                let refused = matches!(
-                    error,
-                    leasehold::Error::Refused(_) | leasehold::Error::NotFound(_) | leasehold::Error::SessionLost(_)
-                );
-                let (kind, reason) = if refused {
-                    (Kind::Fail, NOT_HOLDER.to_string())
-                } else {
-                    (outcome_of(&error), error.to_string())
-                };
+                let (kind, reason) = release_outcome(&error);
                 worker.record(sequence, kind, Function::Release, key, current.id(), Some(token), Some(reason));
             }
         }
@@ -250,4 +238,15 @@ async fn increment(worker: &mut Worker, key: &str, session: u64, token: u64, ran
             worker.record(sequence, Kind::Fail, Function::Increment, key, session, Some(token), Some(error))
         }
     }
+}
+
+/// The simulated time at which the session's last answered keepalive was sent: its
+/// conservative deadline less the part of a TTL the client counts on (see
+/// `Record::alive_ns`). The deadline is on this host's tokio clock, as is `now`.
+fn last_answered_keepalive_ns(session: &leasehold::Session) -> u64 {
+    let ttl_ms = session.ttl().as_millis() as u64;
+    let counted_on = Duration::from_millis(leasehold::proto::lease::client_lease_ms(ttl_ms));
+    let now = tokio::time::Instant::now().into_std();
+    let sent = session.deadline().checked_sub(counted_on).unwrap_or(now);
+    now_ns().saturating_sub(now.saturating_duration_since(sent).as_nanos() as u64)
 }

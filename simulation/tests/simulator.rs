@@ -38,6 +38,18 @@ fn the_no_fencing_control_is_found_and_its_seed_fails_again() {
 }
 
 #[test]
+fn the_lease_shortened_control_is_found_by_the_belief_check() {
+    let output = sim(&["run", "--seeds", "6", "--first-seed", "1", "--bug", "lease-shortened"]);
+    let text = stdout(&output);
+    assert!(!output.status.success(), "a new leader that shortens leases must fail a check: {text}");
+    let failing = text.lines().find(|line| line.starts_with("seed ")).expect("a failing seed is named");
+    assert!(failing.contains("believed at once (h): two workers believed they held"), "{failing}");
+    let seed = failing.trim_start_matches("seed ").split(':').next().unwrap();
+    let replay = sim(&["run", "--seed", seed, "--bug", "lease-shortened"]);
+    assert!(stdout(&replay).contains(&format!("seed {seed}: believed at once (h)")), "{}", stdout(&replay));
+}
+
+#[test]
 fn two_replays_of_a_seed_write_byte_identical_traces() {
     let directory = tempfile::tempdir().unwrap();
     let traces: Vec<Vec<u8>> = ["one", "two"]
