@@ -677,6 +677,12 @@ async fn record_members(
     let mut record_changes = incarnations.record_changes();
     let mut leadership = replica.raft.metrics();
     loop {
+        if leadership.has_changed().is_err() {
+            // Raft stopped (a fatal error; `stop_on_fatal` ends the node): nothing is
+            // left to record, and its metrics would wake this loop at once, forever.
+            let _ = stopped.wait_for(|stop| *stop).await;
+            return;
+        }
         let record = incarnations.record();
         if let Some(cluster_id) = record.cluster_id.filter(|id| identity.cluster_id() != Some(*id)) {
             match data_dir::record_cluster_id(&data_dir, &identity, cluster_id) {
