@@ -29,6 +29,11 @@ pub fn node_ip(id: u64) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(192, 168, 70, id as u8))
 }
 
+/// Worker `process`'s address on turmoil's network.
+pub fn worker_ip(process: u64) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(192, 168, 71, process as u8))
+}
+
 /// Node `id`'s client endpoint, `ip:port`.
 pub fn client_endpoint(id: u64) -> String {
     format!("{}:{CLIENT_PORT}", node_ip(id))

@@ -7,8 +7,9 @@
 //! # Layout
 //!
 //! * `network` — turmoil's TCP as the node's `Sockets` and the client's `Dialer`.
-//! * `host` — one node as turmoil host software: its configuration, disk, clock and
-//!   environment, started again after a crash.
+//! * `host` — the hosts' addresses on turmoil's network, and one node as turmoil host
+//!   software: its configuration, disk, clock and environment, started again after a
+//!   crash.
 //! * `workload` — simulated workers: sessions, locks and fenced writes through the
 //!   real client, recorded as the fault suite's history.
 //! * `replicas` — the white-box checks between steps: invariants on every node, and

@@ -4,7 +4,6 @@
 //! the white-box checks between steps and the fault suite's checks on the history.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use rand::{Rng, SeedableRng};
 
 use leasehold_server::shell::clock::RATE_PER_MILLE_NORMAL;
 
-use crate::host::{node_ip, SimulatedNode};
+use crate::host::{node_ip, worker_ip, SimulatedNode};
 use crate::replicas::ReplicaChecks;
 use crate::workload::{self, Shared};
 
@@ -82,11 +81,6 @@ impl Outcome {
             .collect::<Vec<_>>()
             .join("; ")
     }
-}
-
-/// Worker `process`'s address on turmoil's network.
-pub fn worker_ip(process: u64) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(192, 168, 71, process as u8))
 }
 
 /// A fault in effect, to be healed.

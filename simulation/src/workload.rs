@@ -14,7 +14,7 @@ use leasehold_jepsen::workload::{outcome_of, release_outcome};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::host::{client_endpoint, node_ip, ADMIN_TOKEN};
+use crate::host::{client_endpoint, node_ip, worker_ip, ADMIN_TOKEN};
 use crate::network;
 
 /// The session TTL of every worker.
@@ -201,7 +201,7 @@ pub async fn run_worker(
 /// A process pause: this worker's host is cut off from every node for `STALL_MS`,
 /// so its keepalives do not arrive and its session expires meanwhile.
 async fn stall(process: u64, nodes: u64) {
-    let me = crate::run::worker_ip(process);
+    let me = worker_ip(process);
     for node in 1..=nodes {
         turmoil::partition(me, node_ip(node));
     }
