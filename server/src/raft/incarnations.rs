@@ -269,6 +269,11 @@ impl Incarnations {
         }
         if let Some(ours) = record.cluster_id {
             let Some(theirs) = text(metadata, CLUSTER_ID_HEADER) else {
+                // A member without the cluster's id: its data directory is new. If it
+                // is another incarnation than the one recorded (or heard first), it was
+                // wiped, and is told so, which stops it; a bootstrapping member wiped
+                // in the first moments would otherwise campaign, refused, for ever.
+                self.check_sender_incarnation(rpc, node, incarnation, their_index, &record)?;
                 return Err(self.refuse_unsaid(rpc, sender, CLUSTER_ID_HEADER));
             };
             if u128::from_str_radix(theirs, 16).ok() != Some(ours) {
@@ -794,6 +799,23 @@ mod tests {
             unrecorded.check_request(&no_cluster_id, "AppendEntries", 2, Authority::Current).is_ok(),
             "no cluster id recorded yet: none is asked for"
         );
+    }
+
+    /// A wiped member that bootstraps again campaigns without the cluster's id: it is
+    /// told it is another incarnation (which stops it), not only that a header is
+    /// missing; the recorded incarnation without the header is refused as before.
+    #[test]
+    fn a_wiped_member_without_the_cluster_id_is_told_it_is_stale() {
+        let checks = incarnations(recorded(&[(1, 11, 5), (2, 22, 6)]));
+        let mut wiped = member(2, 23, 0);
+        wiped.remove(CLUSTER_ID_HEADER);
+        let refused = checks.check_request(&wiped, "Vote", 2, Authority::Other).unwrap_err();
+        assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation), "{refused:?}");
+        assert_eq!(error_metadata(&refused, "recorded_incarnation").as_deref(), Some("22"));
+        let mut recorded_one = member(2, 22, 6);
+        recorded_one.remove(CLUSTER_ID_HEADER);
+        let refused = checks.check_request(&recorded_one, "Vote", 2, Authority::Other).unwrap_err();
+        assert_eq!(error_reason(&refused), Some(ErrorReason::WrongPeer), "{refused:?}");
     }
 
     #[test]
