@@ -1590,8 +1590,10 @@ impl Intruder {
                 must_refuse(reply, &expected, true, |_| "the node answered the garbage".to_string())
             }
             _ => {
-                let reply =
-                    answer(peer.retire(request(pb::RetireRequest { cluster_name: cluster_name.clone() }))).await;
+                let reply = answer(
+                    peer.retire(request(pb::RetireRequest { cluster_name: cluster_name.clone(), incarnation: 0 })),
+                )
+                .await;
                 must_refuse(reply, &expected, true, |_| "the node took the retire notice".to_string())
             }
         };
@@ -1739,7 +1741,7 @@ impl Intruder {
                 let tried =
                     format!("Retire from member node {sender}{leader} to voter node {target_id} at {peer_addr}");
                 let sequence = self.invoke(attack, tried);
-                let message = pb::RetireRequest { cluster_name: status.cluster_name.clone() };
+                let message = pb::RetireRequest { cluster_name: status.cluster_name.clone(), incarnation: 0 };
                 let outcome = match answer(peer.retire(request(message))).await {
                     Answer::Ok(_) => self.judge_retirement(target_id).await,
                     other => must_refuse(other, &wrong_peer, false, |_| unreachable!("answered above")),

@@ -189,7 +189,8 @@ async fn a_retire_notice_stops_no_voter() {
     let (mut cluster, before) = formed(ClusterOptions::default()).await;
     let followers: Vec<u64> = cluster.nodes.keys().copied().filter(|id| *id != before.leader_id).collect();
     let (sender, target) = (followers[0], followers[1]);
-    let notice = || tonic::Request::new(pb::RetireRequest { cluster_name: before.cluster_name.clone() });
+    let notice =
+        || tonic::Request::new(pb::RetireRequest { cluster_name: before.cluster_name.clone(), incarnation: 0 });
     let what = format!("a retire notice from follower {sender} to voter {target}");
     let status = refused(peer(&cluster, target, sender).retire(notice()).await, ErrorReason::WrongPeer, &what);
     assert!(status.message().contains("not this node's leader"), "{what}: {status:?}");

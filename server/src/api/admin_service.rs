@@ -151,11 +151,11 @@ impl AdminService {
 
     /// Tells a node the cluster removed to stop serving; it may be down, which is fine
     /// (a node that never hears it is no longer contacted, and its votes are refused).
-    async fn tell_to_retire(&self, node_id: u64, peer_addr: &str, caught_up: bool) {
+    async fn tell_to_retire(&self, node_id: u64, incarnation: u64, peer_addr: &str, caught_up: bool) {
         if !caught_up {
             tracing::warn!(node_id, "the removed node did not take the configuration without it in time");
         }
-        match self.network.retire(node_id, peer_addr).await {
+        match self.network.retire(node_id, peer_addr, incarnation).await {
             Ok(()) => tracing::info!(target: "audit", node_id, "the removed node took the retire notice"),
             Err(status) => tracing::warn!(node_id, %status, "the removed node did not take the retire notice"),
         }
@@ -521,6 +521,9 @@ impl Admin for AdminService {
             self.require_reachable_quorum(&voters, &format!("remove node {node_id}")).await?;
         }
         tracing::info!(node_id, "removing a member");
+        // The incarnation removed: a notice that arrives late must not stop the one
+        // started to replace it.
+        let incarnation = self.replica.shared.cluster_record.borrow().incarnation(node_id).unwrap_or(0);
         let leader_id = self.replica.raft.metrics().borrow().id;
         if removed.role == "voter" && node_id != leader_id {
             // A retiring node checks that its own committed membership no longer lists
@@ -547,7 +550,7 @@ impl Admin for AdminService {
                 )
                 .await
                 .is_ok();
-            self.tell_to_retire(node_id, &removed.peer_addr, took).await;
+            self.tell_to_retire(node_id, incarnation, &removed.peer_addr, took).await;
             self.replica
                 .raft
                 .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node_id])), false)
@@ -577,7 +580,7 @@ impl Admin for AdminService {
                     .await;
             }
             if node_id != leader_id {
-                self.tell_to_retire(node_id, &removed.peer_addr, true).await;
+                self.tell_to_retire(node_id, incarnation, &removed.peer_addr, true).await;
             }
         }
         Ok(Response::new(pb::RemoveMemberResponse { members: self.members_now() }))

@@ -161,13 +161,16 @@ impl Network {
         })
     }
 
-    /// Tells a node the leader removed from the membership to stop serving.
-    pub async fn retire(&self, target: NodeId, address: &str) -> Result<(), tonic::Status> {
+    /// Tells a node the leader removed from the membership to stop serving: the
+    /// incarnation the record held (0: none), so that a new one ignores it.
+    pub async fn retire(&self, target: NodeId, address: &str, incarnation: u64) -> Result<(), tonic::Status> {
         let Some(mut client) = self.client(target, address) else {
             return Err(tonic::Status::invalid_argument(format!("peer address {address:?} is not valid")));
         };
-        let mut notice =
-            tonic::Request::new(leasehold_proto::RetireRequest { cluster_name: self.cluster_name().to_string() });
+        let mut notice = tonic::Request::new(leasehold_proto::RetireRequest {
+            cluster_name: self.cluster_name().to_string(),
+            incarnation,
+        });
         notice.set_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS * 4));
         client.retire(notice).await.map(|_| ())
     }

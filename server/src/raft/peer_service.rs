@@ -402,7 +402,8 @@ impl Peer for PeerService {
         self.reply(&self.raft.install_snapshot(install).await)
     }
 
-    /// A retire notice is taken only from the leader this node follows, and only once
+    /// A retire notice is taken only from the leader this node follows, only by the
+    /// incarnation it names and a node in a cluster, and only once
     /// this node's own committed membership no longer lists it as a voter (the leader
     /// keeps a removed voter as a learner until it took that configuration): no
     /// certificate, a member's or the leader's, can stop a voter by saying so.
@@ -419,6 +420,28 @@ impl Peer for PeerService {
                     format!("node {sender} is not this node's leader (that is {leader:?})"),
                 ));
             }
+        }
+        let addressed = request.get_ref().incarnation;
+        if addressed != 0 && addressed != self.incarnations.incarnation() {
+            return Err(self.refuse(
+                &request,
+                "Retire",
+                format!(
+                    "the notice is for incarnation {addressed} of this node, which is incarnation {} (started to \
+                     replace it)",
+                    self.incarnations.incarnation()
+                ),
+            ));
+        }
+        let in_a_cluster = self.raft.metrics().borrow().membership_config.membership().voter_ids().next().is_some();
+        if !in_a_cluster {
+            // A new incarnation waiting to be added: a late notice of the removal of
+            // the node it replaces is not for it.
+            return Err(self.refuse(
+                &request,
+                "Retire",
+                "this node is in no cluster yet (a new incarnation waiting to be added)".to_string(),
+            ));
         }
         let no_longer_a_voter = self
             .raft
