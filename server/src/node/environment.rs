@@ -1,6 +1,6 @@
 //! What a node takes from the world it runs in, handed to `start` in one value: its
-//! clock, its randomness, where its blocking work runs, its disk and where its
-//! connections come from. A node that serves clients
+//! clock, its randomness, where its blocking work runs, its disk, where its
+//! connections come from and how it stops. A node that serves clients
 //! takes the machine's (`Environment::os`); a simulator hands in its own, so that one
 //! seed fixes every choice and every reading.
 
@@ -10,6 +10,7 @@ use crate::raft::blocking::Blocking;
 use crate::raft::disk::Disk;
 use crate::shell::clock::Clock;
 use crate::shell::entropy::Entropy;
+use crate::shell::fail_stop::Exit;
 use crate::shell::sockets::Sockets;
 
 pub struct Environment {
@@ -25,6 +26,9 @@ pub struct Environment {
     /// None: the operating system's TCP (and TLS, as configured). A simulator's
     /// network serves both ports in plaintext and has no metrics or status listener.
     pub sockets: Option<Arc<dyn Sockets>>,
+    /// How the node stops itself when it must: the process exits, or a simulator is
+    /// told the code.
+    pub exit: Exit,
 }
 
 impl Environment {
@@ -36,6 +40,7 @@ impl Environment {
             blocking: Blocking::Threads,
             disk: None,
             sockets: None,
+            exit: Exit::Process,
         }
     }
 }

@@ -47,7 +47,7 @@ use crate::raft::types::{Node, NodeId, Raft};
 use crate::shell::clock::LogLimiter;
 use crate::shell::disk::{DiskSpace, DISK_CHECK_INTERVAL_MS};
 use crate::shell::entropy::Entropy;
-use crate::shell::fail_stop::essential;
+use crate::shell::fail_stop::{Essential, Exit};
 use crate::shell::lock_delays::LockDelays;
 use crate::shell::peer_contacts::PeerContacts;
 use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
@@ -150,7 +150,7 @@ impl Bound {
 /// Starts a node on `config`, in `environment` (`Environment::os` for a node that
 /// serves clients).
 pub async fn start(config: Config, environment: Environment) -> Result<RunningNode, StartError> {
-    let Environment { clock, entropy, blocking, disk, sockets } = environment;
+    let Environment { clock, entropy, blocking, disk, sockets, exit } = environment;
     if sockets.is_some()
         && (!config.transport.is_plaintext() || config.metrics_bind.is_some() || config.status_bind.is_some())
     {
@@ -234,6 +234,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         shared.cluster_record.subscribe(),
         shared.applied_index.subscribe(),
         shared.log_command_level.subscribe(),
+        exit.clone(),
     );
     let incarnations = if config.command_level < COMMAND_LEVEL {
         tracing::warn!(level = config.command_level, "--test-command-level: speaking for an older build");
@@ -305,6 +306,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
     );
     let lock_delay = Arc::new(LockDelayPolicy::new(config.lock_delay_defaults.clone(), incarnations.clone()));
     let (stop, stopped) = watch::channel(false);
+    let essential = Essential::new(stopped.clone(), exit.clone());
     let (retired_sender, retired) = watch::channel(false);
     let mut tasks = Vec::new();
 
@@ -333,7 +335,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
     let hangups =
         signal(SignalKind::hangup()).map_err(|error| StartError::Failed(format!("SIGHUP handler: {error}")))?;
     let hangup_reload = reload_on_hangup(hangups, node_tls.clone(), auth.clone(), stopped.clone());
-    tasks.push(essential("SIGHUP reload", stopped.clone(), hangup_reload));
+    tasks.push(essential.spawn("SIGHUP reload", hangup_reload));
 
     let client_server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -372,7 +374,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         );
     let mut stop_client = stopped.clone();
     let client_tls = node_tls.as_ref().map(|tls| tls.client_port.clone());
-    tasks.push(essential("client server", stopped.clone(), async move {
+    tasks.push(essential.spawn("client server", async move {
         let shutdown = async move {
             let _ = stop_client.wait_for(|stop| *stop).await;
         };
@@ -409,7 +411,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         );
     let mut stop_peer = stopped.clone();
     let peer_tls = node_tls.as_ref().map(|tls| tls.peer_port.clone());
-    tasks.push(essential("peer server", stopped.clone(), async move {
+    tasks.push(essential.spawn("peer server", async move {
         let shutdown = async move {
             let _ = stop_peer.wait_for(|stop| *stop).await;
         };
@@ -422,7 +424,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         Some(listener) => {
             let address = listener.local_addr().ok();
             let serve = metrics::serve(listener, replica.clone(), stopped.clone());
-            tasks.push(essential("metrics server", stopped.clone(), serve));
+            tasks.push(essential.spawn("metrics server", serve));
             address
         }
         None => None,
@@ -438,7 +440,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
                 tls: node_tls.as_ref().and_then(|tls| tls.status_port.clone()),
                 refusals: LogLimiter::new(Duration::from_secs(1)),
             });
-            tasks.push(essential("status page", stopped.clone(), page.serve(listener, stopped.clone())));
+            tasks.push(essential.spawn("status page", page.serve(listener, stopped.clone())));
             address
         }
         None => None,
@@ -456,9 +458,9 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
     }
     let checkpoints = !config.test_full_ttl_restart;
     let expiry = run_expiry(replica.clone(), incarnations.clone(), checkpoints, stopped.clone());
-    tasks.push(essential("expiry", stopped.clone(), expiry));
-    tasks.push(essential("Raft watch", stopped.clone(), stop_on_fatal(raft.clone(), stopped.clone())));
-    tasks.push(essential("disk watch", stopped.clone(), watch_disk(disk, config.data_dir.clone(), stopped.clone())));
+    tasks.push(essential.spawn("expiry", expiry));
+    tasks.push(essential.spawn("Raft watch", stop_on_fatal(raft.clone(), stopped.clone(), exit.clone())));
+    tasks.push(essential.spawn("disk watch", watch_disk(disk, config.data_dir.clone(), stopped.clone())));
     let recorder = record_members(
         replica.clone(),
         incarnations.clone(),
@@ -466,7 +468,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         identity.clone(),
         stopped.clone(),
     );
-    tasks.push(essential("member recorder", stopped.clone(), recorder));
+    tasks.push(essential.spawn("member recorder", recorder));
     // Not essential: it ends when this node is removed from the cluster, which stops
     // the node through `retired`.
     tasks.push(tokio::spawn(watch_membership(
@@ -736,7 +738,7 @@ const FATAL_CHECK_MS: u64 = 100;
 /// on a broken invariant, and the node would then keep its ports open and answer
 /// nothing useful. It exits instead, saying why, and a supervisor restarts it on the
 /// directory it left as it was.
-async fn stop_on_fatal(raft: Raft, mut stopped: watch::Receiver<bool>) {
+async fn stop_on_fatal(raft: Raft, mut stopped: watch::Receiver<bool>, exit: Exit) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(FATAL_CHECK_MS)) => {}
@@ -750,10 +752,13 @@ async fn stop_on_fatal(raft: Raft, mut stopped: watch::Receiver<bool>) {
             return;
         }
         tracing::error!(%fatal, "Raft stopped on a fatal error: stopping the node");
-        eprintln!(
-            "leasehold-server: Raft stopped on a fatal error: {fatal}; stopping the node (exit code {EXIT_RAFT_FATAL})"
+        exit.stop(
+            EXIT_RAFT_FATAL,
+            &format!("Raft stopped on a fatal error: {fatal}; stopping the node (exit code {EXIT_RAFT_FATAL})"),
         );
-        std::process::exit(EXIT_RAFT_FATAL);
+        // Reported to a simulator: the node is taken down; nothing more to watch.
+        let _ = stopped.wait_for(|stop| *stop).await;
+        return;
     }
 }
 

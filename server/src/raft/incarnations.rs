@@ -39,6 +39,7 @@ use tonic::Status;
 use crate::machine::ClusterRecord;
 use crate::raft::types::{NodeId, Raft};
 use crate::shell::clock::LogLimiter;
+use crate::shell::fail_stop::Exit;
 
 /// `<node>.<incarnation>.<index>` of the node that sent a message or an answer:
 /// `index` is the entry that recorded this incarnation as the sender's own applied
@@ -112,8 +113,11 @@ pub struct Incarnations {
     refusals: LogLimiter,
     /// False only with --test-accept-any-incarnation: nothing is refused or stopped.
     checked: bool,
-    /// Set once this node refused a log it cannot apply: it is stopping.
+    /// Set once this node is stopping: it refused a log it cannot apply, or learned
+    /// that the cluster knows it as another incarnation.
     stopping: std::sync::atomic::AtomicBool,
+    /// How this node stops (exit codes 4 and 6).
+    exit: Exit,
 }
 
 impl Incarnations {
@@ -123,6 +127,7 @@ impl Incarnations {
         record: watch::Receiver<Arc<ClusterRecord>>,
         applied_index: watch::Receiver<u64>,
         log_level: watch::Receiver<u32>,
+        exit: Exit,
     ) -> Arc<Incarnations> {
         Arc::new(Incarnations {
             node_id,
@@ -138,6 +143,7 @@ impl Incarnations {
             refusals: LogLimiter::new(Duration::from_secs(1)),
             checked: true,
             stopping: std::sync::atomic::AtomicBool::new(false),
+            exit,
         })
     }
 
@@ -415,7 +421,8 @@ impl Incarnations {
         let own_index = self.own_record_index(record);
         let last_log = self.last_log_index();
         if own_index <= index && peer_applied >= last_log {
-            stop_stale(self.node_id, self.incarnation, recorded, source);
+            self.stop_stale(recorded, source);
+            return;
         }
         if self.refusals.allow() {
             tracing::warn!(
@@ -604,11 +611,11 @@ impl Incarnations {
         let message = too_old_message(log_level, self.level, &format!("the log of node {sender} ({rpc})"));
         if !self.stopping.swap(true, std::sync::atomic::Ordering::SeqCst) {
             tracing::error!(sender, log_level, level = self.level, "build too old for the cluster's log: stopping");
-            eprintln!("leasehold-server: {message} (exit code {EXIT_BUILD_TOO_OLD})");
-            std::thread::spawn(|| {
-                std::thread::sleep(Duration::from_millis(200));
-                std::process::exit(EXIT_BUILD_TOO_OLD);
-            });
+            self.exit.stop_after(
+                Duration::from_millis(200),
+                EXIT_BUILD_TOO_OLD,
+                format!("{message} (exit code {EXIT_BUILD_TOO_OLD})"),
+            );
         }
         error_status(
             ErrorReason::BuildTooOld,
@@ -618,18 +625,23 @@ impl Incarnations {
     }
 }
 
-/// Stops the process: the cluster knows this node as another incarnation.
-fn stop_stale(node: NodeId, incarnation: u64, recorded: u64, source: &str) -> ! {
-    let message = format!(
-        "the cluster knows node {node} as incarnation {recorded} ({source} says so), but this data directory is \
-         incarnation {incarnation}: the node's data was wiped or replaced, and it stops so that it never votes or \
-         acknowledges with a log it does not have. To bring it back: `leasehold member remove {node}`, empty its data \
-         directory, start it with --new-incarnation, then `leasehold member add {node} CLIENT_ADDR PEER_ADDR` \
-         (README, \"Replacing a node\")"
-    );
-    tracing::error!(node, incarnation, recorded, source, "stale incarnation: stopping the node");
-    eprintln!("leasehold-server: {message}");
-    std::process::exit(EXIT_STALE_INCARNATION);
+impl Incarnations {
+    /// Stops the node: the cluster knows it as incarnation `recorded`.
+    fn stop_stale(&self, recorded: u64, source: &str) {
+        let (node, incarnation) = (self.node_id, self.incarnation);
+        if self.stopping.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let message = format!(
+            "the cluster knows node {node} as incarnation {recorded} ({source} says so), but this data directory is \
+             incarnation {incarnation}: the node's data was wiped or replaced, and it stops so that it never votes or \
+             acknowledges with a log it does not have. To bring it back: `leasehold member remove {node}`, empty its \
+             data directory, start it with --new-incarnation, then `leasehold member add {node} CLIENT_ADDR PEER_ADDR` \
+             (README, \"Replacing a node\")"
+        );
+        tracing::error!(node, incarnation, recorded, source, "stale incarnation: stopping the node");
+        self.exit.stop(EXIT_STALE_INCARNATION, &message);
+    }
 }
 
 fn header(value: String) -> MetadataValue<Ascii> {
@@ -668,7 +680,7 @@ mod tests {
     fn incarnations(record: ClusterRecord) -> Arc<Incarnations> {
         let (_, record) = watch::channel(Arc::new(record));
         let (_, applied) = watch::channel(40);
-        Incarnations::new(1, 11, record, applied, watch::channel(COMMAND_LEVEL).1)
+        Incarnations::new(1, 11, record, applied, watch::channel(COMMAND_LEVEL).1, Exit::Process)
     }
 
     /// The headers of a message from `node` of the cluster with id 7.
@@ -799,6 +811,29 @@ mod tests {
             unrecorded.check_request(&no_cluster_id, "AppendEntries", 2, Authority::Current).is_ok(),
             "no cluster id recorded yet: none is asked for"
         );
+    }
+
+    /// From the leader, the same claim stops the node, once; under a simulator the
+    /// code is reported and the message is refused.
+    #[test]
+    fn the_leaders_record_of_another_incarnation_stops_this_node_once() {
+        let reported = Arc::new(Mutex::new(Vec::new()));
+        let sink = reported.clone();
+        let exit =
+            Exit::Report(Arc::new(move |code, message: &str| sink.lock().unwrap().push((code, message.to_string()))));
+        let (_, record) = watch::channel(Arc::new(recorded(&[(1, 11, 5), (2, 22, 6)])));
+        let (_, applied) = watch::channel(40);
+        let checks = Incarnations::new(1, 11, record, applied, watch::channel(COMMAND_LEVEL).1, exit);
+        let mut other_incarnation = member(2, 22, 6);
+        other_incarnation.insert(RECORD_HEADER, header("1.10.90.90".to_string()));
+        for _ in 0..2 {
+            let refused = checks.check_request(&other_incarnation, "AppendEntries", 2, Authority::Current).unwrap_err();
+            assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation));
+        }
+        let reported = reported.lock().unwrap();
+        assert_eq!(reported.len(), 1, "{reported:?}");
+        assert_eq!(reported[0].0, EXIT_STALE_INCARNATION);
+        assert!(reported[0].1.contains("knows node 1 as incarnation 10"), "{}", reported[0].1);
     }
 
     /// A wiped member that bootstraps again campaigns without the cluster's id: it is

@@ -80,6 +80,11 @@ impl MemoryDisk {
         state.unsynced.clear();
     }
 
+    /// The disk was replaced by an empty one (the process is down).
+    pub fn wipe(&self) {
+        *self.state() = State::default();
+    }
+
     /// A lying disk: the last sync that made writes durable did not, and the process
     /// died. Answers whether there was such a sync to undo.
     pub fn lose_last_synced(&self) -> bool {

@@ -8,9 +8,13 @@
 //! node's next start replays its log from what RocksDB holds.
 //!
 //! A task that runs as long as the node does (a server's accept loop, the expiry
-//! loop, the disk watch) is spawned with `essential`: if it ends while the node is
-//! not stopping, the process stops too (`EXIT_TASK_ENDED`), rather than keep a port
-//! open with nothing behind it.
+//! loop, the disk watch) is spawned with `Essential::spawn`: if it ends while the
+//! node is not stopping, the process stops too (`EXIT_TASK_ENDED`), rather than keep
+//! a port open with nothing behind it.
+//!
+//! Every such stop goes through `Exit`: a node that serves clients exits with the
+//! code; under a simulator the code is reported, and the simulator takes the node
+//! down before it runs another step.
 //!
 //! Code that expects a panic and handles it (checking a snapshot's invariants before
 //! it is used, to refuse it with a reason) runs that code inside `catching`.
@@ -25,6 +29,8 @@ use std::any::Any;
 use std::cell::Cell;
 use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -72,26 +78,93 @@ pub fn install() {
     }));
 }
 
-/// Spawns `work`, a task meant to run until the node stops: if it ends while
-/// `stopped` says nothing asked it to (not set, and its sender still there), the
-/// process stops with `EXIT_TASK_ENDED` and a last line naming the task.
-pub fn essential(
-    name: &'static str,
-    stopped: watch::Receiver<bool>,
-    work: impl Future<Output = ()> + Send + 'static,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        work.await;
-        if *stopped.borrow() || stopped.has_changed().is_err() {
-            return;
+/// How a node stops itself when it must (exit codes 4 to 7, README "Operations").
+#[derive(Clone)]
+pub enum Exit {
+    /// The process exits with the code, after the message on stderr.
+    Process,
+    /// The code and the message go to a simulator, which takes the node down before
+    /// its next step; until then the caller goes on as after a refusal.
+    Report(Arc<dyn Fn(i32, &str) + Send + Sync>),
+}
+
+impl Exit {
+    /// Stops the node with `code`; `message` says why and what to do.
+    pub fn stop(&self, code: i32, message: &str) {
+        match self {
+            Exit::Process => {
+                eprintln!("leasehold-server: {message}");
+                std::process::exit(code);
+            }
+            Exit::Report(report) => report(code, message),
         }
-        tracing::error!(task = name, "an essential task ended while the node runs: stopping the node");
-        eprintln!(
-            "leasehold-server: the {name} task ended while the node runs; stopping the node (exit code \
-             {EXIT_TASK_ENDED}) rather than serve without it"
-        );
-        std::process::exit(EXIT_TASK_ENDED);
-    })
+    }
+
+    /// The same, `delay` from now: a refusal the node is answering has a moment to
+    /// reach its sender first.
+    pub fn stop_after(&self, delay: Duration, code: i32, message: String) {
+        match self {
+            Exit::Process => {
+                eprintln!("leasehold-server: {message}");
+                std::thread::spawn(move || {
+                    std::thread::sleep(delay);
+                    std::process::exit(code);
+                });
+            }
+            Exit::Report(_) => {
+                let exit = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    exit.stop(code, &message);
+                });
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Exit {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(match self {
+            Exit::Process => "Exit::Process",
+            Exit::Report(_) => "Exit::Report",
+        })
+    }
+}
+
+/// Spawns the tasks meant to run until the node stops.
+#[derive(Clone)]
+pub struct Essential {
+    stopped: watch::Receiver<bool>,
+    exit: Exit,
+}
+
+impl Essential {
+    /// Tasks that end once `stopped` says so (or its sender is gone), and otherwise
+    /// stop the node through `exit`.
+    pub fn new(stopped: watch::Receiver<bool>, exit: Exit) -> Essential {
+        Essential { stopped, exit }
+    }
+
+    /// Spawns `work`: if it ends while `stopped` says nothing asked it to (not set,
+    /// and its sender still there), the node stops with `EXIT_TASK_ENDED` and a last
+    /// line naming the task.
+    pub fn spawn(&self, name: &'static str, work: impl Future<Output = ()> + Send + 'static) -> JoinHandle<()> {
+        let Essential { stopped, exit } = self.clone();
+        tokio::spawn(async move {
+            work.await;
+            if *stopped.borrow() || stopped.has_changed().is_err() {
+                return;
+            }
+            tracing::error!(task = name, "an essential task ended while the node runs: stopping the node");
+            exit.stop(
+                EXIT_TASK_ENDED,
+                &format!(
+                    "the {name} task ended while the node runs; stopping the node (exit code {EXIT_TASK_ENDED}) rather \
+                     than serve without it"
+                ),
+            );
+        })
+    }
 }
 
 /// Runs `work`, returning its panic's message instead of stopping the process.
@@ -189,10 +262,10 @@ mod tests {
         runtime.block_on(async {
             let (stop, stopped) = watch::channel(false);
             stop.send_replace(true);
-            essential("stopping", stopped, async {}).await.unwrap();
+            Essential::new(stopped, Exit::Process).spawn("stopping", async {}).await.unwrap();
             println!("a task that ends when asked to goes unnoticed");
             let (_stop, stopped) = watch::channel(false);
-            essential("client server", stopped, async {}).await.unwrap();
+            Essential::new(stopped, Exit::Process).spawn("client server", async {}).await.unwrap();
             println!("still running after the task ended");
         });
     }
@@ -206,6 +279,23 @@ mod tests {
         assert!(stdout.contains("goes unnoticed"), "{stdout}");
         assert!(!stdout.contains("still running"), "{stdout}");
         assert!(stderr.contains("the client server task ended while the node runs"), "{stderr}");
+    }
+
+    /// Under a simulator the same stop is reported, and the caller goes on.
+    #[tokio::test]
+    async fn an_ended_task_under_a_simulator_reports_the_code() {
+        let reported = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = reported.clone();
+        let exit =
+            Exit::Report(Arc::new(move |code, message: &str| sink.lock().unwrap().push((code, message.to_string()))));
+        let (stop, stopped) = watch::channel(false);
+        Essential::new(stopped, exit.clone()).spawn("expiry", async {}).await.unwrap();
+        stop.send_replace(true);
+        Essential::new(stop.subscribe(), exit).spawn("stopping", async {}).await.unwrap();
+        let reported = reported.lock().unwrap();
+        assert_eq!(reported.len(), 1, "{reported:?}");
+        assert_eq!(reported[0].0, EXIT_TASK_ENDED);
+        assert!(reported[0].1.contains("the expiry task ended"), "{}", reported[0].1);
     }
 
     #[test]
