@@ -2,6 +2,8 @@
 //! simulator makes (its clock, a seeded entropy, blocking work inline, the in-memory
 //! disk, turmoil's network). turmoil runs the software again after a crash; the disk
 //! and the data directory (the node's identity) outlive it, as they would a process.
+//! When the node stops itself (a stale incarnation, a build too old, a fatal Raft
+//! error, its removal), the code is kept for the simulator, which takes the host down.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -15,6 +17,7 @@ use leasehold_server::raft::memory_disk::MemoryDisk;
 use leasehold_server::raft::replica::Replica;
 use leasehold_server::shell::clock::{Clock, TimeSource};
 use leasehold_server::shell::entropy::Entropy;
+use leasehold_server::shell::fail_stop::Exit;
 
 use crate::network::SimulatedSockets;
 
@@ -32,6 +35,11 @@ pub fn node_ip(id: u64) -> IpAddr {
 /// Worker `process`'s address on turmoil's network.
 pub fn worker_ip(process: u64) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(192, 168, 71, process as u8))
+}
+
+/// The operator's address on turmoil's network (`operator`).
+pub fn operator_ip() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(192, 168, 72, 1))
 }
 
 /// Node `id`'s client endpoint, `ip:port`.
@@ -74,7 +82,10 @@ pub struct SimulatedNode {
     /// The running node's replica, for the white-box checks between steps; None
     /// while the node is down.
     pub replica: Mutex<Option<Arc<Replica>>>,
-    config: Config,
+    /// The code and message of the node's last stop of itself, until the simulator
+    /// takes it (0: removed from the cluster).
+    pub exited: Mutex<Option<(i32, String)>>,
+    config: Mutex<Config>,
     seed: u64,
     /// Starts so far, so that each start draws other random choices.
     starts: AtomicU64,
@@ -84,15 +95,21 @@ pub struct SimulatedNode {
 pub const ADMIN_TOKEN: &str = "simulated-admin-token-0123456789";
 
 impl SimulatedNode {
-    /// Node `id` of `members` nodes, its data directory under `root`; with
-    /// `lease_shortened`, the node carries that planted bug (`run::Bug`).
-    pub fn new(id: u64, members: u64, root: &Path, seed: u64, lease_shortened: bool) -> anyhow::Result<SimulatedNode> {
+    /// Node `id` of `members` nodes, its data directory under `root`; `plant` sets the
+    /// test-only flags of a planted bug (`run::Bug`).
+    pub fn new(
+        id: u64,
+        members: u64,
+        root: &Path,
+        seed: u64,
+        plant: &dyn Fn(&mut RawConfig),
+    ) -> anyhow::Result<SimulatedNode> {
         let admin_token_file = root.join("admin-token");
         if !admin_token_file.exists() {
             std::fs::write(&admin_token_file, format!("{ADMIN_TOKEN}\n"))?;
         }
         let data_dir: PathBuf = root.join(format!("node{id}"));
-        let raw = RawConfig {
+        let mut raw = RawConfig {
             node_id: Some(id),
             data_dir: Some(data_dir),
             cluster_name: Some("simulated".into()),
@@ -101,9 +118,9 @@ impl SimulatedNode {
                 .collect(),
             insecure_plaintext: true,
             admin_token_file: Some(admin_token_file),
-            test_short_lease_restart: lease_shortened,
             ..Default::default()
         };
+        plant(&mut raw);
         let mut config = Config::validate(raw).map_err(|error| anyhow::anyhow!("node {id}: {}", error.0))?;
         // turmoil's listeners bind the unspecified address.
         config.client_bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), CLIENT_PORT);
@@ -113,28 +130,59 @@ impl SimulatedNode {
             disk: Arc::new(MemoryDisk::new()),
             clock: Clock::driven(Arc::new(SimulatedTime)),
             replica: Mutex::new(None),
-            config,
+            exited: Mutex::new(None),
+            config: Mutex::new(config),
             seed,
             starts: AtomicU64::new(0),
         })
     }
 
-    /// The node's software: starts it and serves until turmoil crashes the host.
+    /// How the node's next start runs: as a new incarnation waiting to be added (or
+    /// not), speaking for a build at command `level`.
+    pub fn next_start(&self, new_incarnation: bool, level: u32) {
+        let mut config = self.config.lock().unwrap();
+        config.new_incarnation = new_incarnation;
+        config.command_level = level;
+    }
+
+    /// The node's data directory and disk emptied (the host is down): a replaced disk.
+    pub fn wipe(&self) -> std::io::Result<()> {
+        self.disk.wipe();
+        let data_dir = self.config.lock().unwrap().data_dir.clone();
+        std::fs::remove_dir_all(&data_dir)?;
+        std::fs::create_dir_all(&data_dir)
+    }
+
+    /// The node's software: starts it and serves until turmoil crashes the host, or
+    /// until the node is removed from the cluster.
     pub async fn serve(self: Arc<Self>) -> turmoil::Result {
         let start = self.starts.fetch_add(1, Ordering::SeqCst);
+        let reporter = self.clone();
         let environment = Environment {
             clock: self.clock.clone(),
             entropy: Arc::new(Entropy::seeded(self.seed ^ (self.id << 48) ^ (start << 32))),
             blocking: Blocking::Inline,
             disk: Some(self.disk.clone()),
             sockets: Some(Arc::new(SimulatedSockets)),
+            exit: Exit::Report(Arc::new(move |code, message: &str| reporter.stopped(code, message))),
         };
-        let running = node::start(self.config.clone(), environment)
+        let config = self.config.lock().unwrap().clone();
+        let mut running = node::start(config, environment)
             .await
             .map_err(|error| format!("node {} did not start: {error}", self.id))?;
         *self.replica.lock().unwrap() = Some(running.replica.clone());
-        std::future::pending::<()>().await;
-        drop(running);
+        running.retired().await;
+        *self.replica.lock().unwrap() = None;
+        running.shutdown().await;
+        self.stopped(0, "removed from the cluster");
         Ok(())
+    }
+
+    /// Keeps the first stop the node reports until the simulator takes it.
+    fn stopped(&self, code: i32, message: &str) {
+        let mut exited = self.exited.lock().unwrap();
+        if exited.is_none() {
+            *exited = Some((code, message.to_string()));
+        }
     }
 }

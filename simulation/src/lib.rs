@@ -12,6 +12,8 @@
 //!   crash.
 //! * `workload` — simulated workers: sessions, locks and fenced writes through the
 //!   real client, recorded as the fault suite's history.
+//! * `operator` — the README's admin commands (`member remove`, `member add`) from a
+//!   host of their own, when a replacement asks for them.
 //! * `replicas` — the white-box checks between steps: invariants on every node, and
 //!   the same state wherever the same index was applied.
 //! * `run` — one seed: the cluster, the workers, the faults the seed draws, the
@@ -19,6 +21,7 @@
 
 pub mod host;
 pub mod network;
+pub mod operator;
 pub mod replicas;
 pub mod run;
 pub mod workload;

@@ -56,6 +56,13 @@ fn main() -> ExitCode {
     if seed.is_none() {
         println!("seeds {first}..{} ({count}), {nodes} nodes, {seconds} s of faults each", first + count);
     }
+    // RUST_LOG=... shows the nodes' logs of a replayed seed on stderr.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let started = Instant::now();
     let (mut failed, mut operations, mut simulated) = (0u64, 0usize, Duration::ZERO);
     for seed in first..first + count {

@@ -1,20 +1,25 @@
 //! One seed: a cluster of 3 or 5 nodes and its workers under turmoil, the faults the
 //! seed draws (a node isolated, a crash that loses the unsynced writes and a
-//! restart, a clock at another rate or jumped forward), then a healed final phase;
-//! the white-box checks between steps and the fault suite's checks on the history.
+//! restart, a clock at another rate or jumped forward, a disk replaced by an empty
+//! one, also in the first second), then a healed final phase; the operator's
+//! replacement of a wiped node as the README gives it; the white-box checks between
+//! steps and the fault suite's checks on the history and on the nodes' exits.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_jepsen::checker::{self, CheckResult, Verdict};
+use leasehold_jepsen::checker::{self, CheckResult, NodeExit, Refusal, Verdict};
 use leasehold_jepsen::history;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use leasehold_server::node::config::RawConfig;
+use leasehold_server::raft::incarnations::{COMMAND_LEVEL, EXIT_STALE_INCARNATION};
 use leasehold_server::shell::clock::RATE_PER_MILLE_NORMAL;
 
-use crate::host::{node_ip, worker_ip, SimulatedNode};
+use crate::host::{node_ip, operator_ip, worker_ip, SimulatedNode};
+use crate::operator::{Operator, Step};
 use crate::replicas::ReplicaChecks;
 use crate::workload::{self, Shared};
 
@@ -39,6 +44,16 @@ pub enum Bug {
     /// A new leader restarts every live session at half its TTL, ending leases their
     /// holders still count on (`--test-short-lease-restart`).
     LeaseShortened,
+}
+
+impl Bug {
+    /// Sets the node's test-only flags that plant this bug.
+    fn plant(bug: Option<Bug>, raw: &mut RawConfig) {
+        match bug {
+            Some(Bug::LeaseShortened) => raw.test_short_lease_restart = true,
+            Some(Bug::NoFencing) | None => {}
+        }
+    }
 }
 
 impl Default for Options {
@@ -93,8 +108,56 @@ enum Fault {
     Skewed(u64),
 }
 
+/// Where a wiped node is in the README's "Replacing a node".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Replacement {
+    /// Its disk was replaced by an empty one and it was started again as it was (a
+    /// supervisor restarts it): it must stop with code 4 at the first word from a peer
+    /// that knew it.
+    Wiped,
+    /// `member remove` sent.
+    Removing,
+    /// Started on an emptied directory as a new incarnation, `member add` sent. When
+    /// `cut_off`, the node is cut off from its peers a moment after it starts (a node
+    /// that does not catch up): the add is given up, and the node is started again on
+    /// an emptied directory and added again.
+    Adding { cut_off: bool },
+    /// Waiting for `at` (simulated ms) to send `step` again.
+    Retrying { step: Step, at: u64, cut_off: bool },
+}
+
+/// What the run knows of each node.
+struct Nodes {
+    nodes: Vec<Arc<SimulatedNode>>,
+    /// The node's host is down and nothing will restart it but the replacement.
+    stopped: Vec<bool>,
+    replacing: Vec<Option<Replacement>>,
+}
+
+impl Nodes {
+    fn node(&self, id: u64) -> &Arc<SimulatedNode> {
+        &self.nodes[id as usize - 1]
+    }
+
+    /// Whether a fault may pick `id`: it serves, and no replacement is under way.
+    fn serving(&self, id: u64) -> bool {
+        !self.stopped[id as usize - 1] && self.replacing[id as usize - 1].is_none()
+    }
+
+    fn replacing(&self) -> bool {
+        self.replacing.iter().any(Option::is_some)
+    }
+}
+
 /// How often (simulated) the white-box checks look at the nodes.
 const REPLICA_SAMPLE_MS: u64 = 25;
+/// How long a wiped node that acknowledged entries before may serve before the
+/// check counts it as taken back.
+const REFUSAL_DEADLINE_MS: u64 = 3_000;
+/// How long after the healed phase the run waits for a replacement to end.
+const REPLACEMENT_GRACE: Duration = Duration::from_secs(20);
+/// The pause before the operator runs a refused command again.
+const RETRY_MS: u64 = 300;
 
 /// Runs `seed`.
 pub fn run(seed: u64, options: &Options) -> Outcome {
@@ -103,14 +166,13 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     let root = tempfile::tempdir().expect("a temporary directory");
     let stop_at = options.faulty + options.healed;
     let mut sim = turmoil::Builder::new()
-        .simulation_duration(stop_at + Duration::from_secs(30))
+        .simulation_duration(stop_at + REPLACEMENT_GRACE + Duration::from_secs(10))
         .tick_duration(Duration::from_millis(1))
         .min_message_latency(Duration::from_micros(200))
         .max_message_latency(Duration::from_millis(3))
         .rng_seed(seed)
         .enable_tokio_io()
         .build();
-    let mut nodes = Vec::new();
     let mut outcome = Outcome {
         seed,
         checks: Vec::new(),
@@ -120,9 +182,14 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         error: None,
         trace: Vec::new(),
     };
+    let mut nodes = Nodes {
+        nodes: Vec::new(),
+        stopped: vec![false; options.nodes as usize],
+        replacing: vec![None; options.nodes as usize],
+    };
+    let bug = options.bug;
     for id in 1..=options.nodes {
-        let lease_shortened = options.bug == Some(Bug::LeaseShortened);
-        let node = match SimulatedNode::new(id, options.nodes, root.path(), seed, lease_shortened) {
+        let node = match SimulatedNode::new(id, options.nodes, root.path(), seed, &|raw| Bug::plant(bug, raw)) {
             Ok(node) => Arc::new(node),
             Err(error) => {
                 outcome.error = Some(error.to_string());
@@ -131,7 +198,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         };
         let software = node.clone();
         sim.host(node_ip(id), move || software.clone().serve());
-        nodes.push(node);
+        nodes.nodes.push(node);
     }
     let shared = Shared::new(options.bug != Some(Bug::NoFencing));
     for process in 1..=options.workers {
@@ -139,9 +206,13 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         let (count, faulty) = (options.nodes, options.faulty);
         sim.client(worker_ip(process), workload::run_worker(process, count, seed, faulty, stop_at, shared));
     }
+    let (mut operator, operator_host) = Operator::new(options.nodes);
+    sim.client(operator_ip(), operator_host);
 
     let mut random = StdRng::seed_from_u64(seed.rotate_left(29));
     let mut next_fault = Duration::from_millis(random.random_range(500..2_000));
+    // One seed in four replaces a disk in the first moments of the cluster.
+    let mut early_wipe = random.random_bool(0.25).then(|| Duration::from_millis(random.random_range(30..600)));
     let mut in_effect: Option<(Fault, Duration)> = None;
     // When each clock fault began and was healed (simulated ns).
     let mut clock_faults: Vec<(u64, u64)> = Vec::new();
@@ -149,20 +220,142 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     let mut healed = false;
     let mut replicas = ReplicaChecks::default();
     let mut next_sample = Duration::ZERO;
+    let mut exits: Vec<NodeExit> = Vec::new();
+    let mut refusals: Vec<Refusal> = Vec::new();
+    // Wiped nodes expected to stop with code 4: (node, index in `refusals`, deadline ms).
+    let mut awaiting_refusal: Vec<(u64, usize, u64)> = Vec::new();
+    // New incarnations to cut off from their peers at a time (ms), and those cut off.
+    let mut cutting: Vec<(u64, u64)> = Vec::new();
+    let mut cut: Vec<u64> = Vec::new();
     loop {
         let now = sim.elapsed();
+        let now_ms = now.as_millis() as u64;
         if now >= next_sample {
-            replicas.sample(&nodes, now.as_millis());
+            replicas.sample(&nodes.nodes, now.as_millis());
             next_sample = now + Duration::from_millis(REPLICA_SAMPLE_MS);
+        }
+        // Nodes that stopped themselves: taken down; expected or not.
+        for id in 1..=options.nodes {
+            let Some((code, message)) = nodes.node(id).exited.lock().unwrap().take() else { continue };
+            sim.crash(node_ip(id));
+            *nodes.node(id).replica.lock().unwrap() = None;
+            nodes.stopped[id as usize - 1] = true;
+            outcome.faults.push(format!("{now_ms:>6} ms node {id} stopped itself with code {code}: {message}"));
+            let waiting = awaiting_refusal.iter().position(|(node, _, _)| *node == id);
+            if let Some(position) = waiting {
+                let (_, refusal, _) = awaiting_refusal.remove(position);
+                refusals[refusal].exit = Some(code);
+            }
+            let expected = match nodes.replacing[id as usize - 1] {
+                Some(Replacement::Wiped) if code == EXIT_STALE_INCARNATION => {
+                    nodes.replacing[id as usize - 1] = Some(Replacement::Removing);
+                    outcome.faults.push(format!("{now_ms:>6} ms operator: member remove {id}"));
+                    operator.send(Step::Remove(id));
+                    true
+                }
+                Some(Replacement::Removing) => code == 0,
+                _ => false,
+            };
+            if !expected {
+                exits.push(NodeExit { node: id, exit: code, seen_ns: now.as_nanos() as u64, log_tail: message });
+            }
+        }
+        // A wiped node still serving at its deadline was taken back.
+        awaiting_refusal.retain(|(id, _, deadline)| {
+            if now_ms < *deadline {
+                return true;
+            }
+            if nodes.replacing[*id as usize - 1] == Some(Replacement::Wiped) {
+                nodes.replacing[*id as usize - 1] = None;
+            }
+            false
+        });
+        // The operator's answers, and the next step of each replacement.
+        while let Some((step, answer)) = operator.answer() {
+            let line = match &answer {
+                Ok(()) => "done".to_string(),
+                Err(error) => format!("refused: {error}"),
+            };
+            outcome.faults.push(format!("{now_ms:>6} ms operator: {step:?}: {line}"));
+            let (id, cut_off) = match (step, nodes.replacing[step_node(step) as usize - 1]) {
+                (_, Some(Replacement::Adding { cut_off })) => (step_node(step), cut_off),
+                (_, _) => (step_node(step), false),
+            };
+            let index = id as usize - 1;
+            match (step, answer) {
+                (Step::Remove(_), Ok(())) => {
+                    // Empty the directory, start as a new incarnation, add it.
+                    let cut_off = random.random_bool(0.3);
+                    restart(&mut sim, &nodes, id, true, &mut outcome);
+                    nodes.stopped[index] = false;
+                    // The operator adds it a moment later.
+                    let at = now_ms + RETRY_MS;
+                    nodes.replacing[index] = Some(Replacement::Retrying { step: Step::Add(id), at, cut_off });
+                    if cut_off {
+                        cutting.push((id, at + random.random_range(5..120)));
+                    }
+                }
+                (Step::Add(_), Ok(())) => {
+                    cutting.retain(|(node, _)| *node != id);
+                    if cut.contains(&id) {
+                        rejoin(&mut sim, options.nodes, id, &mut cut, &mut outcome);
+                    }
+                    // Run without --new-incarnation from then on.
+                    nodes.node(id).next_start(false, COMMAND_LEVEL);
+                    nodes.replacing[index] = None;
+                }
+                (Step::Add(_), Err(_)) if cut_off && cut.contains(&id) => {
+                    // Given up: the node is started again on an emptied directory, with
+                    // its peers in reach, and added again (README: a node that is still
+                    // a learner is taken out first).
+                    rejoin(&mut sim, options.nodes, id, &mut cut, &mut outcome);
+                    restart(&mut sim, &nodes, id, true, &mut outcome);
+                    nodes.stopped[index] = false;
+                    nodes.replacing[index] = Some(Replacement::Adding { cut_off: false });
+                    outcome.faults.push(format!("{now_ms:>6} ms operator: member add {id}"));
+                    operator.send(Step::Add(id));
+                }
+                (step, Err(_)) => {
+                    nodes.replacing[index] = Some(Replacement::Retrying { step, at: now_ms + RETRY_MS, cut_off })
+                }
+            }
+        }
+        let due: Vec<u64> = cutting.iter().filter(|(_, at)| now_ms >= *at).map(|(id, _)| *id).collect();
+        cutting.retain(|(_, at)| now_ms < *at);
+        for id in due {
+            cut_off(&mut sim, options.nodes, id, &mut cut, &mut outcome);
+        }
+        for id in 1..=options.nodes {
+            if let Some(Replacement::Retrying { step, at, cut_off }) = nodes.replacing[id as usize - 1] {
+                if now_ms >= at {
+                    nodes.replacing[id as usize - 1] = Some(match step {
+                        Step::Remove(_) => Replacement::Removing,
+                        Step::Add(_) => Replacement::Adding { cut_off },
+                    });
+                    outcome.faults.push(format!("{now_ms:>6} ms operator: {step:?}"));
+                    operator.send(step);
+                }
+            }
+        }
+        if early_wipe.is_some_and(|at| now >= at) && in_effect.is_none() {
+            early_wipe = None;
+            let candidates: Vec<u64> = (1..=options.nodes).filter(|id| nodes.serving(*id)).collect();
+            if !candidates.is_empty() && !nodes.replacing() {
+                let id = candidates[random.random_range(0..candidates.len())];
+                wipe(&mut sim, &mut nodes, id, now, &mut outcome, &mut refusals, &mut awaiting_refusal);
+            }
         }
         if !healed && now >= options.faulty {
             if let Some((fault, _)) = in_effect.take() {
                 if matches!(fault, Fault::Skewed(_)) {
                     clock_faults.push((clock_fault_since, now.as_nanos() as u64));
                 }
-                heal(&mut sim, &nodes, options.workers, fault, &mut outcome.faults, now);
+                heal(&mut sim, &nodes.nodes, options.workers, fault, &mut outcome.faults, now);
             }
             healed = true;
+        }
+        if healed && (!nodes.replacing() || now >= stop_at + REPLACEMENT_GRACE) {
+            operator.finish();
         }
         if !healed {
             if let Some((_, until)) = &in_effect {
@@ -171,41 +364,47 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                     if matches!(fault, Fault::Skewed(_)) {
                         clock_faults.push((clock_fault_since, now.as_nanos() as u64));
                     }
-                    heal(&mut sim, &nodes, options.workers, fault, &mut outcome.faults, now);
+                    heal(&mut sim, &nodes.nodes, options.workers, fault, &mut outcome.faults, now);
                     next_fault = now + Duration::from_millis(random.random_range(200..1_500));
                 }
             } else if now >= next_fault {
                 let node = random.random_range(1..=options.nodes);
                 let lasting = Duration::from_millis(random.random_range(300..3_000));
-                let kind = random.random_range(0..10);
-                let fault = if kind < 4 {
+                let kind = random.random_range(0..11);
+                if !nodes.serving(node) {
+                    next_fault = now + Duration::from_millis(random.random_range(200..1_500));
+                } else if kind < 4 {
                     for other in (1..=options.nodes).filter(|other| *other != node) {
                         sim.partition(node_ip(node), node_ip(other));
                     }
                     for process in 1..=options.workers {
                         sim.partition(node_ip(node), worker_ip(process));
                     }
-                    outcome.faults.push(format!("{:>6} ms isolate node {node}", now.as_millis()));
-                    Fault::Isolated(node)
+                    sim.partition(node_ip(node), operator_ip());
+                    outcome.faults.push(format!("{now_ms:>6} ms isolate node {node}"));
+                    in_effect = Some((Fault::Isolated(node), now + lasting));
                 } else if kind < 8 {
                     sim.crash(node_ip(node));
-                    let crashed = &nodes[node as usize - 1];
+                    let crashed = nodes.node(node);
                     crashed.disk.crash();
                     *crashed.replica.lock().unwrap() = None;
-                    outcome.faults.push(format!("{:>6} ms crash node {node}", now.as_millis()));
-                    Fault::Crashed(node)
-                } else {
+                    outcome.faults.push(format!("{now_ms:>6} ms crash node {node}"));
+                    in_effect = Some((Fault::Crashed(node), now + lasting));
+                } else if kind < 10 {
                     let rate_per_mille = random.random_range(500..=2_000);
                     let jump_ms = if random.random_bool(0.5) { random.random_range(0..=3_000) } else { 0 };
-                    nodes[node as usize - 1].clock.skew(rate_per_mille, jump_ms);
+                    nodes.node(node).clock.skew(rate_per_mille, jump_ms);
                     clock_fault_since = now.as_nanos() as u64;
                     outcome.faults.push(format!(
-                        "{:>6} ms clock of node {node} at {rate_per_mille}/1000, jumped {jump_ms} ms",
-                        now.as_millis()
+                        "{now_ms:>6} ms clock of node {node} at {rate_per_mille}/1000, jumped {jump_ms} ms"
                     ));
-                    Fault::Skewed(node)
-                };
-                in_effect = Some((fault, now + lasting));
+                    in_effect = Some((Fault::Skewed(node), now + lasting));
+                } else if nodes.replacing() {
+                    next_fault = now + Duration::from_millis(random.random_range(200..1_500));
+                } else {
+                    wipe(&mut sim, &mut nodes, node, now, &mut outcome, &mut refusals, &mut awaiting_refusal);
+                    next_fault = now + Duration::from_millis(random.random_range(200..1_500));
+                }
             }
         }
         match sim.step() {
@@ -214,6 +413,18 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
             Err(error) => {
                 outcome.error = Some(format!("the simulation stopped: {error}"));
                 break;
+            }
+        }
+    }
+    for id in 1..=options.nodes {
+        if let Some(replacement) = nodes.replacing[id as usize - 1] {
+            if replacement != Replacement::Wiped {
+                exits.push(NodeExit {
+                    node: id,
+                    exit: -1,
+                    seen_ns: sim.elapsed().as_nanos() as u64,
+                    log_tail: format!("its replacement did not end: {replacement:?}"),
+                });
             }
         }
     }
@@ -238,7 +449,94 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         clock_faults.iter().map(|(from, to)| (*from, to + 2 * ttl.as_nanos() as u64)).collect();
     outcome.checks.push(checker::believed_at_once(&operations, ttl, &excused));
     outcome.checks.push(replicas.result());
+    outcome.checks.push(checker::refusals(&refusals));
+    outcome.checks.push(checker::node_exits(&exits));
     outcome
+}
+
+fn step_node(step: Step) -> u64 {
+    match step {
+        Step::Remove(id) | Step::Add(id) => id,
+    }
+}
+
+/// Replaces node `id`'s disk by an empty one and starts it again as it was. If it
+/// had applied an entry, the cluster committed with it and its leader heard it: it
+/// must stop with code 4. (A node wiped before anything was committed loses nothing
+/// and may be taken as the member it was.)
+fn wipe(
+    sim: &mut turmoil::Sim<'_>,
+    nodes: &mut Nodes,
+    id: u64,
+    now: Duration,
+    outcome: &mut Outcome,
+    refusals: &mut Vec<Refusal>,
+    awaiting: &mut Vec<(u64, usize, u64)>,
+) {
+    let node = nodes.node(id).clone();
+    let applied = node.replica.lock().unwrap().as_ref().is_some_and(|replica| {
+        replica.shared.applied.read().unwrap().last_applied.is_some_and(|log_id| log_id.index > 0)
+    });
+    sim.crash(node_ip(id));
+    *node.replica.lock().unwrap() = None;
+    if let Err(error) = node.wipe() {
+        outcome.error = Some(format!("cannot empty node {id}'s data directory: {error}"));
+    }
+    sim.bounce(node_ip(id));
+    nodes.replacing[id as usize - 1] = Some(Replacement::Wiped);
+    let now_ms = now.as_millis() as u64;
+    outcome.faults.push(format!("{now_ms:>6} ms wipe node {id} and start it again"));
+    if applied {
+        refusals.push(Refusal {
+            fault: "wipe",
+            node: id,
+            expected_exit: EXIT_STALE_INCARNATION,
+            exit: None,
+            at_ns: now.as_nanos() as u64,
+        });
+        awaiting.push((id, refusals.len() - 1, now_ms + REFUSAL_DEADLINE_MS));
+    }
+}
+
+/// Starts node `id` again (its host is down, or is taken down here): on an emptied
+/// directory as a new incarnation when `emptied`.
+fn restart(sim: &mut turmoil::Sim<'_>, nodes: &Nodes, id: u64, emptied: bool, outcome: &mut Outcome) {
+    let node = nodes.node(id);
+    sim.crash(node_ip(id));
+    node.disk.crash();
+    *node.replica.lock().unwrap() = None;
+    if emptied {
+        if let Err(error) = node.wipe() {
+            outcome.error = Some(format!("cannot empty node {id}'s data directory: {error}"));
+        }
+    }
+    node.next_start(emptied, COMMAND_LEVEL);
+    sim.bounce(node_ip(id));
+    let now_ms = sim.elapsed().as_millis();
+    outcome.faults.push(format!(
+        "{now_ms:>6} ms start node {id}{}",
+        if emptied { " on an emptied directory as a new incarnation" } else { " on its directory" }
+    ));
+}
+
+/// Cuts node `id` off from its peers (a new incarnation that will not catch up).
+fn cut_off(sim: &mut turmoil::Sim<'_>, nodes: u64, id: u64, cut: &mut Vec<u64>, outcome: &mut Outcome) {
+    for other in (1..=nodes).filter(|other| *other != id) {
+        sim.partition(node_ip(id), node_ip(other));
+    }
+    cut.push(id);
+    let now_ms = sim.elapsed().as_millis();
+    outcome.faults.push(format!("{now_ms:>6} ms cut node {id} off from its peers (it cannot catch up)"));
+}
+
+/// Puts node `id` back in reach of its peers.
+fn rejoin(sim: &mut turmoil::Sim<'_>, nodes: u64, id: u64, cut: &mut Vec<u64>, outcome: &mut Outcome) {
+    for other in (1..=nodes).filter(|other| *other != id) {
+        sim.repair(node_ip(id), node_ip(other));
+    }
+    cut.retain(|node| *node != id);
+    let now_ms = sim.elapsed().as_millis();
+    outcome.faults.push(format!("{now_ms:>6} ms node {id} in reach of its peers again"));
 }
 
 fn heal(
@@ -257,6 +555,7 @@ fn heal(
             for process in 1..=workers {
                 sim.repair(node_ip(node), worker_ip(process));
             }
+            sim.repair(node_ip(node), operator_ip());
             log.push(format!("{:>6} ms heal node {node}", now.as_millis()));
         }
         Fault::Crashed(node) => {
