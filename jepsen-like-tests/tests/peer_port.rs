@@ -161,14 +161,17 @@ async fn forged_headers_from_a_member_stop_no_node() {
         &what,
     );
     assert!(status.message().contains("leasehold-member"), "{what}: {status:?}");
+    // Without the cluster id, from an incarnation the receiver does not record for
+    // the sender: what a wiped member sends, and it is told so (with the recorded
+    // incarnation it is refused for the header alone; unit-tested in incarnations.rs).
     let no_cluster_id = Headers { cluster_id: None, ..complete.clone() };
     let what = format!("a heartbeat from node {sender} without the cluster-id header");
     let status = refused(
         member.append_entries(no_cluster_id.on(peer_messages::heartbeat(sender, 0))).await,
-        ErrorReason::WrongPeer,
+        ErrorReason::StaleIncarnation,
         &what,
     );
-    assert!(status.message().contains("leasehold-cluster-id"), "{what}: {status:?}");
+    assert!(status.message().contains("wiped or replaced"), "{what}: {status:?}");
     // The same headers from a certificate of a node never added: refused before any
     // header is read.
     let mut intruder = peer(&cluster, target, NEVER_A_MEMBER);
