@@ -38,6 +38,9 @@ pub struct AdminService {
     /// This node's data directory's incarnation (shown in Status), and what the
     /// leader heard of each member's, which `member add` clears for the node it adds.
     pub incarnations: Arc<Incarnations>,
+    /// The planted bug of --test-keep-learner-on-add: a learner added again keeps
+    /// its recorded incarnation. False in production.
+    pub keep_learner_on_add: bool,
 }
 
 pub fn state_name(state: ServerState) -> &'static str {
@@ -433,7 +436,7 @@ impl Admin for AdminService {
             ));
         }
         let node_id = request.node_id;
-        if current.iter().any(|member| member.node_id == node_id) {
+        if current.iter().any(|member| member.node_id == node_id) && !self.keep_learner_on_add {
             // A learner left by an earlier add (refused, or started on a data
             // directory since replaced): it leaves first, which drops its recorded
             // incarnation, so that the incarnation that answers this add is recorded.
@@ -447,7 +450,9 @@ impl Admin for AdminService {
         }
         // What this leader heard of an earlier incarnation of the node (a late answer
         // from before it was removed) must not be recorded for the one added now.
-        self.incarnations.forget(node_id);
+        if !self.keep_learner_on_add {
+            self.incarnations.forget(node_id);
+        }
         self.network.forget_acknowledged(node_id);
         let node = Node { client_addr: request.client_addr, peer_addr: request.peer_addr };
         tracing::info!(node_id, %node, "adding a learner and waiting for it to catch up");

@@ -178,6 +178,21 @@ pub struct RawConfig {
     #[arg(long, hide = true)]
     #[serde(default)]
     pub test_short_lease_restart: bool,
+    /// Plants a bug: before the log records a member's incarnation, the latest one
+    /// heard is believed (and peers are not told the first), so a follower wiped in
+    /// the first moments of a cluster is taken back as the member it was. For the
+    /// simulator's `--bug unrecorded-incarnation`; never in production.
+    #[arg(long, hide = true)]
+    #[serde(default)]
+    pub test_believe_latest_incarnation: bool,
+    /// Plants a bug: `member add` of a node that is still a learner adds it again as
+    /// it is, keeping the incarnation recorded for the learner, so that a node
+    /// started again on an emptied directory after a refused add is stopped by that
+    /// stale record. For the simulator's `--bug stale-incarnation`; never in
+    /// production.
+    #[arg(long, hide = true)]
+    #[serde(default)]
+    pub test_keep_learner_on_add: bool,
     /// Speaks for a build that knows command levels up to N only (below this build's
     /// `COMMAND_LEVEL`): what an older build does when the cluster's log is newer. For
     /// the tests of that refusal; never in production.
@@ -238,6 +253,9 @@ impl RawConfig {
             test_accept_any_incarnation: self.test_accept_any_incarnation || file.test_accept_any_incarnation,
             test_full_ttl_restart: self.test_full_ttl_restart || file.test_full_ttl_restart,
             test_short_lease_restart: self.test_short_lease_restart || file.test_short_lease_restart,
+            test_believe_latest_incarnation: self.test_believe_latest_incarnation
+                || file.test_believe_latest_incarnation,
+            test_keep_learner_on_add: self.test_keep_learner_on_add || file.test_keep_learner_on_add,
             test_command_level: self.test_command_level.or(file.test_command_level),
             test_panic_on_lock: self.test_panic_on_lock.or(file.test_panic_on_lock),
             lock_delay_defaults: if self.lock_delay_defaults.is_empty() {
@@ -288,6 +306,8 @@ pub struct Config {
     pub test_accept_any_incarnation: bool,
     pub test_full_ttl_restart: bool,
     pub test_short_lease_restart: bool,
+    pub test_believe_latest_incarnation: bool,
+    pub test_keep_learner_on_add: bool,
     /// The command level this node speaks for: `COMMAND_LEVEL` unless
     /// --test-command-level says lower.
     pub command_level: u32,
@@ -606,6 +626,8 @@ impl Config {
             test_accept_any_incarnation: raw.test_accept_any_incarnation,
             test_full_ttl_restart: raw.test_full_ttl_restart,
             test_short_lease_restart: raw.test_short_lease_restart,
+            test_believe_latest_incarnation: raw.test_believe_latest_incarnation,
+            test_keep_learner_on_add: raw.test_keep_learner_on_add,
             command_level,
             test_panic_on_lock: raw.test_panic_on_lock,
             lock_delay_defaults: lock_delay_defaults(&raw.lock_delay_defaults)?,

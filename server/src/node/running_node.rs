@@ -250,6 +250,15 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
     } else {
         incarnations
     };
+    let incarnations = if config.test_believe_latest_incarnation {
+        tracing::warn!("--test-believe-latest-incarnation: a member wiped before it is recorded is taken back");
+        incarnations.believing_latest()
+    } else {
+        incarnations
+    };
+    if config.test_keep_learner_on_add {
+        tracing::warn!("--test-keep-learner-on-add: a learner added again keeps its recorded incarnation");
+    }
     let log_store = LogStore::new(disk, blocking);
     let raft_config =
         config.raft_config().validate().map_err(|error| StartError::Failed(format!("raft configuration: {error}")))?;
@@ -369,6 +378,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
                 clock_knob: config.test_clock_knob,
                 insecure_plaintext: config.transport.is_plaintext(),
                 incarnations: incarnations.clone(),
+                keep_learner_on_add: config.test_keep_learner_on_add,
             })
             .max_decoding_message_size(CLIENT_MESSAGE_BYTES_MAX),
         );

@@ -113,6 +113,10 @@ pub struct Incarnations {
     refusals: LogLimiter,
     /// False only with --test-accept-any-incarnation: nothing is refused or stopped.
     checked: bool,
+    /// True only with --test-believe-latest-incarnation (a planted bug): before the
+    /// record, the latest incarnation heard of a member is believed, not the first,
+    /// and a peer is not told which one was heard first.
+    believe_latest: bool,
     /// Set once this node is stopping: it refused a log it cannot apply, or learned
     /// that the cluster knows it as another incarnation.
     stopping: std::sync::atomic::AtomicBool,
@@ -142,6 +146,7 @@ impl Incarnations {
             speaks: Mutex::new(BTreeMap::new()),
             refusals: LogLimiter::new(Duration::from_secs(1)),
             checked: true,
+            believe_latest: false,
             stopping: std::sync::atomic::AtomicBool::new(false),
             exit,
         })
@@ -152,6 +157,15 @@ impl Incarnations {
     pub fn unchecked(self: Arc<Incarnations>) -> Arc<Incarnations> {
         let mut incarnations = Arc::into_inner(self).expect("not shared yet");
         incarnations.checked = false;
+        Arc::new(incarnations)
+    }
+
+    /// The same, believing the latest incarnation heard of an unrecorded member
+    /// (--test-believe-latest-incarnation): the window the first-heard rule closes,
+    /// reopened for the simulator's control.
+    pub fn believing_latest(self: Arc<Incarnations>) -> Arc<Incarnations> {
+        let mut incarnations = Arc::into_inner(self).expect("not shared yet");
+        incarnations.believe_latest = true;
         Arc::new(incarnations)
     }
 
@@ -215,7 +229,7 @@ impl Incarnations {
                 RECORD_HEADER,
                 header(format!("{target}.{}.{}.{applied}", recorded.incarnation, recorded.index)),
             );
-        } else if let Some(first) = self.first_heard(target) {
+        } else if let Some(first) = self.first_heard(target).filter(|_| !self.believe_latest) {
             // Not recorded yet: what this node heard first, as a record of index 0, so
             // that a target wiped since stops as it would once recorded.
             metadata.insert(RECORD_HEADER, header(format!("{target}.{first}.0.{applied}")));
@@ -456,7 +470,7 @@ impl Incarnations {
         let mut heard = self.heard.lock().unwrap();
         match heard.get(&node) {
             Some(first) if *first == incarnation => Ok(()),
-            Some(first) if self.checked => Err(*first),
+            Some(first) if self.checked && !self.believe_latest => Err(*first),
             _ => {
                 heard.insert(node, incarnation);
                 drop(heard);
