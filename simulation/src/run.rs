@@ -44,6 +44,14 @@ pub enum Bug {
     /// A new leader restarts every live session at half its TTL, ending leases their
     /// holders still count on (`--test-short-lease-restart`).
     LeaseShortened,
+    /// Before the log records a member's incarnation, the latest one heard is
+    /// believed and peers are not told the first: a follower wiped in the first moments
+    /// is taken back as the member it was (`--test-believe-latest-incarnation`).
+    UnrecordedIncarnation,
+    /// `member add` of a node still a learner keeps its recorded incarnation: after a
+    /// refused add, the node started again on an emptied directory is stopped by that
+    /// stale record, and never joins (`--test-keep-learner-on-add`).
+    StaleIncarnation,
 }
 
 impl Bug {
@@ -51,6 +59,8 @@ impl Bug {
     fn plant(bug: Option<Bug>, raw: &mut RawConfig) {
         match bug {
             Some(Bug::LeaseShortened) => raw.test_short_lease_restart = true,
+            Some(Bug::UnrecordedIncarnation) => raw.test_believe_latest_incarnation = true,
+            Some(Bug::StaleIncarnation) => raw.test_keep_learner_on_add = true,
             Some(Bug::NoFencing) | None => {}
         }
     }
@@ -107,6 +117,16 @@ enum Fault {
     /// The node's clock runs at another rate (per mille), after a jump forward.
     Skewed(u64),
 }
+
+/// When a seed replaces a disk in the first moments of the cluster.
+enum EarlyWipe {
+    At(Duration),
+    /// The first moment a follower the leader heard from is not recorded yet (the
+    /// window before the record), if one comes before `EARLY_WIPE_UNTIL`.
+    Unrecorded,
+}
+
+const EARLY_WIPE_UNTIL: Duration = Duration::from_secs(3);
 
 /// Where a wiped node is in the README's "Replacing a node".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,7 +232,14 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     let mut random = StdRng::seed_from_u64(seed.rotate_left(29));
     let mut next_fault = Duration::from_millis(random.random_range(500..2_000));
     // One seed in four replaces a disk in the first moments of the cluster.
-    let mut early_wipe = random.random_bool(0.25).then(|| Duration::from_millis(random.random_range(30..600)));
+    // One seed in eight replaces a disk in the first 600 ms of the cluster, and one
+    // in eight at the first moment it can matter: a follower the leader heard from
+    // whose incarnation the log does not record yet.
+    let mut early_wipe = match random.random_range(0..8) {
+        0 => Some(EarlyWipe::At(Duration::from_millis(random.random_range(30..600)))),
+        1 => Some(EarlyWipe::Unrecorded),
+        _ => None,
+    };
     let mut in_effect: Option<(Fault, Duration)> = None;
     // When each clock fault began and was healed (simulated ns).
     let mut clock_faults: Vec<(u64, u64)> = Vec::new();
@@ -224,8 +251,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     let mut refusals: Vec<Refusal> = Vec::new();
     // Wiped nodes expected to stop with code 4: (node, index in `refusals`, deadline ms).
     let mut awaiting_refusal: Vec<(u64, usize, u64)> = Vec::new();
-    // New incarnations to cut off from their peers at a time (ms), and those cut off.
-    let mut cutting: Vec<(u64, u64)> = Vec::new();
+    // New incarnations cut off from their peers.
     let mut cut: Vec<u64> = Vec::new();
     loop {
         let now = sim.elapsed();
@@ -291,12 +317,8 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                     // The operator adds it a moment later.
                     let at = now_ms + RETRY_MS;
                     nodes.replacing[index] = Some(Replacement::Retrying { step: Step::Add(id), at, cut_off });
-                    if cut_off {
-                        cutting.push((id, at + random.random_range(5..120)));
-                    }
                 }
                 (Step::Add(_), Ok(())) => {
-                    cutting.retain(|(node, _)| *node != id);
                     if cut.contains(&id) {
                         rejoin(&mut sim, options.nodes, id, &mut cut, &mut outcome);
                     }
@@ -320,10 +342,16 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                 }
             }
         }
-        let due: Vec<u64> = cutting.iter().filter(|(_, at)| now_ms >= *at).map(|(id, _)| *id).collect();
-        cutting.retain(|(_, at)| now_ms < *at);
-        for id in due {
-            cut_off(&mut sim, options.nodes, id, &mut cut, &mut outcome);
+        // A new incarnation to be cut off is, once the log recorded it (it answered the
+        // leader as a learner).
+        for id in 1..=options.nodes {
+            let cutting = match nodes.replacing[id as usize - 1] {
+                Some(Replacement::Adding { cut_off }) | Some(Replacement::Retrying { cut_off, .. }) => cut_off,
+                _ => false,
+            };
+            if cutting && !cut.contains(&id) && recorded_anywhere(&nodes, id) {
+                cut_off(&mut sim, options.nodes, id, &mut cut, &mut outcome);
+            }
         }
         for id in 1..=options.nodes {
             if let Some(Replacement::Retrying { step, at, cut_off }) = nodes.replacing[id as usize - 1] {
@@ -337,13 +365,24 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                 }
             }
         }
-        if early_wipe.is_some_and(|at| now >= at) && in_effect.is_none() {
-            early_wipe = None;
-            let candidates: Vec<u64> = (1..=options.nodes).filter(|id| nodes.serving(*id)).collect();
-            if !candidates.is_empty() && !nodes.replacing() {
-                let id = candidates[random.random_range(0..candidates.len())];
-                wipe(&mut sim, &mut nodes, id, now, &mut outcome, &mut refusals, &mut awaiting_refusal);
+        match early_wipe {
+            Some(EarlyWipe::At(at)) if now >= at && in_effect.is_none() => {
+                early_wipe = None;
+                let candidates: Vec<u64> = (1..=options.nodes).filter(|id| nodes.serving(*id)).collect();
+                if !candidates.is_empty() && !nodes.replacing() {
+                    let id = candidates[random.random_range(0..candidates.len())];
+                    wipe(&mut sim, &mut nodes, id, now, &mut outcome, &mut refusals, &mut awaiting_refusal);
+                }
             }
+            Some(EarlyWipe::Unrecorded) if in_effect.is_none() && !nodes.replacing() => {
+                if let Some(id) = heard_unrecorded(&nodes) {
+                    early_wipe = None;
+                    wipe(&mut sim, &mut nodes, id, now, &mut outcome, &mut refusals, &mut awaiting_refusal);
+                } else if now >= EARLY_WIPE_UNTIL {
+                    early_wipe = None;
+                }
+            }
+            _ => {}
         }
         if !healed && now >= options.faulty {
             if let Some((fault, _)) = in_effect.take() {
@@ -454,6 +493,55 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     outcome
 }
 
+/// The leaders' replicas (a stale one may still think it leads).
+fn leaders(nodes: &Nodes) -> Vec<Arc<leasehold_server::raft::replica::Replica>> {
+    nodes
+        .nodes
+        .iter()
+        .filter_map(|node| node.replica.lock().unwrap().clone())
+        .filter(|replica| {
+            let metrics = replica.raft.metrics().borrow().clone();
+            metrics.current_leader == Some(metrics.id)
+        })
+        .collect()
+}
+
+/// Whether a leader has an acknowledgement from node `id`.
+fn heard_by_leader(nodes: &Nodes, id: u64) -> bool {
+    leaders(nodes).iter().any(|leader| {
+        let metrics = leader.raft.metrics().borrow().clone();
+        metrics.id != id
+            && metrics.replication.as_ref().and_then(|progress| progress.get(&id)).is_some_and(Option::is_some)
+    })
+}
+
+/// A follower, serving, that a leader heard acknowledge an entry and whose
+/// incarnation that leader's log does not record yet.
+fn heard_unrecorded(nodes: &Nodes) -> Option<u64> {
+    leaders(nodes).iter().find_map(|leader| {
+        let metrics = leader.raft.metrics().borrow().clone();
+        let record = leader.shared.cluster_record.borrow().clone();
+        let progress = metrics.replication?;
+        progress
+            .iter()
+            .find(|(id, matched)| {
+                **id != metrics.id && matched.is_some() && record.incarnation(**id).is_none() && nodes.serving(**id)
+            })
+            .map(|(id, _)| *id)
+    })
+}
+
+/// Whether some running node's applied record holds an incarnation of node `id`.
+fn recorded_anywhere(nodes: &Nodes, id: u64) -> bool {
+    nodes.nodes.iter().any(|node| {
+        node.replica
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|replica| replica.shared.cluster_record.borrow().incarnation(id).is_some())
+    })
+}
+
 fn step_node(step: Step) -> u64 {
     match step {
         Step::Remove(id) | Step::Add(id) => id,
@@ -461,8 +549,8 @@ fn step_node(step: Step) -> u64 {
 }
 
 /// Replaces node `id`'s disk by an empty one and starts it again as it was. If it
-/// had applied an entry, the cluster committed with it and its leader heard it: it
-/// must stop with code 4. (A node wiped before anything was committed loses nothing
+/// had applied an entry (the cluster committed with it), or the leader heard it
+/// acknowledge one, it must stop with code 4. (A node nobody heard loses nothing
 /// and may be taken as the member it was.)
 fn wipe(
     sim: &mut turmoil::Sim<'_>,
@@ -476,7 +564,7 @@ fn wipe(
     let node = nodes.node(id).clone();
     let applied = node.replica.lock().unwrap().as_ref().is_some_and(|replica| {
         replica.shared.applied.read().unwrap().last_applied.is_some_and(|log_id| log_id.index > 0)
-    });
+    }) || heard_by_leader(nodes, id);
     sim.crash(node_ip(id));
     *node.replica.lock().unwrap() = None;
     if let Err(error) = node.wipe() {

@@ -49,6 +49,35 @@ fn the_lease_shortened_control_is_found_by_the_belief_check() {
     assert!(stdout(&replay).contains(&format!("seed {seed}: believed at once (h)")), "{}", stdout(&replay));
 }
 
+/// Runs `--seeds 2 --first-seed F --bug BUG`: a seed must fail with `check`, fail
+/// again when replayed, and pass without the bug.
+fn control_is_found(bug: &str, first: &str, check: &str) {
+    let output = sim(&["run", "--seeds", "2", "--first-seed", first, "--bug", bug]);
+    let text = stdout(&output);
+    assert!(!output.status.success(), "--bug {bug} must fail a check: {text}");
+    let failing = text.lines().find(|line| line.starts_with("seed ")).expect("a failing seed is named");
+    assert!(failing.contains(check), "{failing}");
+    let seed = failing.trim_start_matches("seed ").split(':').next().unwrap();
+    let replay = sim(&["run", "--seed", seed, "--bug", bug]);
+    assert!(stdout(&replay).contains(&format!("seed {seed}: {check}")), "{}", stdout(&replay));
+    let fixed = sim(&["run", "--seed", seed]);
+    assert!(fixed.status.success(), "the same seed without the bug is valid: {}", stdout(&fixed));
+}
+
+/// A follower wiped the moment after the leader heard it, before the record: with
+/// the first-heard rule off it is taken back instead of stopping with code 4.
+#[test]
+fn the_unrecorded_incarnation_control_is_found_by_the_refusal_check() {
+    control_is_found("unrecorded-incarnation", "25", "refused-nodes: wipe: node");
+}
+
+/// A replacement whose first add is given up, retried on an emptied directory: with
+/// the learner kept on the second add, the stale record stops the new incarnation.
+#[test]
+fn the_stale_incarnation_control_is_found_by_the_exit_check() {
+    control_is_found("stale-incarnation", "8", "nodes stayed up: node");
+}
+
 #[test]
 fn two_replays_of_a_seed_write_byte_identical_traces() {
     let directory = tempfile::tempdir().unwrap();
