@@ -102,6 +102,9 @@ pub struct Incarnations {
     raft: OnceLock<Raft>,
     /// Members heard from whose incarnation the record does not hold yet.
     heard: Mutex<BTreeMap<NodeId, u64>>,
+    /// How many times each node was forgotten (`forget`): an answer to a message
+    /// sent before may come from the incarnation the operator replaced.
+    forgotten: Mutex<BTreeMap<NodeId, u64>>,
     /// Wakes the recorder when `heard` gains a member.
     pub heard_changed: Notify,
     /// The command level of each peer's last message or answer (see `COMMAND_LEVEL`):
@@ -142,6 +145,7 @@ impl Incarnations {
             level: COMMAND_LEVEL,
             raft: OnceLock::new(),
             heard: Mutex::new(BTreeMap::new()),
+            forgotten: Mutex::new(BTreeMap::new()),
             heard_changed: Notify::new(),
             speaks: Mutex::new(BTreeMap::new()),
             refusals: LogLimiter::new(Duration::from_secs(1)),
@@ -488,8 +492,23 @@ impl Incarnations {
     /// Forgets what was heard of `node`: it is being added (again) by an operator, and
     /// the incarnation to record is the one that answers now.
     pub fn forget(&self, node: NodeId) {
+        *self.forgotten.lock().unwrap().entry(node).or_default() += 1;
         self.heard.lock().unwrap().remove(&node);
         self.speaks.lock().unwrap().remove(&node);
+    }
+
+    /// How many times `node` was forgotten so far. The network reads it before it
+    /// sends a message and again when the answer comes: an answer to a message sent
+    /// before `member add` forgot the node may come from the incarnation it replaced
+    /// (a late packet of a process that died), and is not heard (`answered_since`).
+    pub fn forgotten(&self, node: NodeId) -> u64 {
+        self.forgotten.lock().unwrap().get(&node).copied().unwrap_or(0)
+    }
+
+    /// Whether an answer from `node` to a message sent when `forgotten(node)` was
+    /// `before` may be heard: the node was not forgotten since.
+    pub fn answered_since(&self, node: NodeId, before: u64) -> bool {
+        self.forgotten(node) == before
     }
 
     /// Forgets what was heard of nodes that are not among `members`: an answer that
@@ -865,6 +884,55 @@ mod tests {
         recorded_one.remove(CLUSTER_ID_HEADER);
         let refused = checks.check_request(&recorded_one, "Vote", 2, Authority::Other).unwrap_err();
         assert_eq!(error_reason(&refused), Some(ErrorReason::WrongPeer), "{refused:?}");
+    }
+
+    /// An answer to a message sent before `member add` forgot the node is not heard:
+    /// it may be a late packet of the incarnation the add replaces.
+    #[test]
+    fn an_answer_to_a_message_from_before_a_re_add_is_not_heard() {
+        let checks = incarnations(recorded(&[(1, 11, 5)]));
+        let before = checks.forgotten(3);
+        assert!(checks.answered_since(3, before));
+        checks.forget(3);
+        assert!(!checks.answered_since(3, before), "sent before the add forgot node 3");
+        assert!(checks.answered_since(3, checks.forgotten(3)), "sent after");
+        assert!(checks.answered_since(2, checks.forgotten(2)), "another node is not affected");
+    }
+
+    /// An answer to a message sent before `member add` forgot the node is not heard:
+    /// it may be a late packet of the incarnation the add replaces.
+    #[test]
+    fn an_answer_to_a_message_from_before_a_re_add_is_not_heard() {
+        let checks = incarnations(recorded(&[(1, 11, 5)]));
+        let before = checks.forgotten(3);
+        assert!(checks.answered_since(3, before));
+        checks.forget(3);
+        assert!(!checks.answered_since(3, before), "sent before the add forgot node 3");
+        assert!(checks.answered_since(3, checks.forgotten(3)), "sent after");
+        assert!(checks.answered_since(2, checks.forgotten(2)), "another node is not affected");
+    }
+
+    /// A node started with --new-incarnation, not recorded yet, is not stopped by the
+    /// leader's record of the learner it replaces; the same claim stops a node that
+    /// was not started to join.
+    #[test]
+    fn a_joining_incarnation_waits_for_its_add_instead_of_stopping() {
+        let reported = Arc::new(Mutex::new(Vec::new()));
+        let sink = reported.clone();
+        let exit = Exit::Report(Arc::new(move |code, _: &str| sink.lock().unwrap().push(code)));
+        let (_, record) = watch::channel(Arc::new(recorded(&[(2, 22, 6), (1, 10, 7)])));
+        let (_, applied) = watch::channel(40);
+        let joining =
+            Incarnations::new(1, 11, record.clone(), applied.clone(), watch::channel(COMMAND_LEVEL).1, exit.clone())
+                .joining();
+        let mut learner_record = member(2, 22, 6);
+        learner_record.insert(RECORD_HEADER, header("1.10.7.90".to_string()));
+        let refused = joining.check_request(&learner_record, "AppendEntries", 2, Authority::Current).unwrap_err();
+        assert_eq!(error_reason(&refused), Some(ErrorReason::StaleIncarnation));
+        assert!(reported.lock().unwrap().is_empty(), "a joining incarnation does not stop");
+        let wiped = Incarnations::new(1, 11, record, applied, watch::channel(COMMAND_LEVEL).1, exit);
+        let _ = wiped.check_request(&learner_record, "AppendEntries", 2, Authority::Current);
+        assert_eq!(*reported.lock().unwrap(), vec![EXIT_STALE_INCARNATION], "a wiped node without the flag stops");
     }
 
     #[test]

@@ -334,6 +334,7 @@ impl PeerConnection {
         message.set_timeout(option.hard_ttl());
         message.metadata_mut().insert(CLUSTER_HEADER, self.cluster.clone());
         self.incarnations.stamp_request(self.target, message.metadata_mut());
+        let forgotten = self.incarnations.forgotten(self.target);
         let reply = match kind {
             RpcKind::Vote => client.vote(message).await,
             RpcKind::AppendEntries => client.append_entries(message).await,
@@ -341,6 +342,13 @@ impl PeerConnection {
         };
         let reply = match reply {
             Ok(reply) => {
+                if !self.incarnations.answered_since(self.target, forgotten) {
+                    // The operator added the node again meanwhile: this answer may be
+                    // the replaced incarnation's, and must not be recorded for the new.
+                    let problem =
+                        format!("an answer to a message sent before node {} was added again: not counted", self.target);
+                    return Err(RPCError::Unreachable(Unreachable::new(&error(problem))));
+                }
                 if let Err(problem) = self.incarnations.check_answer(self.target, reply.metadata()) {
                     // Not counted: to openraft, the member did not answer.
                     return Err(RPCError::Unreachable(Unreachable::new(&error(problem))));
