@@ -250,6 +250,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
     } else {
         incarnations
     };
+    let incarnations = if config.new_incarnation { incarnations.joining() } else { incarnations };
     let incarnations = if config.test_believe_latest_incarnation {
         tracing::warn!("--test-believe-latest-incarnation: a member wiped before it is recorded is taken back");
         incarnations.believing_latest()
