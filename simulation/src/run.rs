@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_jepsen::checker::{self, CheckResult, NodeExit, Refusal, Verdict};
+use leasehold_jepsen::checker::{self, Anomaly, CheckResult, NodeExit, Refusal, Verdict};
 use leasehold_jepsen::history;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -455,18 +455,28 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
             }
         }
     }
+    // Every replacement the operator began ended with the node a member again.
+    let mut replacements = Vec::new();
     for id in 1..=options.nodes {
         if let Some(replacement) = nodes.replacing[id as usize - 1] {
             if replacement != Replacement::Wiped {
-                exits.push(NodeExit {
-                    node: id,
-                    exit: -1,
-                    seen_ns: sim.elapsed().as_nanos() as u64,
-                    log_tail: format!("its replacement did not end: {replacement:?}"),
+                replacements.push(Anomaly {
+                    what: format!(
+                        "node {id}: the README's replacement did not end {} s after the healed phase ({replacement:?})",
+                        REPLACEMENT_GRACE.as_secs()
+                    ),
+                    operations: Vec::new(),
                 });
             }
         }
     }
+    let began = outcome.faults.iter().filter(|line| line.contains("operator: member remove")).count();
+    let replacements = CheckResult {
+        name: "replacements",
+        verdict: if replacements.is_empty() { Verdict::Pass } else { Verdict::Fail },
+        detail: format!("{began} replacement(s) begun, {} unfinished", replacements.len()),
+        anomalies: replacements,
+    };
     outcome.simulated = sim.elapsed();
     let records = shared.records.lock().unwrap().clone();
     outcome.trace = outcome.faults.iter().map(|fault| format!("{{\"fault\":{fault:?}}}")).collect();
@@ -490,6 +500,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     outcome.checks.push(replicas.result());
     outcome.checks.push(checker::refusals(&refusals));
     outcome.checks.push(checker::node_exits(&exits));
+    outcome.checks.push(replacements);
     outcome
 }
 

@@ -72,10 +72,11 @@ fn the_unrecorded_incarnation_control_is_found_by_the_refusal_check() {
 }
 
 /// A replacement whose first add is given up, retried on an emptied directory: with
-/// the learner kept on the second add, the stale record stops the new incarnation.
+/// the learner kept on the second add, its stale record keeps the new incarnation
+/// out for good.
 #[test]
-fn the_stale_incarnation_control_is_found_by_the_exit_check() {
-    control_is_found("stale-incarnation", "8", "nodes stayed up: node");
+fn the_stale_incarnation_control_is_found_by_the_replacement_check() {
+    control_is_found("stale-incarnation", "8", "replacements: node");
 }
 
 #[test]
