@@ -460,7 +460,8 @@ impl Incarnations {
                         incarnation = self.incarnation,
                         source,
                         "the cluster records this node as another incarnation (a learner this new incarnation \
-                         replaces): waiting for `leasehold member add` to record this one"
+                         replaces): waiting for `leasehold member add` to record this one; if the node is still a \
+                         voter, `leasehold member remove` it first"
                     );
                 }
                 return;
