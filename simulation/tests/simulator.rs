@@ -21,44 +21,29 @@ fn a_block_of_seeds_is_valid_and_the_summary_says_what_ran() {
     assert!(summary.contains("operations checked") && summary.contains("seeds per minute"), "{summary}");
 }
 
+/// A store that takes any token: a stalled holder's late write lands.
 #[test]
 fn the_no_fencing_control_is_found_and_its_seed_fails_again() {
-    let output = sim(&["run", "--seeds", "5", "--first-seed", "7", "--bug", "no-fencing"]);
-    let text = stdout(&output);
-    assert!(!output.status.success(), "a store without fencing must fail a check: {text}");
-    let failing = text.lines().find(|line| line.starts_with("seed ")).expect("a failing seed is named");
-    assert!(failing.contains("fenced store (b)"), "{failing}");
-    let seed = failing.trim_start_matches("seed ").split(':').next().unwrap();
-
-    let replay = sim(&["run", "--seed", seed, "--bug", "no-fencing"]);
-    assert!(!replay.status.success(), "the named seed fails again: {}", stdout(&replay));
-    assert!(stdout(&replay).contains(&format!("seed {seed}: fenced store (b)")), "{}", stdout(&replay));
-    let fenced = sim(&["run", "--seed", seed]);
-    assert!(fenced.status.success(), "the same seed with fencing is valid: {}", stdout(&fenced));
+    control_is_found("no-fencing", "5", "7", "fenced store (b)");
 }
 
+/// A new leader that restarts sessions at half their TTL: two workers hold at once.
 #[test]
 fn the_lease_shortened_control_is_found_by_the_belief_check() {
-    let output = sim(&["run", "--seeds", "6", "--first-seed", "1", "--bug", "lease-shortened"]);
-    let text = stdout(&output);
-    assert!(!output.status.success(), "a new leader that shortens leases must fail a check: {text}");
-    let failing = text.lines().find(|line| line.starts_with("seed ")).expect("a failing seed is named");
-    assert!(failing.contains("believed at once (h): two workers believed they held"), "{failing}");
-    let seed = failing.trim_start_matches("seed ").split(':').next().unwrap();
-    let replay = sim(&["run", "--seed", seed, "--bug", "lease-shortened"]);
-    assert!(stdout(&replay).contains(&format!("seed {seed}: believed at once (h)")), "{}", stdout(&replay));
+    control_is_found("lease-shortened", "6", "1", "believed at once (h): two workers believed they held");
 }
 
-/// Runs `--seeds 2 --first-seed F --bug BUG`: a seed must fail with `check`, fail
+/// Runs `--seeds N --first-seed F --bug BUG`: a seed must fail with `check`, fail
 /// again when replayed, and pass without the bug.
-fn control_is_found(bug: &str, first: &str, check: &str) {
-    let output = sim(&["run", "--seeds", "2", "--first-seed", first, "--bug", bug]);
+fn control_is_found(bug: &str, seeds: &str, first: &str, check: &str) {
+    let output = sim(&["run", "--seeds", seeds, "--first-seed", first, "--bug", bug]);
     let text = stdout(&output);
     assert!(!output.status.success(), "--bug {bug} must fail a check: {text}");
     let failing = text.lines().find(|line| line.starts_with("seed ")).expect("a failing seed is named");
     assert!(failing.contains(check), "{failing}");
     let seed = failing.trim_start_matches("seed ").split(':').next().unwrap();
     let replay = sim(&["run", "--seed", seed, "--bug", bug]);
+    assert!(!replay.status.success(), "the named seed fails again: {}", stdout(&replay));
     assert!(stdout(&replay).contains(&format!("seed {seed}: {check}")), "{}", stdout(&replay));
     let fixed = sim(&["run", "--seed", seed]);
     assert!(fixed.status.success(), "the same seed without the bug is valid: {}", stdout(&fixed));
@@ -68,7 +53,7 @@ fn control_is_found(bug: &str, first: &str, check: &str) {
 /// the first-heard rule off it is taken back instead of stopping with code 4.
 #[test]
 fn the_unrecorded_incarnation_control_is_found_by_the_refusal_check() {
-    control_is_found("unrecorded-incarnation", "25", "refused-nodes: wipe: node");
+    control_is_found("unrecorded-incarnation", "2", "25", "refused-nodes: wipe: node");
 }
 
 /// A replacement whose first add is given up, retried on an emptied directory: with
@@ -76,7 +61,7 @@ fn the_unrecorded_incarnation_control_is_found_by_the_refusal_check() {
 /// out for good.
 #[test]
 fn the_stale_incarnation_control_is_found_by_the_replacement_check() {
-    control_is_found("stale-incarnation", "8", "replacements: node");
+    control_is_found("stale-incarnation", "2", "8", "replacements: node");
 }
 
 #[test]
