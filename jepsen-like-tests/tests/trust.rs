@@ -159,13 +159,15 @@ struct Keepalives {
 
 impl Keepalives {
     async fn send(&mut self, session: &RawSession) -> pb::KeepAliveResponse {
+        self.try_send(session).await.expect("no error on the keepalive stream").expect("the keepalive stream goes on")
+    }
+
+    /// The answer to one keepalive as the stream gives it: an answer, an error, or
+    /// the end of the stream.
+    async fn try_send(&mut self, session: &RawSession) -> Result<Option<pb::KeepAliveResponse>, Status> {
         let request = pb::KeepAliveRequest { session_id: session.id, session_secret: session.secret.clone() };
         self.requests.unbounded_send(request).expect("the keepalive stream is open");
-        tokio::time::timeout(ANSWER_DEADLINE, self.answers.message())
-            .await
-            .expect("a keepalive is answered in time")
-            .expect("no error on the keepalive stream")
-            .expect("the keepalive stream goes on")
+        tokio::time::timeout(ANSWER_DEADLINE, self.answers.message()).await.expect("a keepalive is answered in time")
     }
 }
 
@@ -845,6 +847,50 @@ async fn a_session_id_without_its_secret_cannot_keep_close_or_release_the_sessio
         tokio::time::sleep(Duration::from_millis(SHORT_TTL_MS / 4)).await;
     }
     assert_eq!(holder(&owner.describe_lock(LOCK, "").await.expect("describe")), None, "released by the expiry");
+}
+
+/// Promise: a credential revoked while a stream is open stops working on that stream
+/// too. After `rotate-token`, the next keepalive on a stream opened with the old token
+/// ends the stream UNAUTHENTICATED, and an Observe stream opened with it ends as soon
+/// as the node applies the rotation; the old token opens nothing new, while the
+/// tenant's new token keeps the same session alive (the session belongs to the
+/// tenant, not to the token). Removing the tenant ends the new token's streams too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_credential_ends_the_streams_it_opened() {
+    const LOCK: &str = "revoked/held";
+    const ELECTION: &str = "revoked/election";
+    let cluster = started(ClusterOptions::default()).await;
+    let admin = Raw::admin(&cluster);
+    let old_token = add_tenant(&cluster, "revoked", pb::Quotas::default()).await;
+    let old = Raw::with_token(&cluster, &old_token);
+    let session = old.create_session(SHORT_TTL_MS).await.expect("create a session");
+    let mut keepalives = old.keep_alive().await.expect("a keepalive stream with the old token");
+    granted(old.acquire(&session, LOCK, 0).await.expect("acquire"));
+    let mut observing = old.observe(ELECTION, "").await.expect("an Observe stream with the old token");
+    assert_eq!(observed(&mut observing).await.leader, None, "the election is vacant");
+    assert!(keepalives.send(&session).await.alive, "alive before the rotation");
+
+    let new_token = admin.rotate_tenant_token("revoked").await.expect("rotate the token");
+    let ended = keepalives.try_send(&session).await;
+    refused(ended, &[UNAUTHENTICATED], "a keepalive on a stream opened with a rotated-away token");
+    let ended = tokio::time::timeout(ANSWER_DEADLINE, observing.message()).await.expect("the Observe stream ends");
+    refused(ended, &[UNAUTHENTICATED], "an Observe stream opened with a rotated-away token");
+    let reopened = old.keep_alive().await.map(drop);
+    refused(reopened, &[UNAUTHENTICATED], "a keepalive stream opened with a rotated-away token");
+
+    let new = Raw::with_token(&cluster, &new_token);
+    let mut keepalives = new.keep_alive().await.expect("a keepalive stream with the new token");
+    assert!(keepalives.send(&session).await.alive, "the new token keeps the tenant's session");
+    let mut observing = new.observe(ELECTION, "").await.expect("an Observe stream with the new token");
+    observed(&mut observing).await;
+    let described = new.describe_session(session.id).await.expect("the session lives on");
+    assert_eq!(described.held.len(), 1, "its lock with it: {described:?}");
+
+    admin.remove_tenant("revoked").await.expect("remove the tenant");
+    let ended = keepalives.try_send(&session).await;
+    refused(ended, &[UNAUTHENTICATED], "a keepalive on a stream of a removed tenant");
+    let ended = tokio::time::timeout(ANSWER_DEADLINE, observing.message()).await.expect("the Observe stream ends");
+    refused(ended, &[UNAUTHENTICATED], "an Observe stream of a removed tenant");
 }
 
 // ---------------------------------------------------------------- 4. SIGHUP reload

@@ -80,6 +80,26 @@ pub struct Auth {
     admin_token_hash: RwLock<SecretHash>,
     shared: Arc<Shared>,
     refusals: LogLimiter,
+    streams_outlive_revocation: bool,
+}
+
+/// How a request authenticated: a bearer token (its hash) or a client certificate.
+#[derive(Debug, Clone)]
+enum Presented {
+    Token(SecretHash),
+    Certificate,
+}
+
+/// The caller of a stream, kept with the credential it presented for as long as the
+/// stream lives (`Auth::still_valid`): a unary request is checked as it arrives, a
+/// stream would otherwise keep a revoked credential working.
+#[derive(Debug, Clone)]
+pub struct StreamCredential {
+    pub who: Who,
+    presented: Presented,
+    rpc: &'static str,
+    /// The credentials' generation the stream was last found valid at.
+    checked: u64,
 }
 
 impl Auth {
@@ -91,6 +111,7 @@ impl Auth {
             admin_token_hash: RwLock::new(secret_hash(token.as_bytes())),
             shared,
             refusals: LogLimiter::new(Duration::from_millis(REFUSAL_LOG_INTERVAL_MS)),
+            streams_outlive_revocation: false,
         })
     }
 
@@ -98,18 +119,31 @@ impl Auth {
     pub fn reload_admin_token(&self) -> Result<(), String> {
         let token = read_admin_token(&self.admin_token_file)?;
         *self.admin_token_hash.write().unwrap() = secret_hash(token.as_bytes());
+        self.shared.credentials.changed();
         Ok(())
     }
 
-    /// Who sent `request` (for `rpc`): its bearer token's owner, else the tenant its
-    /// client certificate names. UNAUTHENTICATED for no credential or an unknown one.
     /// Whether `token` is the admin credential (for the status page, which has no
     /// gRPC request to read it from).
     pub fn is_admin_token(&self, token: &str) -> bool {
         !token.is_empty() && secret_hash(token.as_bytes()) == *self.admin_token_hash.read().unwrap()
     }
 
+    /// Who sent `request` (for `rpc`): its bearer token's owner, else the tenant its
+    /// client certificate names. UNAUTHENTICATED for no credential or an unknown one.
     pub fn who<T>(&self, rpc: &str, request: &Request<T>) -> Result<Who, Status> {
+        self.identify(rpc, request).map(|(who, _)| who)
+    }
+
+    /// Who opened a stream, and the credential it presented, which the stream checks
+    /// again (`still_valid`) for as long as it lives.
+    pub fn who_for_stream<T>(&self, rpc: &'static str, request: &Request<T>) -> Result<StreamCredential, Status> {
+        let checked = self.shared.credentials.generation();
+        let (who, presented) = self.identify(rpc, request)?;
+        Ok(StreamCredential { who, presented, rpc, checked })
+    }
+
+    fn identify<T>(&self, rpc: &str, request: &Request<T>) -> Result<(Who, Presented), Status> {
         if let Some(value) = request.metadata().get(AUTHORIZATION_METADATA_KEY) {
             let token = value.to_str().ok().and_then(|value| value.strip_prefix("Bearer ")).map(str::trim);
             let Some(token) = token.filter(|token| !token.is_empty()) else {
@@ -117,10 +151,10 @@ impl Auth {
             };
             let hash = secret_hash(token.as_bytes());
             if hash == *self.admin_token_hash.read().unwrap() {
-                return Ok(Who::Admin);
+                return Ok((Who::Admin, Presented::Token(hash)));
             }
             return match self.shared.credentials.by_token(&hash) {
-                Some(tenant) => Ok(Who::Tenant(tenant)),
+                Some(tenant) => Ok((Who::Tenant(tenant), Presented::Token(hash))),
                 None => Err(self.refuse(rpc, request, "a token no tenant has (never issued, rotated, or removed)")),
             };
         }
@@ -129,7 +163,7 @@ impl Auth {
                 return Err(self.refuse(rpc, request, "a client certificate that names no tenant"));
             };
             return match self.shared.credentials.by_name(&name) {
-                Some(tenant) => Ok(Who::Tenant(tenant)),
+                Some(tenant) => Ok((Who::Tenant(tenant), Presented::Certificate)),
                 None => Err(self.refuse(
                     rpc,
                     request,
@@ -138,6 +172,54 @@ impl Auth {
             };
         }
         Err(self.refuse(rpc, request, "no credential"))
+    }
+
+    /// Whether the credential a stream opened with still authenticates the same
+    /// caller: a tenant token rotated or removed since, a tenant removed (even if one
+    /// of the same name was added again), or an admin token no longer in the node's
+    /// file ends the stream with UNAUTHENTICATED. Looked up only after credentials
+    /// changed, so that a stream's many answers cost one atomic read each.
+    pub fn still_valid(&self, credential: &mut StreamCredential) -> Result<(), Status> {
+        let generation = self.shared.credentials.generation();
+        if generation == credential.checked || self.streams_outlive_revocation {
+            return Ok(());
+        }
+        let valid = match (&credential.who, &credential.presented) {
+            (Who::Admin, Presented::Token(hash)) => *hash == *self.admin_token_hash.read().unwrap(),
+            (Who::Admin, Presented::Certificate) => false,
+            (Who::Tenant(tenant), Presented::Token(hash)) => {
+                self.shared.credentials.by_token(hash).is_some_and(|now| now.id == tenant.id)
+            }
+            (Who::Tenant(tenant), Presented::Certificate) => {
+                self.shared.credentials.by_name(&tenant.name).is_some_and(|now| now.id == tenant.id)
+            }
+        };
+        if valid {
+            credential.checked = generation;
+            return Ok(());
+        }
+        tracing::info!(
+            target: "audit",
+            rpc = credential.rpc,
+            caller = credential.who.name(),
+            "ended a stream whose credential was revoked since it opened"
+        );
+        Err(error_status(
+            ErrorReason::Unauthenticated,
+            format!(
+                "{}: the credential this stream opened with was revoked (a tenant token rotated or removed, the \
+                 tenant removed, or the admin token replaced); open it again with the current credential",
+                credential.rpc
+            ),
+            &[],
+        ))
+    }
+
+    /// Plants a bug for the simulator's control: streams keep the credential they
+    /// opened with, whatever happens to it (`--test-stream-outlives-rotation`).
+    pub fn streams_outliving_revocation(mut self) -> Auth {
+        self.streams_outlive_revocation = true;
+        self
     }
 
     /// The namespace a read of `who` looks in: its own, or for the admin the tenant

@@ -151,9 +151,11 @@ impl Elections for ElectionsService {
     type ObserveStream = ObserveStream;
 
     async fn observe(&self, request: Request<pb::ObserveRequest>) -> Result<Response<Self::ObserveStream>, Status> {
-        let who = self.auth.who("Elections.Observe", &request)?;
+        // Subscribed before the credential is read: a revocation in between wakes it.
+        let mut credentials_changed = self.replica.shared.credentials.subscribe();
+        let mut credential = self.auth.who_for_stream("Elections.Observe", &request)?;
         let request = request.into_inner();
-        let tenant = self.auth.namespace(&who, &request.tenant)?;
+        let tenant = self.auth.namespace(&credential.who, &request.tenant)?;
         let name = convert::resource_name(ResourceKind::Election, &request.name)?;
         // Subscribe first, then read: a change applied in between is in both, and
         // its index tells the stream to skip it.
@@ -182,16 +184,28 @@ impl Elections for ElectionsService {
             .read(false, |machine| (machine.last_applied_index(), current_leader(machine, tenant, &name)))
             .await?;
         let (replies, outgoing) = mpsc::channel(OBSERVE_REPLIES_QUEUED_MAX);
+        let auth = self.auth.clone();
         tokio::spawn(async move {
             let first = pb::ObserveResponse { leader: initial.map(leader_info), applied_index: initial_index };
             if replies.send(Ok(first)).await.is_err() {
                 return;
             }
             // Until the client goes away (even from a quiet election): the subscription
-            // then leaves the registry as it is dropped.
+            // then leaves the registry as it is dropped. A credential revoked meanwhile
+            // ends the stream as soon as the node applies the revocation.
             loop {
                 let change = tokio::select! {
                     _ = replies.closed() => return,
+                    changed = credentials_changed.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        if let Err(status) = auth.still_valid(&mut credential) {
+                            let _ = replies.send(Err(status)).await;
+                            return;
+                        }
+                        continue;
+                    }
                     change = subscription.changes.recv() => change,
                 };
                 let Some(change) = change else { return };

@@ -11,7 +11,7 @@ use leasehold_proto::leasehold_server::Leasehold;
 use leasehold_proto::ErrorReason;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::api::auth::{Auth, Who};
+use crate::api::auth::{Auth, StreamCredential, Who};
 use crate::api::convert;
 use crate::api::lock_delay::LockDelayPolicy;
 use crate::api::queued_wait::{self, WaitEnd};
@@ -106,7 +106,10 @@ type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<pb::KeepAliveResponse, S
 /// One keepalive stream's state while its answers are polled.
 struct KeepAlives {
     replica: Arc<Replica>,
-    /// The stream's sender: it keeps alive only its own tenant's sessions.
+    auth: Arc<Auth>,
+    /// The stream's sender: it keeps alive only its own tenant's sessions, and only
+    /// while the credential it opened with is valid.
+    credential: StreamCredential,
     tenant: TenantId,
     incoming: Streaming<pb::KeepAliveRequest>,
     /// The keepalives that arrived together, answered by one leadership round.
@@ -124,12 +127,26 @@ struct KeepAlives {
 /// A keepalive renews its session only if the session is the stream sender's tenant's
 /// and the keepalive carries the session's secret; any other is answered `alive =
 /// false` and renews nothing, so knowing a session's id is not enough to keep it.
+/// The stream ends with UNAUTHENTICATED at the first keepalive after the credential
+/// it opened with was revoked (a tenant token rotated, a tenant removed): the sessions
+/// it kept then expire as silent ones do.
 fn keepalive_answers(
     replica: Arc<Replica>,
-    tenant: TenantId,
+    auth: Arc<Auth>,
+    credential: StreamCredential,
     incoming: Streaming<pb::KeepAliveRequest>,
 ) -> KeepAliveStream {
-    let state = KeepAlives { replica, tenant, incoming, batch: Vec::new(), answers: VecDeque::new(), ended: false };
+    let tenant = credential.who.tenant();
+    let state = KeepAlives {
+        replica,
+        auth,
+        credential,
+        tenant,
+        incoming,
+        batch: Vec::new(),
+        answers: VecDeque::new(),
+        ended: false,
+    };
     Box::pin(futures::stream::unfold(state, |mut state| async move {
         loop {
             if let Some(answer) = state.answers.pop_front() {
@@ -153,6 +170,12 @@ fn keepalive_answers(
             // from its own first moment, which is later.
             let arrived_ms = state.replica.shared.deadlines.clock().now_ms();
             if let Err(status) = state.replica.confirm_and_apply().await {
+                state.batch.clear();
+                state.answers.push_back(Err(status));
+                continue;
+            }
+            // Checked against every entry committed before the keepalives arrived.
+            if let Err(status) = state.auth.still_valid(&mut state.credential) {
                 state.batch.clear();
                 state.answers.push_back(Err(status));
                 continue;
@@ -270,11 +293,12 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<Streaming<pb::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
-        let who = self.who("KeepAlive", &request)?;
+        let credential = self.auth.who_for_stream("KeepAlive", &request)?;
         if !self.replica.is_leader() {
             return Err(self.replica.leader_hint());
         }
-        Ok(Response::new(keepalive_answers(self.replica.clone(), who.tenant(), request.into_inner())))
+        let answers = keepalive_answers(self.replica.clone(), self.auth.clone(), credential, request.into_inner());
+        Ok(Response::new(answers))
     }
 
     async fn close_session(

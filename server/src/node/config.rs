@@ -193,6 +193,12 @@ pub struct RawConfig {
     #[arg(long, hide = true)]
     #[serde(default)]
     pub test_keep_learner_on_add: bool,
+    /// Plants a bug: a keepalive or observe stream keeps the credential it opened
+    /// with, so a tenant token rotated or removed keeps its open sessions alive. For
+    /// the simulator's `--bug stream-outlives-rotation`; never in production.
+    #[arg(long, hide = true)]
+    #[serde(default)]
+    pub test_stream_outlives_rotation: bool,
     /// Speaks for a build that knows command levels up to N only (below this build's
     /// `COMMAND_LEVEL`): what an older build does when the cluster's log is newer. For
     /// the tests of that refusal; never in production.
@@ -256,6 +262,7 @@ impl RawConfig {
             test_believe_latest_incarnation: self.test_believe_latest_incarnation
                 || file.test_believe_latest_incarnation,
             test_keep_learner_on_add: self.test_keep_learner_on_add || file.test_keep_learner_on_add,
+            test_stream_outlives_rotation: self.test_stream_outlives_rotation || file.test_stream_outlives_rotation,
             test_command_level: self.test_command_level.or(file.test_command_level),
             test_panic_on_lock: self.test_panic_on_lock.or(file.test_panic_on_lock),
             lock_delay_defaults: if self.lock_delay_defaults.is_empty() {
@@ -308,6 +315,7 @@ pub struct Config {
     pub test_short_lease_restart: bool,
     pub test_believe_latest_incarnation: bool,
     pub test_keep_learner_on_add: bool,
+    pub test_stream_outlives_rotation: bool,
     /// The command level this node speaks for: `COMMAND_LEVEL` unless
     /// --test-command-level says lower.
     pub command_level: u32,
@@ -628,6 +636,7 @@ impl Config {
             test_short_lease_restart: raw.test_short_lease_restart,
             test_believe_latest_incarnation: raw.test_believe_latest_incarnation,
             test_keep_learner_on_add: raw.test_keep_learner_on_add,
+            test_stream_outlives_rotation: raw.test_stream_outlives_rotation,
             command_level,
             test_panic_on_lock: raw.test_panic_on_lock,
             lock_delay_defaults: lock_delay_defaults(&raw.lock_delay_defaults)?,

@@ -302,7 +302,13 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
             config.data_dir.display()
         )));
     }
-    let auth = Arc::new(Auth::new(config.admin_token_file.clone(), shared.clone()).map_err(StartError::Failed)?);
+    let auth = Auth::new(config.admin_token_file.clone(), shared.clone()).map_err(StartError::Failed)?;
+    let auth = if config.test_stream_outlives_rotation {
+        tracing::warn!("--test-stream-outlives-rotation: open streams keep a revoked credential working");
+        Arc::new(auth.streams_outliving_revocation())
+    } else {
+        Arc::new(auth)
+    };
     let replica = Replica::new(
         raft.clone(),
         shared,

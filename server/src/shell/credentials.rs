@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+use tokio::sync::watch;
+
 use crate::machine::{SecretHash, StateMachine, TenantId, ADMIN_TENANT};
 
 /// The admin credential is a secret like any other: at least 128 bits' worth of text.
@@ -40,9 +42,19 @@ struct Index {
     by_name: BTreeMap<Arc<str>, KnownTenant>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Credentials {
     index: RwLock<Arc<Index>>,
+    /// Counts the changes of what a credential may be (tenants added, rotated or
+    /// removed; the admin token read again), so that an open stream checks its
+    /// credential again only after one.
+    generation: watch::Sender<u64>,
+}
+
+impl Default for Credentials {
+    fn default() -> Credentials {
+        Credentials { index: RwLock::default(), generation: watch::Sender::new(0) }
+    }
 }
 
 impl Credentials {
@@ -60,6 +72,22 @@ impl Credentials {
             }
         }
         *self.index.write().unwrap() = Arc::new(index);
+        self.changed();
+    }
+
+    /// Tells open streams that credentials changed (also the admin token's reload).
+    pub fn changed(&self) {
+        self.generation.send_modify(|generation| *generation += 1);
+    }
+
+    /// The number of changes so far.
+    pub fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
+    /// Wakes on every later change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
     }
 
     /// The tenant whose token hashes to `token_hash`.
