@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use tokio::sync::Notify;
+
 use crate::raft::blocking::Blocking;
 use crate::raft::disk::Disk;
 use crate::shell::clock::Clock;
@@ -29,6 +31,17 @@ pub struct Environment {
     /// How the node stops itself when it must: the process exits, or a simulator is
     /// told the code.
     pub exit: Exit,
+    /// What tells the node to read its admin token and certificates again.
+    pub reloads: Reloads,
+}
+
+/// Where the node's reload requests come from.
+#[derive(Clone)]
+pub enum Reloads {
+    /// SIGHUP.
+    Hangup,
+    /// A simulator's notification (it has no signals, and runs no I/O driver).
+    Notified(Arc<Notify>),
 }
 
 impl Environment {
@@ -41,6 +54,7 @@ impl Environment {
             disk: None,
             sockets: None,
             exit: Exit::Process,
+            reloads: Reloads::Hangup,
         }
     }
 }

@@ -30,7 +30,7 @@ use crate::api::semaphores_service::SemaphoresService;
 use crate::machine::{ClusterRecord, Command};
 use crate::node::config::{Config, Transport};
 use crate::node::data_dir::{self, Claim};
-use crate::node::environment::Environment;
+use crate::node::environment::{Environment, Reloads};
 use crate::node::metrics;
 use crate::node::status::StatusPage;
 use crate::raft::disk::Disk;
@@ -150,7 +150,7 @@ impl Bound {
 /// Starts a node on `config`, in `environment` (`Environment::os` for a node that
 /// serves clients).
 pub async fn start(config: Config, environment: Environment) -> Result<RunningNode, StartError> {
-    let Environment { clock, entropy, blocking, disk, sockets, exit } = environment;
+    let Environment { clock, entropy, blocking, disk, sockets, exit, reloads } = environment;
     if sockets.is_some()
         && (!config.transport.is_plaintext() || config.metrics_bind.is_some() || config.status_bind.is_some())
     {
@@ -348,9 +348,13 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         })),
     };
     // Registered before anything could send it: SIGHUP's default action ends the process.
-    let hangups =
-        signal(SignalKind::hangup()).map_err(|error| StartError::Failed(format!("SIGHUP handler: {error}")))?;
-    let hangup_reload = reload_on_hangup(hangups, node_tls.clone(), auth.clone(), stopped.clone());
+    let requests = match reloads {
+        Reloads::Hangup => ReloadRequests::Hangup(
+            signal(SignalKind::hangup()).map_err(|error| StartError::Failed(format!("SIGHUP handler: {error}")))?,
+        ),
+        Reloads::Notified(notify) => ReloadRequests::Notified(notify),
+    };
+    let hangup_reload = reload_on_hangup(requests, node_tls.clone(), auth.clone(), stopped.clone());
     tasks.push(essential.spawn("SIGHUP reload", hangup_reload));
 
     let client_server = tonic::transport::Server::builder()
@@ -540,15 +544,34 @@ pub const PEER_STREAMS_PER_CONNECTION_MAX: u32 = 64;
 /// Re-reads the certificates, keys and CAs, and the admin token, on SIGHUP. New
 /// handshakes use them; open connections keep theirs, so no session is dropped. A set
 /// of files that does not load changes nothing.
+/// The reload requests a running node waits for.
+enum ReloadRequests {
+    Hangup(Signal),
+    Notified(Arc<tokio::sync::Notify>),
+}
+
+impl ReloadRequests {
+    /// The next request; false once no more can come.
+    async fn next(&mut self) -> bool {
+        match self {
+            ReloadRequests::Hangup(hangups) => hangups.recv().await.is_some(),
+            ReloadRequests::Notified(notify) => {
+                notify.notified().await;
+                true
+            }
+        }
+    }
+}
+
 async fn reload_on_hangup(
-    mut hangups: Signal,
+    mut requests: ReloadRequests,
     tls: Option<Arc<NodeTls>>,
     auth: Arc<Auth>,
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
         tokio::select! {
-            hangup = hangups.recv() => if hangup.is_none() { return },
+            requested = requests.next() => if !requested { return },
             _ = stopped.wait_for(|stop| *stop) => return,
         }
         match auth.reload_admin_token() {
