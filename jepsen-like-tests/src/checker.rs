@@ -32,6 +32,9 @@
 //!   grant's lock-delay), across leader changes.
 //! * (j) `lock_delays` — a lock whose stopped holder's grant asked for a lock-delay
 //!   goes to nobody else before the holder's last keepalive + TTL + the delay.
+//! * `revocations` — a session kept alive with a tenant token that was then rotated
+//!   or removed is renewed no more than one keepalive interval after the revocation
+//!   took effect: an open stream does not keep a revoked credential working.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -1413,6 +1416,53 @@ pub fn node_exits(exits: &[NodeExit]) -> CheckResult {
     )
 }
 
+/// A session kept alive on a stream opened with a tenant credential that was then
+/// revoked (the token rotated, or the tenant removed), as its holder saw it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Revocation {
+    /// "rotate-token" or "remove-tenant".
+    pub how: &'static str,
+    pub session: u64,
+    /// When the revoking command was acknowledged: it took effect by then.
+    pub revoked_ns: u64,
+    /// The session's keepalive interval.
+    pub interval_ns: u64,
+    /// When the last keepalive answered alive was sent (0: none).
+    pub last_renewal_sent_ns: u64,
+}
+
+/// No session was renewed on a revoked credential: each keepalive answered alive was
+/// sent before its revocation took effect, or within one keepalive interval after
+/// (a keepalive in flight as the revocation commits). A stream that outlives the
+/// revocation keeps answering, and its holder keeps the lock it should lose.
+pub fn revocations(revocations: &[Revocation]) -> CheckResult {
+    let anomalies = revocations
+        .iter()
+        .filter(|revoked| revoked.last_renewal_sent_ns > revoked.revoked_ns + revoked.interval_ns)
+        .map(|revoked| Anomaly {
+            what: format!(
+                "session {}: a keepalive sent at {} ms was answered alive, {} ms after {} at {} ms (allowed: one \
+                 keepalive interval, {} ms)",
+                revoked.session,
+                revoked.last_renewal_sent_ns / 1_000_000,
+                (revoked.last_renewal_sent_ns - revoked.revoked_ns) / 1_000_000,
+                revoked.how,
+                revoked.revoked_ns / 1_000_000,
+                revoked.interval_ns / 1_000_000
+            ),
+            operations: Vec::new(),
+        })
+        .collect();
+    CheckResult::from_anomalies(
+        REVOCATIONS_CHECK_NAME,
+        format!("{} session(s) whose tenant credential was revoked while they were kept alive", revocations.len()),
+        anomalies,
+    )
+}
+
+/// The revocations check's name in the summary.
+pub const REVOCATIONS_CHECK_NAME: &str = "revoked credentials";
+
 pub const UPGRADE_CHECK_NAME: &str = "rolling upgrade";
 
 /// One node's upgrade from the older release's build to this workspace's.
@@ -2307,6 +2357,30 @@ mod tests {
         let crashed = refusals(&[refusal(Some(134))]);
         assert_eq!(crashed.verdict, Verdict::Fail, "a crash is not the documented refusal");
         assert!(crashed.anomalies[0].what.contains("exited with code 134"));
+    }
+
+    #[test]
+    fn a_session_renewed_past_its_credentials_revocation_fails() {
+        let revoked = |last_renewal_sent_ns| Revocation {
+            how: "rotate-token",
+            session: 17,
+            revoked_ns: 4_000_000_000,
+            interval_ns: 600_000_000,
+            last_renewal_sent_ns,
+        };
+        assert_eq!(revocations(&[]).verdict, Verdict::Pass);
+        // Renewed before the revocation, and a keepalive in flight as it committed.
+        assert_eq!(revocations(&[revoked(3_900_000_000), revoked(4_500_000_000)]).verdict, Verdict::Pass);
+        assert_eq!(revocations(&[revoked(0)]).verdict, Verdict::Pass, "never renewed");
+        // Renewed on after the stream should have ended.
+        let outlived = revocations(&[revoked(3_900_000_000), revoked(9_000_000_000)]);
+        assert_eq!(outlived.verdict, Verdict::Fail);
+        assert_eq!(outlived.anomalies.len(), 1);
+        assert!(
+            outlived.anomalies[0].what.contains("sent at 9000 ms was answered alive, 5000 ms after rotate-token"),
+            "{:?}",
+            outlived.anomalies
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use leasehold_server::node::config::{Config, RawConfig};
+use leasehold_server::node::environment::Reloads;
 use leasehold_server::node::{self, Environment};
 use leasehold_server::raft::blocking::Blocking;
 use leasehold_server::raft::memory_disk::MemoryDisk;
@@ -18,6 +19,8 @@ use leasehold_server::raft::replica::Replica;
 use leasehold_server::shell::clock::{Clock, TimeSource};
 use leasehold_server::shell::entropy::Entropy;
 use leasehold_server::shell::fail_stop::Exit;
+
+use tokio::sync::Notify;
 
 use crate::network::SimulatedSockets;
 
@@ -40,6 +43,11 @@ pub fn worker_ip(process: u64) -> IpAddr {
 /// The operator's address on turmoil's network (`operator`).
 pub fn operator_ip() -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(192, 168, 72, 1))
+}
+
+/// The address of the host whose tenant token leaks (`revocation`).
+pub fn tenant_ip() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(192, 168, 73, 1))
 }
 
 /// Node `id`'s client endpoint, `ip:port`.
@@ -85,6 +93,9 @@ pub struct SimulatedNode {
     /// The code and message of the node's last stop of itself, until the simulator
     /// takes it (0: removed from the cluster).
     pub exited: Mutex<Option<(i32, String)>>,
+    /// Tells the running node to read its admin token and certificates again (the
+    /// simulator's SIGHUP).
+    pub reloads: Arc<Notify>,
     config: Mutex<Config>,
     seed: u64,
     /// Starts so far, so that each start draws other random choices.
@@ -131,6 +142,7 @@ impl SimulatedNode {
             clock: Clock::driven(Arc::new(SimulatedTime)),
             replica: Mutex::new(None),
             exited: Mutex::new(None),
+            reloads: Arc::new(Notify::new()),
             config: Mutex::new(config),
             seed,
             starts: AtomicU64::new(0),
@@ -165,6 +177,7 @@ impl SimulatedNode {
             disk: Some(self.disk.clone()),
             sockets: Some(Arc::new(SimulatedSockets)),
             exit: Exit::Report(Arc::new(move |code, message: &str| reporter.stopped(code, message))),
+            reloads: Reloads::Notified(self.reloads.clone()),
         };
         let config = self.config.lock().unwrap().clone();
         let mut running = node::start(config, environment)

@@ -14,6 +14,8 @@
 //!   real client, recorded as the fault suite's history.
 //! * `operator` — the README's admin commands (`member remove`, `member add`) from a
 //!   host of their own, when a replacement asks for them.
+//! * `revocation` — a tenant's token rotated (or the tenant removed) while a holder
+//!   that knows only the old token keeps its session on an open stream.
 //! * `replicas` — the white-box checks between steps: invariants on every node, and
 //!   the same state wherever the same index was applied.
 //! * `run` — one seed: the cluster, the workers, the faults the seed draws, the
@@ -23,5 +25,6 @@ pub mod host;
 pub mod network;
 pub mod operator;
 pub mod replicas;
+pub mod revocation;
 pub mod run;
 pub mod workload;

@@ -9,6 +9,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use leasehold_jepsen::checker::{Anomaly, CheckResult, Verdict};
+use leasehold_server::raft::replica::Replica;
 use leasehold_server::shell::fail_stop;
 
 use crate::host::SimulatedNode;
@@ -20,18 +21,28 @@ const ANOMALIES_MAX: usize = 8;
 pub struct ReplicaChecks {
     /// Per applied index, the first node seen there and its state's digest.
     seen: BTreeMap<u64, (u64, u64)>,
+    /// Per node, the replica and the index it was last looked at: the machine
+    /// changes only by applying, so a node still there is not looked at again.
+    looked_at: BTreeMap<u64, (Arc<Replica>, u64)>,
     samples: u64,
     compared: u64,
     anomalies: Vec<Anomaly>,
 }
 
 impl ReplicaChecks {
-    /// Looks at every running node now, at simulated time `now_ms`.
+    /// Looks at every running node that applied an entry (or started again) since it
+    /// was last looked at, at simulated time `now_ms`.
     pub fn sample(&mut self, nodes: &[Arc<SimulatedNode>], now_ms: u128) {
         for node in nodes {
             let Some(replica) = node.replica.lock().unwrap().clone() else { continue };
             let applied = replica.shared.applied.read().unwrap();
             let index = applied.last_applied.map(|log_id| log_id.index).unwrap_or(0);
+            let unchanged =
+                self.looked_at.get(&node.id).is_some_and(|(before, at)| Arc::ptr_eq(before, &replica) && *at == index);
+            if unchanged {
+                continue;
+            }
+            self.looked_at.insert(node.id, (replica.clone(), index));
             let invariants = fail_stop::catching(|| applied.machine.check_invariants());
             let mut hasher = DefaultHasher::new();
             applied.machine.snapshot_into(Vec::new()).hash(&mut hasher);

@@ -18,9 +18,10 @@ use leasehold_server::node::config::RawConfig;
 use leasehold_server::raft::incarnations::{COMMAND_LEVEL, EXIT_STALE_INCARNATION};
 use leasehold_server::shell::clock::RATE_PER_MILLE_NORMAL;
 
-use crate::host::{node_ip, operator_ip, worker_ip, SimulatedNode};
+use crate::host::{node_ip, operator_ip, tenant_ip, worker_ip, SimulatedNode};
 use crate::operator::{Operator, Step};
 use crate::replicas::ReplicaChecks;
+use crate::revocation;
 use crate::workload::{self, Shared};
 
 /// What one seed runs.
@@ -52,6 +53,10 @@ pub enum Bug {
     /// refused add, the node started again on an emptied directory is stopped by that
     /// stale record, and never joins (`--test-keep-learner-on-add`).
     StaleIncarnation,
+    /// A keepalive stream keeps the credential it opened with: a holder whose
+    /// tenant token was rotated away keeps its session and its lock
+    /// (`--test-stream-outlives-rotation`).
+    StreamOutlivesRotation,
 }
 
 impl Bug {
@@ -61,6 +66,7 @@ impl Bug {
             Some(Bug::LeaseShortened) => raw.test_short_lease_restart = true,
             Some(Bug::UnrecordedIncarnation) => raw.test_believe_latest_incarnation = true,
             Some(Bug::StaleIncarnation) => raw.test_keep_learner_on_add = true,
+            Some(Bug::StreamOutlivesRotation) => raw.test_stream_outlives_rotation = true,
             Some(Bug::NoFencing) | None => {}
         }
     }
@@ -191,7 +197,6 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         .min_message_latency(Duration::from_micros(200))
         .max_message_latency(Duration::from_millis(3))
         .rng_seed(seed)
-        .enable_tokio_io()
         .build();
     let mut outcome = Outcome {
         seed,
@@ -228,6 +233,15 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     }
     let (mut operator, operator_host) = Operator::new(options.nodes);
     sim.client(operator_ip(), operator_host);
+    let revocation = revocation::Plan::draw(seed, options.faulty);
+    let revoked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    sim.client(tenant_ip(), revocation::run(options.nodes, revocation, stop_at, revoked.clone()));
+    outcome.faults.push(format!(
+        "{:>6} ms {} of tenant {:?} planned, with a holder of its token",
+        revocation.at.as_millis(),
+        if revocation.remove { "removal" } else { "token rotation" },
+        revocation::TENANT
+    ));
 
     let mut random = StdRng::seed_from_u64(seed.rotate_left(29));
     let mut next_fault = Duration::from_millis(random.random_range(500..2_000));
@@ -477,6 +491,15 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         detail: format!("{began} replacement(s) begun, {} unfinished", replacements.len()),
         anomalies: replacements,
     };
+    for revoked in revoked.lock().unwrap().iter() {
+        outcome.faults.push(format!(
+            "{:>6} ms {} acknowledged; session {} last renewed by a keepalive sent at {} ms",
+            revoked.revoked_ns / 1_000_000,
+            revoked.how,
+            revoked.session,
+            revoked.last_renewal_sent_ns / 1_000_000
+        ));
+    }
     outcome.simulated = sim.elapsed();
     let records = shared.records.lock().unwrap().clone();
     outcome.trace = outcome.faults.iter().map(|fault| format!("{{\"fault\":{fault:?}}}")).collect();
@@ -501,6 +524,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     outcome.checks.push(checker::refusals(&refusals));
     outcome.checks.push(checker::node_exits(&exits));
     outcome.checks.push(replacements);
+    outcome.checks.push(checker::revocations(&revoked.lock().unwrap()));
     outcome
 }
 

@@ -243,7 +243,7 @@ async fn increment(worker: &mut Worker, key: &str, session: u64, token: u64, ran
 /// The simulated time at which the session's last answered keepalive was sent: its
 /// conservative deadline less the part of a TTL the client counts on (see
 /// `Record::alive_ns`). The deadline is on this host's tokio clock, as is `now`.
-fn last_answered_keepalive_ns(session: &leasehold::Session) -> u64 {
+pub fn last_answered_keepalive_ns(session: &leasehold::Session) -> u64 {
     let ttl_ms = session.ttl().as_millis() as u64;
     let counted_on = Duration::from_millis(leasehold::proto::lease::client_lease_ms(ttl_ms));
     let now = tokio::time::Instant::now().into_std();
