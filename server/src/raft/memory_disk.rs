@@ -23,21 +23,34 @@ struct State {
     synced: Contents,
     /// Writes since the last sync, oldest first: what a crash loses.
     unsynced: Vec<Batch>,
-    /// The synced contents before the last sync that made something durable, for
-    /// `lose_last_synced`.
-    before_last_sync: Option<(Contents, Vec<Batch>)>,
+    /// How to undo the last sync that made something durable, for
+    /// `lose_last_synced`: each key it changed with the value it had before, in the
+    /// order changed (a sync costs what it wrote, not what the disk holds).
+    last_sync_undo: Option<Vec<Undo>>,
     /// Set by `fail_writes`: writes and syncs fail with this reason (a full disk).
     failing: Option<String>,
+    /// Writes and syncs refused so far.
+    refused: usize,
 }
 
-fn apply(contents: &mut Contents, batch: &Batch) {
+/// A key and the value it had before a change (None: it did not exist).
+type Undo = ((Family, Vec<u8>), Option<Vec<u8>>);
+
+/// Applies `batch` to `contents`; with `undo`, records what each change replaced.
+fn apply(contents: &mut Contents, batch: &Batch, mut undo: Option<&mut Vec<Undo>>) {
     for change in &batch.changes {
         match change {
             Change::Put { family, key, value } => {
-                contents.insert((*family, key.clone()), value.clone());
+                let before = contents.insert((*family, key.clone()), value.clone());
+                if let Some(undo) = undo.as_deref_mut() {
+                    undo.push(((*family, key.clone()), before));
+                }
             }
             Change::Delete { family, key } => {
-                contents.remove(&(*family, key.clone()));
+                let before = contents.remove(&(*family, key.clone()));
+                if let Some(undo) = undo.as_deref_mut() {
+                    undo.push(((*family, key.clone()), before));
+                }
             }
             Change::DeleteRange { family, from, to } => {
                 let doomed: Vec<_> = contents
@@ -45,7 +58,10 @@ fn apply(contents: &mut Contents, batch: &Batch) {
                     .map(|(key, _)| key.clone())
                     .collect();
                 for key in doomed {
-                    contents.remove(&key);
+                    let before = contents.remove(&key);
+                    if let Some(undo) = undo.as_deref_mut() {
+                        undo.push((key, before));
+                    }
                 }
             }
         }
@@ -57,10 +73,11 @@ impl State {
         if self.unsynced.is_empty() {
             return;
         }
-        self.before_last_sync = Some((self.synced.clone(), self.unsynced.clone()));
-        for batch in self.unsynced.drain(..) {
-            apply(&mut self.synced, &batch);
+        let mut undo = Vec::new();
+        for batch in std::mem::take(&mut self.unsynced) {
+            apply(&mut self.synced, &batch, Some(&mut undo));
         }
+        self.last_sync_undo = Some(undo);
     }
 }
 
@@ -89,8 +106,13 @@ impl MemoryDisk {
     /// died. Answers whether there was such a sync to undo.
     pub fn lose_last_synced(&self) -> bool {
         let mut state = self.state();
-        let Some((synced, _lost)) = state.before_last_sync.take() else { return false };
-        state.synced = synced;
+        let Some(undo) = state.last_sync_undo.take() else { return false };
+        for (key, before) in undo.into_iter().rev() {
+            match before {
+                Some(value) => state.synced.insert(key, value),
+                None => state.synced.remove(&key),
+            };
+        }
         state.written = state.synced.clone();
         state.unsynced.clear();
         true
@@ -100,6 +122,11 @@ impl MemoryDisk {
     /// disk; `None` heals it.
     pub fn fail_writes(&self, reason: Option<String>) {
         self.state().failing = reason;
+    }
+
+    /// Writes and syncs refused so far (`fail_writes`).
+    pub fn refused_writes(&self) -> usize {
+        self.state().refused
     }
 
     /// Writes not yet synced (what a crash would lose).
@@ -141,10 +168,11 @@ impl Disk for MemoryDisk {
 
     fn write(&self, batch: Batch, durability: Durability) -> Result<(), DiskError> {
         let mut state = self.state();
-        if let Some(reason) = &state.failing {
-            return Err(DiskError(reason.clone()));
+        if let Some(reason) = state.failing.clone() {
+            state.refused += 1;
+            return Err(DiskError(reason));
         }
-        apply(&mut state.written, &batch);
+        apply(&mut state.written, &batch, None);
         state.unsynced.push(batch);
         if durability == Durability::Synced {
             state.sync();
@@ -154,8 +182,9 @@ impl Disk for MemoryDisk {
 
     fn sync(&self) -> Result<(), DiskError> {
         let mut state = self.state();
-        if let Some(reason) = &state.failing {
-            return Err(DiskError(reason.clone()));
+        if let Some(reason) = state.failing.clone() {
+            state.refused += 1;
+            return Err(DiskError(reason));
         }
         state.sync();
         Ok(())
@@ -218,6 +247,32 @@ mod tests {
     }
 
     #[test]
+    fn a_lying_disk_undoes_every_change_of_its_last_sync_and_nothing_before() {
+        let disk = MemoryDisk::new();
+        let mut batch = Batch::default();
+        for index in 1..=4u64 {
+            batch.put(Family::Logs, index.to_be_bytes(), vec![index as u8]);
+        }
+        disk.write(batch, Durability::Synced).unwrap();
+        let before: Vec<Vec<u8>> = keys(&disk, Family::Logs);
+        // One sync of two batches: a range deleted, a key replaced, a key added, a
+        // key put twice.
+        let mut batch = Batch::default();
+        batch.delete_range(Family::Logs, 2u64.to_be_bytes(), 4u64.to_be_bytes());
+        batch.put(Family::Logs, 1u64.to_be_bytes(), vec![10]);
+        disk.write(batch, Durability::Written).unwrap();
+        let mut batch = Batch::default();
+        batch.put(Family::Logs, 9u64.to_be_bytes(), vec![9]);
+        batch.put(Family::Logs, 9u64.to_be_bytes(), vec![99]);
+        disk.write(batch, Durability::Synced).unwrap();
+        assert_eq!(keys(&disk, Family::Logs).len(), 3);
+        assert!(disk.lose_last_synced());
+        assert_eq!(keys(&disk, Family::Logs), before, "the contents before that sync, key for key");
+        assert_eq!(disk.get(Family::Logs, &1u64.to_be_bytes()).unwrap(), Some(vec![1]));
+        assert_eq!(disk.get(Family::Logs, &9u64.to_be_bytes()).unwrap(), None);
+    }
+
+    #[test]
     fn a_lying_disk_loses_its_last_synced_write_and_a_full_one_refuses_writes() {
         let disk = MemoryDisk::new();
         disk.put(Family::Meta, b"vote", b"v1".to_vec(), Durability::Synced).unwrap();
@@ -230,6 +285,8 @@ mod tests {
         let error = disk.put(Family::Meta, b"vote", b"v3".to_vec(), Durability::Synced).unwrap_err();
         assert_eq!(error.to_string(), "no space left on device");
         assert_eq!(disk.get(Family::Meta, b"vote").unwrap(), Some(b"v1".to_vec()), "a refused write changes nothing");
+        assert!(disk.sync().is_err());
+        assert_eq!(disk.refused_writes(), 2, "the write and the sync");
         disk.fail_writes(None);
         disk.put(Family::Meta, b"vote", b"v3".to_vec(), Durability::Synced).unwrap();
     }
