@@ -44,6 +44,15 @@ enum Command {
 
 fn main() -> ExitCode {
     let Command::Run { seeds, first_seed, seed, nodes, seconds, bug, trace } = Arguments::parse().command;
+    if !cfg!(tokio_unstable) {
+        // Without it tokio draws its runtimes' random choices (the branch order of
+        // `select!`) from the operating system, and a seed does not replay.
+        eprintln!(
+            "leasehold-sim: built without `--cfg tokio_unstable`, so a seed would not replay; the workspace's \
+             .cargo/config.toml sets it (a RUSTFLAGS in the environment replaces that setting)"
+        );
+        return ExitCode::from(2);
+    }
     if nodes == 4 {
         eprintln!("leasehold-sim: --nodes is 3 or 5");
         return ExitCode::from(2);
