@@ -10,8 +10,9 @@
 //! * `host` — the hosts' addresses on turmoil's network, and one node as turmoil host
 //!   software: its configuration, disk, clock and environment, started again after a
 //!   crash.
-//! * `workload` — simulated workers: sessions, locks and fenced writes through the
-//!   real client, recorded as the fault suite's history.
+//! * `workload` — simulated workers: sessions, locks and fenced writes, semaphore
+//!   permits, campaigns and an observer through the real client, recorded as the
+//!   fault suite's history.
 //! * `operator` — the README's admin commands (`member remove`, `member add`) from a
 //!   host of their own, when a replacement asks for them.
 //! * `revocation` — a tenant's token rotated (or the tenant removed) while a holder

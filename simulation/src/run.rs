@@ -1,5 +1,6 @@
 //! One seed: a cluster of 3 or 5 nodes and its workers under turmoil, the faults the
-//! seed draws (a node isolated, a crash that loses the unsynced writes and a
+//! seed draws (a node isolated, its messages to or from its peers lost, its
+//! messages held and delivered late, a crash that loses the unsynced writes and a
 //! restart, a clock at another rate or jumped forward, a disk replaced by an empty
 //! one, also in the first second), then a healed final phase; the operator's
 //! replacement of a wiped node as the README gives it; the white-box checks between
@@ -11,10 +12,12 @@ use std::time::Duration;
 
 use leasehold_jepsen::checker::{self, Anomaly, CheckResult, NodeExit, Refusal, Verdict};
 use leasehold_jepsen::history;
+use leasehold_jepsen::workload::SEMAPHORE_LIMIT;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use leasehold_server::node::config::RawConfig;
+use leasehold_server::node::running_node::EXIT_RAFT_FATAL;
 use leasehold_server::raft::incarnations::{COMMAND_LEVEL, EXIT_STALE_INCARNATION};
 use leasehold_server::shell::clock::RATE_PER_MILLE_NORMAL;
 
@@ -122,6 +125,16 @@ enum Fault {
     Crashed(u64),
     /// The node's clock runs at another rate (per mille), after a jump forward.
     Skewed(u64),
+    /// The node's messages to its peers are lost (`outgoing`), or theirs to it.
+    OneWay { node: u64, outgoing: bool },
+    /// Every message to and from the node is held, and delivered when healed: a
+    /// burst of late messages, as after a long stall of the network or the process.
+    Held(u64),
+    /// The node's disk refuses every write, as a full disk does: at its first
+    /// refused write the node must stop with code 5, and is started again once there
+    /// is room. `refused_before`: the disk's refusals before; `exited`: the code the
+    /// node stopped with meanwhile.
+    DiskFull { node: u64, since_ns: u64, refused_before: usize, exited: Option<i32> },
 }
 
 /// When a seed replaces a disk in the first moments of the cluster.
@@ -286,6 +299,12 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                 let (_, refusal, _) = awaiting_refusal.remove(position);
                 refusals[refusal].exit = Some(code);
             }
+            if let Some((Fault::DiskFull { node, exited, .. }, _)) = &mut in_effect {
+                if *node == id {
+                    *exited = Some(code);
+                    continue;
+                }
+            }
             let expected = match nodes.replacing[id as usize - 1] {
                 Some(Replacement::Wiped) if code == EXIT_STALE_INCARNATION => {
                     nodes.replacing[id as usize - 1] = Some(Replacement::Removing);
@@ -399,41 +418,42 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
             _ => {}
         }
         if !healed && now >= options.faulty {
-            if let Some((fault, _)) = in_effect.take() {
-                if matches!(fault, Fault::Skewed(_)) {
-                    clock_faults.push((clock_fault_since, now.as_nanos() as u64));
+            // A full disk the node wrote to is healed once it stopped (or could have).
+            let waiting =
+                in_effect.as_ref().is_some_and(|(fault, until)| !due(fault, (*until).min(options.faulty), now, &nodes));
+            if !waiting {
+                if let Some((fault, _)) = in_effect.take() {
+                    if matches!(fault, Fault::Skewed(_)) {
+                        clock_faults.push((clock_fault_since, now.as_nanos() as u64));
+                    }
+                    heal(&mut sim, &mut nodes, &mut refusals, options, fault, &mut outcome.faults, now);
                 }
-                heal(&mut sim, &nodes.nodes, options.workers, fault, &mut outcome.faults, now);
+                healed = true;
             }
-            healed = true;
         }
         if healed && (!nodes.replacing() || now >= stop_at + REPLACEMENT_GRACE) {
             operator.finish();
         }
         if !healed {
-            if let Some((_, until)) = &in_effect {
-                if now >= *until {
+            if let Some((fault, until)) = &in_effect {
+                if due(fault, *until, now, &nodes) {
                     let (fault, _) = in_effect.take().expect("checked");
                     if matches!(fault, Fault::Skewed(_)) {
                         clock_faults.push((clock_fault_since, now.as_nanos() as u64));
                     }
-                    heal(&mut sim, &nodes.nodes, options.workers, fault, &mut outcome.faults, now);
+                    heal(&mut sim, &mut nodes, &mut refusals, options, fault, &mut outcome.faults, now);
                     next_fault = now + Duration::from_millis(random.random_range(200..1_500));
                 }
-            } else if now >= next_fault {
+            } else if now >= next_fault && now < options.faulty {
                 let node = random.random_range(1..=options.nodes);
                 let lasting = Duration::from_millis(random.random_range(300..3_000));
-                let kind = random.random_range(0..11);
+                let kind = random.random_range(0..14);
                 if !nodes.serving(node) {
                     next_fault = now + Duration::from_millis(random.random_range(200..1_500));
                 } else if kind < 4 {
-                    for other in (1..=options.nodes).filter(|other| *other != node) {
-                        sim.partition(node_ip(node), node_ip(other));
+                    for other in others(options, node) {
+                        sim.partition(node_ip(node), other);
                     }
-                    for process in 1..=options.workers {
-                        sim.partition(node_ip(node), worker_ip(process));
-                    }
-                    sim.partition(node_ip(node), operator_ip());
                     outcome.faults.push(format!("{now_ms:>6} ms isolate node {node}"));
                     in_effect = Some((Fault::Isolated(node), now + lasting));
                 } else if kind < 8 {
@@ -452,6 +472,32 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                         "{now_ms:>6} ms clock of node {node} at {rate_per_mille}/1000, jumped {jump_ms} ms"
                     ));
                     in_effect = Some((Fault::Skewed(node), now + lasting));
+                } else if kind == 11 {
+                    let outgoing = random.random_bool(0.5);
+                    for other in (1..=options.nodes).filter(|other| *other != node) {
+                        if outgoing {
+                            sim.partition_oneway(node_ip(node), node_ip(other));
+                        } else {
+                            sim.partition_oneway(node_ip(other), node_ip(node));
+                        }
+                    }
+                    let way = if outgoing { "to" } else { "from" };
+                    outcome.faults.push(format!("{now_ms:>6} ms lose node {node}'s messages {way} its peers"));
+                    in_effect = Some((Fault::OneWay { node, outgoing }, now + lasting));
+                } else if kind == 12 {
+                    for other in others(options, node) {
+                        sim.hold(node_ip(node), other);
+                    }
+                    outcome.faults.push(format!("{now_ms:>6} ms hold every message to and from node {node}"));
+                    in_effect = Some((Fault::Held(node), now + lasting));
+                } else if kind == 13 {
+                    let disk = &nodes.node(node).disk;
+                    let refused_before = disk.refused_writes();
+                    disk.fail_writes(Some("No space left on device (simulated)".into()));
+                    outcome.faults.push(format!("{now_ms:>6} ms fill node {node}'s disk"));
+                    let since_ns = now.as_nanos() as u64;
+                    let full = Fault::DiskFull { node, since_ns, refused_before, exited: None };
+                    in_effect = Some((full, now + lasting));
                 } else if nodes.replacing() {
                     next_fault = now + Duration::from_millis(random.random_range(200..1_500));
                 } else {
@@ -513,6 +559,8 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     outcome.checks.push(checker::tokens(&operations));
     outcome.checks.push(checker::fenced_store(&operations, &shared.store.writes(), &final_values));
     outcome.checks.push(checker::linearizability(&operations, Duration::from_secs(10)));
+    outcome.checks.push(checker::semaphore_holders(&operations, SEMAPHORE_LIMIT as usize));
+    outcome.checks.push(checker::elections(&operations));
     // A leader whose clock runs fast ends leases early: that is what the fault is
     // for, so beliefs that overlap from a clock fault on (and two TTLs after) are
     // counted apart, as the fault suite counts them.
@@ -662,24 +710,61 @@ fn rejoin(sim: &mut turmoil::Sim<'_>, nodes: u64, id: u64, cut: &mut Vec<u64>, o
     outcome.faults.push(format!("{now_ms:>6} ms node {id} in reach of its peers again"));
 }
 
+/// Whether the fault in effect, drawn to last until `until`, is healed now: at
+/// `until`, but a full disk the node wrote to only once the node stopped (it stays
+/// down until `until`, as the disk stays full), or
+/// `REFUSAL_DEADLINE_MS` after `until` (then it kept running, which the refusal
+/// check fails).
+fn due(fault: &Fault, until: Duration, now: Duration, nodes: &Nodes) -> bool {
+    match fault {
+        Fault::DiskFull { node, refused_before, exited, .. } => {
+            let tried = nodes.node(*node).disk.refused_writes() > *refused_before;
+            (now >= until && (exited.is_some() || !tried)) || now >= until + Duration::from_millis(REFUSAL_DEADLINE_MS)
+        }
+        _ => now >= until,
+    }
+}
+
+/// Every other host of the run: the other nodes, the workers, the operator and the
+/// tenant's host.
+fn others(options: &Options, node: u64) -> Vec<std::net::IpAddr> {
+    let peers = (1..=options.nodes).filter(|other| *other != node).map(node_ip);
+    let workers = (1..=options.workers).map(worker_ip);
+    peers.chain(workers).chain([operator_ip(), tenant_ip()]).collect()
+}
+
 fn heal(
     sim: &mut turmoil::Sim<'_>,
-    nodes: &[Arc<SimulatedNode>],
-    workers: u64,
+    all: &mut Nodes,
+    refusals: &mut Vec<Refusal>,
+    options: &Options,
     fault: Fault,
     log: &mut Vec<String>,
     now: Duration,
 ) {
+    let nodes = &all.nodes;
     match fault {
         Fault::Isolated(node) => {
-            for other in nodes.iter().filter(|other| other.id != node) {
-                sim.repair(node_ip(node), node_ip(other.id));
+            for other in others(options, node) {
+                sim.repair(node_ip(node), other);
             }
-            for process in 1..=workers {
-                sim.repair(node_ip(node), worker_ip(process));
-            }
-            sim.repair(node_ip(node), operator_ip());
             log.push(format!("{:>6} ms heal node {node}", now.as_millis()));
+        }
+        Fault::OneWay { node, outgoing } => {
+            for other in nodes.iter().filter(|other| other.id != node) {
+                if outgoing {
+                    sim.repair_oneway(node_ip(node), node_ip(other.id));
+                } else {
+                    sim.repair_oneway(node_ip(other.id), node_ip(node));
+                }
+            }
+            log.push(format!("{:>6} ms node {node}'s messages flow both ways again", now.as_millis()));
+        }
+        Fault::Held(node) => {
+            for other in others(options, node) {
+                sim.release(node_ip(node), other);
+            }
+            log.push(format!("{:>6} ms release the messages held for node {node}", now.as_millis()));
         }
         Fault::Crashed(node) => {
             sim.bounce(node_ip(node));
@@ -688,6 +773,26 @@ fn heal(
         Fault::Skewed(node) => {
             nodes[node as usize - 1].clock.skew(RATE_PER_MILLE_NORMAL, 0);
             log.push(format!("{:>6} ms clock of node {node} at the normal rate", now.as_millis()));
+        }
+        Fault::DiskFull { node, since_ns, refused_before, exited } => {
+            let full = nodes[node as usize - 1].clone();
+            full.disk.fail_writes(None);
+            let tried = full.disk.refused_writes() > refused_before;
+            if exited.is_some() || tried {
+                let fault = "disk-full";
+                refusals.push(Refusal { fault, node, expected_exit: EXIT_RAFT_FATAL, exit: exited, at_ns: since_ns });
+            }
+            if exited.is_some() {
+                // It stopped: started again on the same directory, now with room.
+                full.disk.crash();
+                all.stopped[node as usize - 1] = false;
+                sim.bounce(node_ip(node));
+                log.push(format!("{:>6} ms room on node {node}'s disk; start it again", now.as_millis()));
+            } else {
+                // Without a write meanwhile, nothing told it the disk was full.
+                let seen = if tried { "it kept running" } else { "it tried no write" };
+                log.push(format!("{:>6} ms room on node {node}'s disk ({seen})", now.as_millis()));
+            }
         }
     }
 }

@@ -1,16 +1,18 @@
 //! Simulated workers: each a turmoil client host with the real client library, taking
 //! locks on a few names, appending to a list in the fault suite's fenced store under
-//! each grant (a fenced read, then a write) and releasing, recorded as the fault
-//! suite's history (times are simulated nanoseconds). Now and then a worker stalls
-//! while it holds a lock, as a process in a long GC pause does: cut off from every
-//! node for longer than its session's TTL, then it writes what it was about to.
+//! each grant (a fenced read, then a write) and releasing; and, one round in five
+//! each, taking a permit of a semaphore or campaigning in an election (worker 1
+//! also observes the election). All of it is recorded as the fault suite's history
+//! (times are simulated nanoseconds). Now and then a worker stalls while it holds a
+//! lock, as a process in a long GC pause does: cut off from every node for longer
+//! than its session's TTL, then it writes what it was about to.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_jepsen::fenced_store::FencedStore;
-use leasehold_jepsen::history::{Function, Kind, Phase, Record, NOT_ACQUIRED};
-use leasehold_jepsen::workload::{outcome_of, release_outcome};
+use leasehold_jepsen::history::{Function, Kind, Phase, Record, NOT_ACQUIRED, NOT_ELECTED, SEMAPHORE_FULL};
+use leasehold_jepsen::workload::{outcome_of, release_outcome, SEMAPHORE_LIMIT};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -23,6 +25,16 @@ pub const SESSION_TTL_MS: u64 = 2_000;
 pub const ACQUIRE_WAIT_MS: u64 = 400;
 /// The names the workers contend for.
 pub const KEYS: [&str; 2] = ["orders/1", "orders/2"];
+/// The semaphore the workers take permits of (`SEMAPHORE_LIMIT` of them at most).
+pub const SEMAPHORE: &str = "jobs";
+/// The election the workers campaign in, and worker 1 observes.
+pub const ELECTION: &str = "report-cron";
+/// Of ten rounds, how many take a semaphore permit and how many campaign; the rest
+/// take a lock.
+const SEMAPHORE_ROUNDS: u64 = 2;
+const ELECTION_ROUNDS: u64 = 2;
+/// How long a permit or a leadership is held at most.
+const HOLD_MS_MAX: u64 = 150;
 
 /// One stall in this many grants.
 pub const STALL_ONE_IN: u64 = 12;
@@ -89,6 +101,36 @@ impl Worker {
         self.shared.records.lock().unwrap().push(record);
     }
 
+    /// Records the invoke of a release or resign, with the send time of the
+    /// session's last answered keepalive (see `Record::alive_ns`).
+    fn invoke_ending(&mut self, function: Function, key: &str, session: &leasehold::Session, token: u64) -> u64 {
+        self.alive_ns = Some(last_answered_keepalive_ns(session));
+        self.invoke(function, key, session.id(), Some(token))
+    }
+
+    /// Records how a release or resign ended, and returns it.
+    fn record_ending(
+        &mut self,
+        sequence: u64,
+        function: Function,
+        key: &str,
+        session: u64,
+        token: u64,
+        result: leasehold::Result<()>,
+    ) -> Kind {
+        match result {
+            Ok(()) => {
+                self.record(sequence, Kind::Ok, function, key, session, Some(token), None);
+                Kind::Ok
+            }
+            Err(error) => {
+                let (kind, reason) = release_outcome(&error);
+                self.record(sequence, kind, function, key, session, Some(token), Some(reason));
+                kind
+            }
+        }
+    }
+
     fn invoke(&mut self, function: Function, key: &str, session: u64, token: Option<u64>) -> u64 {
         self.sequence += 1;
         let sequence = self.sequence;
@@ -114,6 +156,9 @@ pub async fn run_worker(
         .with_token(ADMIN_TOKEN)?
         .with_client_name(format!("worker-{process}"))
         .with_request_deadline(Duration::from_secs(3));
+    if process == 1 {
+        tokio::spawn(observe(client.clone(), observer_process(process), stop_at, shared.clone()));
+    }
     let mut worker = Worker { value: None, alive_ns: None, process, sequence: 0, shared, phase: Phase::Main };
     let mut session: Option<leasehold::Session> = None;
     let elapsed = || turmoil::sim_elapsed().unwrap_or_default();
@@ -144,6 +189,19 @@ pub async fn run_worker(
             }
         }
         let current = session.clone().expect("a session");
+        let round = random.random_range(0..10);
+        if round < SEMAPHORE_ROUNDS + ELECTION_ROUNDS {
+            let lost = if round < SEMAPHORE_ROUNDS {
+                semaphore_round(&mut worker, &current, &mut random).await
+            } else {
+                election_round(&mut worker, &current, &mut random).await
+            };
+            if lost {
+                // Whether this session holds what it asked for is unknown.
+                session = None;
+            }
+            continue;
+        }
         let key = KEYS[random.random_range(0..KEYS.len())];
         let sequence = worker.invoke(Function::Acquire, key, current.id(), None);
         let guard = match current.acquire(key, Duration::from_millis(ACQUIRE_WAIT_MS)).await {
@@ -196,6 +254,122 @@ pub async fn run_worker(
         }
     }
     Ok(())
+}
+
+/// Takes a permit of `SEMAPHORE`, waiting a moment at most, holds it and gives it
+/// back. True when an answer was lost, so that the session may hold a permit the
+/// worker does not know of: the worker then goes on under a new session.
+async fn semaphore_round(worker: &mut Worker, session: &leasehold::Session, random: &mut StdRng) -> bool {
+    let id = session.id();
+    let sequence = worker.invoke(Function::SemAcquire, SEMAPHORE, id, None);
+    let wait = Duration::from_millis(random.random_range(0..=ACQUIRE_WAIT_MS));
+    match session.semaphore(SEMAPHORE, SEMAPHORE_LIMIT).acquire_within(wait).await {
+        Ok(Ok(permit)) => {
+            let token = permit.token();
+            worker.record(sequence, Kind::Ok, Function::SemAcquire, SEMAPHORE, id, Some(token), None);
+            tokio::time::sleep(Duration::from_millis(random.random_range(0..=HOLD_MS_MAX))).await;
+            let sequence = worker.invoke_ending(Function::SemRelease, SEMAPHORE, session, token);
+            let result = permit.release().await;
+            worker.record_ending(sequence, Function::SemRelease, SEMAPHORE, id, token, result) == Kind::Info
+        }
+        Ok(Err(full)) => {
+            worker.value = Some(format!("holders={} limit={}", full.holders, full.limit));
+            worker.record(sequence, Kind::Fail, Function::SemAcquire, SEMAPHORE, id, None, Some(SEMAPHORE_FULL.into()));
+            false
+        }
+        Err(error) => {
+            let outcome = outcome_of(&error);
+            worker.record(sequence, outcome, Function::SemAcquire, SEMAPHORE, id, None, Some(error.to_string()));
+            outcome == Kind::Info
+        }
+    }
+}
+
+/// Campaigns in `ELECTION` with the worker's id as its value, waiting a moment at
+/// most; when elected, leads a moment (one time in three proclaiming a new value
+/// halfway) and resigns. True when an answer was lost (see `semaphore_round`).
+async fn election_round(worker: &mut Worker, session: &leasehold::Session, random: &mut StdRng) -> bool {
+    let id = session.id();
+    let value = worker.process.to_string();
+    worker.value = Some(value.clone());
+    let sequence = worker.invoke(Function::Campaign, ELECTION, id, None);
+    let wait = Duration::from_millis(random.random_range(0..=ACQUIRE_WAIT_MS));
+    match session.campaign_within(ELECTION, &value, wait).await {
+        Ok(Ok(leadership)) => {
+            let token = leadership.token();
+            worker.value = Some(value.clone());
+            worker.record(sequence, Kind::Ok, Function::Campaign, ELECTION, id, Some(token), None);
+            let hold_ms = random.random_range(0..=HOLD_MS_MAX);
+            tokio::time::sleep(Duration::from_millis(hold_ms / 2)).await;
+            if random.random_range(0..3) == 0 {
+                let announced = format!("{value}.{}", worker.sequence + 1);
+                worker.value = Some(announced.clone());
+                let sequence = worker.invoke(Function::Proclaim, ELECTION, id, Some(token));
+                let result = leadership.proclaim(&announced).await;
+                worker.value = Some(announced);
+                match result {
+                    Ok(()) => worker.record(sequence, Kind::Ok, Function::Proclaim, ELECTION, id, Some(token), None),
+                    Err(error) => {
+                        let outcome = outcome_of(&error);
+                        let error = Some(error.to_string());
+                        worker.record(sequence, outcome, Function::Proclaim, ELECTION, id, Some(token), error);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(hold_ms - hold_ms / 2)).await;
+            let sequence = worker.invoke_ending(Function::Resign, ELECTION, session, token);
+            let result = leadership.resign().await;
+            worker.record_ending(sequence, Function::Resign, ELECTION, id, token, result) == Kind::Info
+        }
+        Ok(Err(leader)) => {
+            let holder = leader.map(|leader| format!("leader-token={}", leader.token));
+            worker.value = Some(holder.unwrap_or_else(|| "vacant".into()));
+            worker.record(sequence, Kind::Fail, Function::Campaign, ELECTION, id, None, Some(NOT_ELECTED.into()));
+            false
+        }
+        Err(error) => {
+            let outcome = outcome_of(&error);
+            worker.record(sequence, outcome, Function::Campaign, ELECTION, id, None, Some(error.to_string()));
+            outcome == Kind::Info
+        }
+    }
+}
+
+/// The process number of the observer that worker `process` runs beside its rounds.
+pub fn observer_process(process: u64) -> u64 {
+    100 + process
+}
+
+/// Records every state of `ELECTION` one observe stream delivers, in order, until
+/// `stop_at` (simulated time).
+pub async fn observe(client: leasehold::Client, process: u64, stop_at: Duration, shared: Shared) {
+    let mut observer = Worker { value: None, alive_ns: None, process, sequence: 0, shared, phase: Phase::Main };
+    let mut states = client.observe(ELECTION);
+    let left = || stop_at.saturating_sub(turmoil::sim_elapsed().unwrap_or_default());
+    while let Ok(Some(state)) = tokio::time::timeout(left(), futures::StreamExt::next(&mut states)).await {
+        // A stream error is no state: the stream reconnects by itself.
+        let Ok(state) = state else { continue };
+        observer.sequence += 1;
+        let mut record = Record {
+            process,
+            sequence: observer.sequence,
+            kind: Kind::Invoke,
+            function: Function::Observe,
+            key: ELECTION.to_string(),
+            session: 0,
+            token: state.as_ref().map(|leader| leader.token),
+            value: state.as_ref().map(|leader| leader.value.clone()),
+            error: None,
+            alive_ns: None,
+            leader_session: state.as_ref().map(|leader| leader.session_id),
+            evidence: None,
+            phase: observer.phase,
+            time_ns: now_ns(),
+        };
+        observer.shared.records.lock().unwrap().push(record.clone());
+        record.kind = Kind::Ok;
+        observer.shared.records.lock().unwrap().push(record);
+    }
 }
 
 /// A process pause: this worker's host is cut off from every node for `STALL_MS`,

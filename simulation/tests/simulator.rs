@@ -24,13 +24,13 @@ fn a_block_of_seeds_is_valid_and_the_summary_says_what_ran() {
 /// A store that takes any token: a stalled holder's late write lands.
 #[test]
 fn the_no_fencing_control_is_found_and_its_seed_fails_again() {
-    control_is_found("no-fencing", "5", "7", "fenced store (b)");
+    control_is_found("no-fencing", "2", "1", "fenced store (b)");
 }
 
 /// A new leader that restarts sessions at half their TTL: two workers hold at once.
 #[test]
 fn the_lease_shortened_control_is_found_by_the_belief_check() {
-    control_is_found("lease-shortened", "6", "1", "believed at once (h): two workers believed they held");
+    control_is_found("lease-shortened", "2", "1", "believed at once (h): two workers believed they held");
 }
 
 /// Runs `--seeds N --first-seed F --bug BUG`: a seed must fail with `check`, fail
@@ -53,7 +53,7 @@ fn control_is_found(bug: &str, seeds: &str, first: &str, check: &str) {
 /// the first-heard rule off it is taken back instead of stopping with code 4.
 #[test]
 fn the_unrecorded_incarnation_control_is_found_by_the_refusal_check() {
-    control_is_found("unrecorded-incarnation", "2", "25", "refused-nodes: wipe: node");
+    control_is_found("unrecorded-incarnation", "1", "3", "refused-nodes: wipe: node");
 }
 
 /// A replacement whose first add is given up, retried on an emptied directory: with
@@ -61,21 +61,34 @@ fn the_unrecorded_incarnation_control_is_found_by_the_refusal_check() {
 /// out for good.
 #[test]
 fn the_stale_incarnation_control_is_found_by_the_replacement_check() {
-    control_is_found("stale-incarnation", "2", "8", "replacements: node");
+    control_is_found("stale-incarnation", "2", "13", "replacements: node");
 }
 
+/// Keepalive streams that keep the credential they opened with: a holder of a
+/// rotated-away token keeps its session renewed.
 #[test]
-fn two_replays_of_a_seed_write_byte_identical_traces() {
+fn the_stream_outlives_rotation_control_is_found_by_the_revocation_check() {
+    control_is_found("stream-outlives-rotation", "1", "1", "revoked credentials: session");
+}
+
+/// Replays of a seed write the same bytes. Seed 4 (3 nodes) is one where the
+/// branch order of tokio's `select!` decided which of two first sessions the leader
+/// got first, in 3 runs of 8, until the runtimes were seeded (`tokio_unstable`).
+#[test]
+fn replays_of_a_seed_write_byte_identical_traces() {
     let directory = tempfile::tempdir().unwrap();
-    let traces: Vec<Vec<u8>> = ["one", "two"]
-        .iter()
-        .map(|name| {
-            let path = directory.path().join(name);
-            let output = sim(&["run", "--seed", "4242", "--nodes", "5", "--trace", path.to_str().unwrap()]);
-            assert!(output.status.success(), "{}", stdout(&output));
-            std::fs::read(&path).unwrap()
-        })
-        .collect();
-    assert!(traces[0].len() > 10_000, "a trace of a whole run: {} bytes", traces[0].len());
-    assert!(traces[0] == traces[1], "the two traces differ");
+    for (seed, nodes) in [("4", "3"), ("4242", "5")] {
+        let traces: Vec<Vec<u8>> = (0..3)
+            .map(|replay| {
+                let path = directory.path().join(format!("{seed}-{replay}"));
+                let output = sim(&["run", "--seed", seed, "--nodes", nodes, "--trace", path.to_str().unwrap()]);
+                assert!(output.status.success(), "{}", stdout(&output));
+                std::fs::read(&path).unwrap()
+            })
+            .collect();
+        assert!(traces[0].len() > 10_000, "a trace of a whole run: {} bytes", traces[0].len());
+        for (replay, trace) in traces.iter().enumerate().skip(1) {
+            assert!(*trace == traces[0], "seed {seed}: replay {replay} wrote another trace than the first");
+        }
+    }
 }
