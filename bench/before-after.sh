@@ -29,11 +29,12 @@
 # target directory and build the commit in a worktree against the copy
 #   git worktree add /tmp/before COMMIT
 #   cp -a "$CARGO_TARGET_DIR" /tmp/before-target
+#   config="$PWD/.cargo/config.toml"   # this checkout's rustflags, or RocksDB compiles again
 #   (cd /tmp/before && find . -name '*.rs' -o -name '*.proto' | xargs touch &&
-#    CARGO_TARGET_DIR=/tmp/before-target cargo build --release --workspace --all-targets)
-# Build the whole workspace, as `leasehold_build` builds this side: a server built
-# with `-p leasehold-server` alone gets other dependency features and measured
-# 0.73-0.85 of the same code built so. The `touch` makes cargo see the older
+#    CARGO_TARGET_DIR=/tmp/before-target cargo --config "$config" build --release --workspace --all-targets)
+# Build the whole workspace, as `leasehold_build` builds this side, so that both
+# sides carry the same dependency features: a server built with `-p leasehold-server`
+# alone gets others, and measures differently (bench/README.md). The `touch` makes cargo see the older
 # sources as changed (the copied target directory is newer than them).
 set -euo pipefail
 

@@ -3,9 +3,10 @@
 # scripts/previous-release) for the rolling-upgrade test, once per machine, into
 # $CARGO_TARGET_DIR/previous-release/COMMIT/, and prints the binary's path.
 #
-# It builds a git worktree of that commit with the same target directory and the
-# same build selection as leasehold_build, so that only the workspace's own crates
-# compile (RocksDB's C++ is reused). That build replaces the binaries in
+# It builds a git worktree of that commit with the same target directory, the same
+# build selection and the same cargo configuration (.cargo/config.toml) as
+# leasehold_build, so that only the workspace's own crates compile (RocksDB's C++
+# is reused). That build replaces the binaries in
 # $CARGO_TARGET_DIR/release: run leasehold_build after it (scripts/test.sh does).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -34,7 +35,10 @@ cleanup() {
 }
 trap cleanup EXIT
 echo "previous-release.sh: building leasehold-server at $commit (the workspace's crates only)" >&2
-(cd "$worktree" && cargo build --release --workspace --all-targets --locked) >&2
+# With this checkout's cargo configuration (its rustflags): other flags would make
+# cargo compile RocksDB again, and then once more for this checkout's build.
+(cd "$worktree" && cargo --config "$LEASEHOLD_ROOT/.cargo/config.toml" build --release --workspace --all-targets \
+  --locked) >&2
 rm -rf "$out.partial"
 mkdir -p "$out.partial"
 cp "$CARGO_TARGET_DIR/release/leasehold-server" "$out.partial/leasehold-server"
