@@ -128,6 +128,21 @@ fn refused(message: String) -> Status {
     error_status(ErrorReason::MembershipRefused, message, &[])
 }
 
+/// Waits for Raft's metrics to change, until `until`. Refused once Raft has stopped
+/// on this node (a fatal error): its metrics end, and `changed` would answer at once,
+/// for ever, so a loop waiting on them would spin until its deadline (and, on a
+/// simulator's clock, which does not move while the node runs, for good).
+async fn next_metrics(
+    metrics: &mut tokio::sync::watch::Receiver<RaftMetrics>,
+    until: tokio::time::Instant,
+    change: &str,
+) -> Result<(), Status> {
+    match tokio::time::timeout_at(until, metrics.changed()).await {
+        Ok(Err(_)) => Err(refused(format!("cannot {change}: Raft stopped on this node"))),
+        Ok(Ok(())) | Err(_) => Ok(()),
+    }
+}
+
 pub fn members(metrics: &RaftMetrics, record: &ClusterRecord) -> Vec<pb::Member> {
     let membership = metrics.membership_config.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
@@ -214,7 +229,7 @@ impl AdminService {
                     CATCH_UP_STALL_MS / 1_000
                 )));
             }
-            let _ = tokio::time::timeout_at(stall_ends, metrics.changed()).await;
+            next_metrics(&mut metrics, stall_ends, &format!("add node {node_id}")).await?;
         }
     }
 
@@ -261,7 +276,7 @@ impl AdminService {
                      the cluster could commit nothing until they are back"
                 )));
             }
-            let _ = tokio::time::timeout_at(deadline, metrics.changed()).await;
+            next_metrics(&mut metrics, deadline, change).await?;
         }
     }
 
@@ -700,5 +715,24 @@ impl Admin for AdminService {
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `member add` or `remove` in progress when Raft stops on a fatal error must
+    /// end, not wait on metrics that answer "closed" at once, for ever.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_on_the_metrics_of_a_stopped_raft_is_refused_at_once() {
+        let (sender, mut metrics) = tokio::sync::watch::channel(RaftMetrics::new_initial(1));
+        let until = tokio::time::Instant::now() + Duration::from_secs(3_600);
+        sender.send_modify(|metrics| metrics.current_term = 2);
+        next_metrics(&mut metrics, until, "add node 2").await.expect("a change while Raft runs");
+        drop(sender);
+        let status = next_metrics(&mut metrics, until, "add node 2").await.expect_err("Raft stopped");
+        assert_eq!(status.message(), "cannot add node 2: Raft stopped on this node");
+        assert!(tokio::time::Instant::now() < until, "refused at once, not at the deadline");
     }
 }
