@@ -2,10 +2,33 @@
 //! seed, and names every seed whose history fails a check.
 
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use leasehold_simulation::run::{self, Bug, Options};
+
+/// Wall time one seed may take before the run names it and stops. A seed takes
+/// about half a second; one that takes this long has a host that never yields, and
+/// the simulated clock does not move while a host runs, so it would never end.
+const SEED_WALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// Names the seed that outran `SEED_WALL_LIMIT` and ends the process (the seed's
+/// thread cannot be stopped): `running` holds the seed under way and its start.
+fn watch_seeds(running: Arc<Mutex<Option<(u64, Instant)>>>) {
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let overdue = running.lock().unwrap().filter(|(_, started)| started.elapsed() > SEED_WALL_LIMIT);
+        if let Some((seed, _)) = overdue {
+            println!(
+                "seed {seed}: did not end within {} s of wall time: a host kept running without yielding, so \
+                 simulated time stood still (replay it with --seed {seed} under a debugger)",
+                SEED_WALL_LIMIT.as_secs()
+            );
+            std::process::exit(1);
+        }
+    });
+}
 
 #[derive(Parser)]
 #[command(name = "leasehold-sim", about = "Leasehold's cluster in one process under a seeded simulator")]
@@ -73,9 +96,13 @@ fn main() -> ExitCode {
             .init();
     }
     let started = Instant::now();
+    let running = Arc::new(Mutex::new(None));
+    watch_seeds(running.clone());
     let (mut failed, mut operations, mut simulated) = (0u64, 0usize, Duration::ZERO);
     for seed in first..first + count {
+        *running.lock().unwrap() = Some((seed, Instant::now()));
         let outcome = run::run(seed, &options);
+        *running.lock().unwrap() = None;
         operations += outcome.operations;
         simulated += outcome.simulated;
         if verbose {
