@@ -635,6 +635,21 @@ impl Client {
         Ok(response.sessions_ended)
     }
 
+    /// Ends session `session_id` of tenant `tenant` (admin credential), as if it had
+    /// expired: what it holds goes to the next waiters, after the lock-delays its
+    /// grants asked for. `Error::NotFound` when the session is not that tenant's live
+    /// session (also when an earlier attempt ended it and its answer was lost).
+    pub async fn end_session(&self, tenant: &str, session_id: u64) -> Result<()> {
+        let request =
+            pb::EndSessionRequest { request_id: Some(self.next_request_id()), tenant: tenant.to_string(), session_id };
+        self.with_leader("end session", self.inner.request_deadline, |channel| {
+            let request = request.clone();
+            async move { Client::admin(channel).end_session(request).await.map(|response| response.into_inner()) }
+        })
+        .await?;
+        Ok(())
+    }
+
     pub async fn add_member(
         &self,
         node_id: u64,

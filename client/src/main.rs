@@ -68,5 +68,8 @@ async fn run(arguments: Arguments) -> Result<u8, Error> {
         Command::Session { action: SessionAction::List { json } } => {
             cli::session::list(&client(Role::AdminIfGiven)?, json).await
         }
+        Command::Session { action: SessionAction::Close { session_id, tenant } } => {
+            cli::session::close(&client(Role::Admin)?, session_id, &tenant).await
+        }
     }
 }

@@ -153,6 +153,8 @@ pub enum Attack {
     RotateTenantToken,
     SetTenantQuotas,
     RemoveTenant,
+    /// Admin.EndSession of a session of the workers' tenant.
+    EndSession,
     /// Release a lock of the lock workloads' names in another tenant's session.
     HijackRelease,
     HijackSemaphoreRelease,
@@ -208,7 +210,7 @@ pub enum Attack {
 }
 
 impl Attack {
-    pub const ALL: [Attack; 36] = [
+    pub const ALL: [Attack; 37] = [
         Attack::NoCredential,
         Attack::MadeUpToken,
         Attack::RogueClientCertificate,
@@ -220,6 +222,7 @@ impl Attack {
         Attack::RotateTenantToken,
         Attack::SetTenantQuotas,
         Attack::RemoveTenant,
+        Attack::EndSession,
         Attack::HijackRelease,
         Attack::HijackSemaphoreRelease,
         Attack::HijackResign,
@@ -260,6 +263,7 @@ impl Attack {
             Attack::RotateTenantToken => "admin-rotate-tenant-token",
             Attack::SetTenantQuotas => "admin-set-tenant-quotas",
             Attack::RemoveTenant => "admin-remove-tenant",
+            Attack::EndSession => "admin-end-session",
             Attack::HijackRelease => "hijack-release",
             Attack::HijackSemaphoreRelease => "hijack-semaphore-release",
             Attack::HijackResign => "hijack-resign",
@@ -288,13 +292,15 @@ impl Attack {
         }
     }
 
-    /// Whether only the peer port's membership checks refuse the attack: a release
-    /// before them (`scripts/previous-release`, the rolling upgrade's older side)
-    /// takes it, so it is not tried while such nodes run.
-    pub fn needs_membership_checks(self) -> bool {
+    /// Whether the attack needs what the previous release (`scripts/previous-release`,
+    /// the rolling upgrade's older side) lacks: only the peer port's membership checks
+    /// refuse it, or the RPC is newer (`EndSession`). It is not tried while such nodes
+    /// run.
+    pub fn needs_this_release(self) -> bool {
         matches!(
             self,
-            Attack::PeerNonMemberAppend
+            Attack::EndSession
+                | Attack::PeerNonMemberAppend
                 | Attack::PeerNonMemberVote
                 | Attack::PeerForgedHeaders
                 | Attack::PeerHighTerm
@@ -316,7 +322,8 @@ impl Attack {
             | Attack::ListTenants
             | Attack::RotateTenantToken
             | Attack::SetTenantQuotas
-            | Attack::RemoveTenant => AttackKind::Admin,
+            | Attack::RemoveTenant
+            | Attack::EndSession => AttackKind::Admin,
             Attack::HijackRelease
             | Attack::HijackSemaphoreRelease
             | Attack::HijackResign
@@ -1000,6 +1007,18 @@ impl Intruder {
                 let sequence = self.invoke(attack, format!("SetTenantQuotas of {VICTIM_TENANT:?} to 1 on {endpoint}"));
                 let reply = answer(admin.set_tenant_quotas(request(message))).await;
                 (sequence, must_refuse(reply, &expected, false, |set| format!("quotas set: {:?}", set.tenant)))
+            }
+            Attack::EndSession => {
+                let (session_id, _, _, how) = self.victim(Function::Acquire);
+                let message = pb::EndSessionRequest {
+                    request_id: Some(self.request_id()),
+                    tenant: VICTIM_TENANT.into(),
+                    session_id,
+                };
+                let sequence =
+                    self.invoke(attack, format!("EndSession of {how} session {session_id} of {VICTIM_TENANT:?}"));
+                let reply = answer(admin.end_session(request(message))).await;
+                (sequence, must_refuse(reply, &expected, false, |_| format!("session {session_id} ended")))
             }
             _ => {
                 let message =
@@ -1870,7 +1889,7 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
     };
     let mut order = Attack::ALL.to_vec();
     if intruder.arguments.older_release_nodes {
-        order.retain(|attack| !attack.needs_membership_checks());
+        order.retain(|attack| !attack.needs_this_release());
     }
     while !*final_signal.borrow_and_update() {
         intruder.refresh_status().await;

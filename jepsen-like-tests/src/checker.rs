@@ -825,15 +825,15 @@ pub fn attack_counts(operations: &[Operation]) -> BTreeMap<String, AttackCount> 
 /// at least `ATTACK_REFUSALS_MIN` times and every kind `ATTACK_KIND_REFUSALS_MIN`
 /// times. Unknown tries (no answer during a fault) prove nothing either way;
 /// refusals with an unexpected reason are counted in the detail, not failed.
-/// The attacks a run is expected to have tried: all of them, but those that only the
-/// peer port's membership checks refuse when the run had nodes of an older release
-/// (as the history shows: none of those tried).
+/// The attacks a run is expected to have tried: all of them, but those that need
+/// this release (`Attack::needs_this_release`) when the run had nodes of an older
+/// release (as the history shows: none of those tried).
 pub fn expected_attacks(operations: &[Operation]) -> Vec<Attack> {
     let tried = |attack: Attack| {
         operations.iter().any(|operation| operation.function == Function::Attack && operation.key == attack.name())
     };
-    let older_release = !Attack::ALL.into_iter().any(|attack| attack.needs_membership_checks() && tried(attack));
-    Attack::ALL.into_iter().filter(|attack| !(older_release && attack.needs_membership_checks())).collect()
+    let older_release = !Attack::ALL.into_iter().any(|attack| attack.needs_this_release() && tried(attack));
+    Attack::ALL.into_iter().filter(|attack| !(older_release && attack.needs_this_release())).collect()
 }
 
 pub fn attacks(operations: &[Operation], expected: &[Attack]) -> CheckResult {

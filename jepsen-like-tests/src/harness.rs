@@ -1395,7 +1395,7 @@ impl Harness {
         if self.workloads.contains(&Workload::Attack) {
             let older_release = self.arguments.previous_server.is_some();
             let expected: Vec<Attack> =
-                Attack::ALL.into_iter().filter(|attack| !(older_release && attack.needs_membership_checks())).collect();
+                Attack::ALL.into_iter().filter(|attack| !(older_release && attack.needs_this_release())).collect();
             checks.push(checker::attacks(&operations, &expected));
             let counts = checker::attack_counts(&operations);
             std::fs::write(out.join("attacks.json"), serde_json::to_string_pretty(&counts)?)?;

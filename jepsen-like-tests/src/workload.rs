@@ -184,8 +184,8 @@ pub struct WorkloadWorkerArguments {
     #[arg(long)]
     pub node_certificates: Option<PathBuf>,
     /// Attack workload: some nodes run an older release (a rolling upgrade), which
-    /// predates the peer port's membership checks: the attacks that only those checks
-    /// refuse (`Attack::needs_membership_checks`) are left out.
+    /// predates the peer port's membership checks and `Admin.EndSession`: the attacks
+    /// that need them (`Attack::needs_this_release`) are left out.
     #[arg(long)]
     pub older_release_nodes: bool,
     /// Attack workload: the directory of the other workers' histories, read for

@@ -490,3 +490,64 @@ async fn status_all_adds_the_tenants_for_the_admin_only() {
     let (_, stderr) = expect_exit(without_admin, &["status", "--all"], 77).await;
     assert!(stderr.contains("--admin-token-file"), "{stderr}");
 }
+
+/// `session close ID --tenant NAME`: the admin ends a tenant's session as if it had
+/// expired. The holder's command is stopped (70), the lock goes to the tenant's
+/// waiter with a newer token, and every node's audit log has the change. The tenant's
+/// own token may not do it (77); a wrong tenant, or an id that is no live session of
+/// the tenant, ends nothing (76); an empty tenant is malformed (64).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_ends_a_tenants_session_and_its_holder_is_stopped() {
+    const LOCK: &str = "ended/held";
+    let deadline = Duration::from_secs(20);
+    let cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(deadline).await;
+    let mut holder = leasehold(&cluster)
+        .args(["lock", LOCK, "--ttl", "10s", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = cluster.client();
+    let held = || async { client.describe_lock(LOCK, false).await.ok()?.holder.map(|h| (h.session_id, h.token)) };
+    let (session_id, token) = leasehold_jepsen::wait::until(deadline, "the holder to take the lock", held).await;
+    let waiter = client.session(Duration::from_secs(10)).await.expect("the waiter's session");
+    let waiting = tokio::spawn(async move { waiter.lock(LOCK).await });
+    let id = session_id.to_string();
+
+    let mut as_tenant = leasehold(&cluster);
+    as_tenant.env("LEASEHOLD_ADMIN_TOKEN_FILE", &cluster.credentials.token_file);
+    let (_, stderr) = expect_exit(as_tenant, &["session", "close", &id, "--tenant", "test"], 77).await;
+    assert!(stderr.contains("permission denied"), "{stderr}");
+    let (_, stderr) = expect_exit(leasehold(&cluster), &["session", "close", &id, "--tenant", "admin"], 76).await;
+    assert!(stderr.contains(&format!("has no session {id}")), "another tenant's session is not found: {stderr}");
+    expect_exit(leasehold(&cluster), &["session", "close", "999999999", "--tenant", "test"], 76).await;
+    let (_, stderr) = expect_exit(leasehold(&cluster), &["session", "close", &id, "--tenant", ""], 64).await;
+    assert!(stderr.contains("tenant"), "{stderr}");
+    assert_eq!(held().await, Some((session_id, token)), "the refused closes ended nothing");
+
+    let (stdout, _) = expect_exit(leasehold(&cluster), &["session", "close", &id, "--tenant", "test"], 0).await;
+    assert!(stdout.starts_with(&format!("session {id} of tenant \"test\" ended")), "{stdout}");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = holder.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < deadline, "the holder's command went on after its session ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(70), "the holder learnt that its lock was lost: {status:?}");
+    let guard = tokio::time::timeout(deadline, waiting).await.expect("the waiter is granted").unwrap().unwrap();
+    assert!(guard.token() > token, "the waiter's token {} is newer than {token}", guard.token());
+    expect_exit(leasehold(&cluster), &["session", "close", &id, "--tenant", "test"], 76).await;
+    for node in cluster.nodes.keys() {
+        leasehold_jepsen::wait::until(deadline, &format!("node {node} to audit the end of session {id}"), || async {
+            let log = cluster.log_text(*node);
+            log.lines()
+                .any(|line| line.contains("admin change applied from the log") && line.contains("EndSession"))
+                .then_some(())
+        })
+        .await;
+    }
+    guard.release().await.expect("release");
+}

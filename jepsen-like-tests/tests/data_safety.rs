@@ -550,11 +550,12 @@ async fn a_member_added_back_is_not_stopped_by_its_own_old_removal() {
     assert_held(&cluster.client(), session.id(), &grants).await;
 }
 
-/// A tenant's weight or rate quota is refused with MEMBERS_TOO_OLD while a member
-/// speaks for a build before shares (`--test-command-level 3`), and nothing changes;
-/// with the member on the current build again, the same change goes through.
+/// A tenant's weight or rate quota, and the admin's end of a session, are refused
+/// with MEMBERS_TOO_OLD while a member speaks for a build before shares
+/// (`--test-command-level 3`), and nothing changes; with the member on the current
+/// build again, the same changes go through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tenant_share_waits_until_every_member_knows_shares() {
+async fn a_tenant_share_or_a_session_end_waits_until_every_member_knows_it() {
     let mut cluster = TestCluster::start(ClusterOptions::default());
     cluster.wait_for_leader(LEADER_DEADLINE).await;
     let leader = wait_recorded(&cluster, 3).await;
@@ -566,8 +567,18 @@ async fn a_tenant_share_waits_until_every_member_knows_shares() {
     let session = cluster.client().session(SESSION_TTL).await.expect("a session after the restart");
     let commit = cluster.status(leader).await.expect("the leader's status").commit_index;
     cluster.wait_applied(follower, commit, LEADER_DEADLINE).await;
-    session.close().await.expect("close the session");
     let admin = cluster.admin_client();
+    match admin.end_session(TEST_TENANT, session.id()).await {
+        Err(leasehold::Error::Refused(message)) => {
+            assert!(message.contains("command level 5") && message.contains(&format!("node {follower}")), "{message}")
+        }
+        other => panic!("a session end with a member at level 3: {other:?}"),
+    }
+    assert!(
+        admin.list_sessions().await.expect("the sessions").iter().any(|listed| listed.session_id == session.id()),
+        "the refused end ended nothing"
+    );
+    session.close().await.expect("close the session");
     let weight = |weight| leasehold::proto::Quotas { weight, ..Default::default() };
     match admin.set_tenant_quotas(TEST_TENANT, weight(2)).await {
         Err(leasehold::Error::Refused(message)) => {
@@ -587,6 +598,8 @@ async fn a_tenant_share_waits_until_every_member_knows_shares() {
     })
     .await;
     assert_eq!(info.quotas.expect("quotas").weight, 2);
+    let session = cluster.client().session(SESSION_TTL).await.expect("a session on the upgraded cluster");
+    admin.end_session(TEST_TENANT, session.id()).await.expect("the session ends with every member upgraded");
 }
 
 /// A deterministic bug in apply (`--test-panic-on-lock`) hits every replica at the

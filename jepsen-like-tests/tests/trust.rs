@@ -484,6 +484,13 @@ impl Raw {
             .await?;
         Ok(answer.sessions_ended)
     }
+
+    async fn end_session(&self, tenant: &str, session_id: u64) -> Result<(), Status> {
+        let request = pb::EndSessionRequest { request_id: self.request_id(), tenant: tenant.to_string(), session_id };
+        self.call(request, |channel, request| async move { AdminClient::new(channel).end_session(request).await })
+            .await
+            .map(drop)
+    }
 }
 
 /// Everything the admin can see that a refused request could have changed: every
@@ -599,6 +606,7 @@ async fn requests_without_a_known_credential_or_the_admin_role_are_refused_and_c
         refused(stranger.status_of(&stranger.endpoint()).await, &[UNAUTHENTICATED], &what("Status"));
         refused(stranger.add_tenant("intruder", pb::Quotas::default()).await, &[UNAUTHENTICATED], &what("AddTenant"));
         refused(stranger.remove_tenant(TEST_TENANT).await, &[UNAUTHENTICATED], &what("RemoveTenant"));
+        refused(stranger.end_session(TEST_TENANT, owner.id).await, &[UNAUTHENTICATED], &what("EndSession"));
     }
     assert_eq!(seen(&admin, &watched).await, before, "a request without a known credential changed the state");
 
@@ -618,6 +626,7 @@ async fn requests_without_a_known_credential_or_the_admin_role_are_refused_and_c
     let tiny = pb::Quotas { max_sessions: 1, max_holds: 1, max_waiters: 1, ..Default::default() };
     denied(test.set_tenant_quotas(TEST_TENANT, tiny).await.map(drop), "SetTenantQuotas");
     denied(test.remove_tenant(TEST_TENANT).await.map(drop), "RemoveTenant");
+    denied(test.end_session(TEST_TENANT, owner.id).await, "EndSession");
     assert_eq!(seen(&admin, &watched).await, before, "a tenant's admin request changed the state");
     // Not rotated: the tenant's token still works.
     assert_eq!(session_ids(&test.list_sessions("").await.expect("the token still works")), vec![owner.id]);

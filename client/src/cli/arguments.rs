@@ -423,6 +423,19 @@ pub enum SessionAction {
         #[arg(long)]
         json: bool,
     },
+    /// End a tenant's session (admin credential), as if it had expired: what it
+    /// holds goes to the next waiters, after the lock-delays its grants asked for,
+    /// and its holder's next keepalive learns that the session is lost. For a holder
+    /// that must stop now (a leaked credential, a stuck worker). Exits 0 when it
+    /// ended, 76 (refused) when that tenant has no live session with the id.
+    Close {
+        /// The session's id (`session list` shows it).
+        session_id: u64,
+        /// The tenant whose session it is ("admin" for the admin's own sessions):
+        /// checked, so that a mistyped id ends nothing.
+        #[arg(long, value_name = "NAME")]
+        tenant: String,
+    },
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use crate::api::convert;
 use crate::api::lock_delay::level_ready;
 use crate::machine::{
     ClusterRecord, Command, QuotaChange, Quotas, RequestId, Response as MachineResponse, Shares, Tenant,
-    COMMAND_LEVEL_SHARES,
+    COMMAND_LEVEL_END_SESSION, COMMAND_LEVEL_SHARES,
 };
 use crate::raft::incarnations::Incarnations;
 use crate::raft::network::Network;
@@ -712,6 +712,41 @@ impl Admin for AdminService {
             MachineResponse::TenantRemoved { sessions_ended, .. } => {
                 Ok(Response::new(pb::RemoveTenantResponse { sessions_ended }))
             }
+            MachineResponse::Rejected(error) => Err(convert::command_error(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn end_session(
+        &self,
+        request: Request<pb::EndSessionRequest>,
+    ) -> Result<Response<pb::EndSessionResponse>, Status> {
+        let who = self.auth.who("Admin.EndSession", &request)?;
+        who.require_admin("end another's session")?;
+        let request = request.into_inner();
+        if request.tenant.is_empty() {
+            return Err(convert::invalid_argument(
+                "tenant is required: the name of the session's tenant (\"admin\" for the admin's own sessions)",
+            ));
+        }
+        let command = Command::EndSession {
+            request: convert::request_id(request.request_id)?,
+            tenant: request.tenant,
+            session: convert::session_id(request.session_id)?,
+        };
+        level_ready(
+            &self.replica,
+            &self.incarnations,
+            COMMAND_LEVEL_END_SESSION,
+            "ending a tenant's session",
+            "or remove the tenant",
+        )
+        .await?;
+        if let Command::EndSession { tenant, session, .. } = &command {
+            audit("EndSession", &who, &format!("session {session} of tenant {tenant:?}"));
+        }
+        match self.replica.propose(who.caller(&[]), command).await? {
+            MachineResponse::SessionClosed => Ok(Response::new(pb::EndSessionResponse {})),
             MachineResponse::Rejected(error) => Err(convert::command_error(error)),
             other => Err(unexpected(other)),
         }

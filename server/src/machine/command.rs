@@ -33,16 +33,19 @@ pub struct RequestId {
 /// 3: lock-delay: `Command::AcquireWithDelay`, `Command::SemAcquireWithDelay`,
 ///    `Command::EndLockDelays`.
 /// 4: shares: `Command::SetTenantShares` (a tenant's weight and rate quota).
-pub const COMMAND_LEVEL: u32 = 4;
+/// 5: `Command::EndSession` (the admin ends a tenant's session).
+pub const COMMAND_LEVEL: u32 = 5;
 pub const COMMAND_LEVEL_RECORD_MEMBER: u32 = 1;
 pub const COMMAND_LEVEL_CHECKPOINT: u32 = 2;
 pub const COMMAND_LEVEL_LOCK_DELAY: u32 = 3;
 pub const COMMAND_LEVEL_SHARES: u32 = 4;
+pub const COMMAND_LEVEL_END_SESSION: u32 = 5;
 const _: () = assert!(
     COMMAND_LEVEL_RECORD_MEMBER <= COMMAND_LEVEL
         && COMMAND_LEVEL_CHECKPOINT <= COMMAND_LEVEL
         && COMMAND_LEVEL_LOCK_DELAY <= COMMAND_LEVEL
         && COMMAND_LEVEL_SHARES <= COMMAND_LEVEL
+        && COMMAND_LEVEL_END_SESSION <= COMMAND_LEVEL
 );
 
 /// One committed entry's instruction to the state machine.
@@ -230,6 +233,16 @@ pub enum Command {
         weight: Option<u32>,
         ops_per_s: Option<u32>,
     },
+    /// The admin ends a session of the tenant named `tenant` (`leasehold session close
+    /// ID --tenant NAME`), the remedy for a holder that must stop: its holder did not
+    /// let go, so the session ends as an expired one does, and the lock-delays of its
+    /// grants hold them back. Refused unless the session lives and is that tenant's.
+    /// Used only once every member's build knows it.
+    EndSession {
+        request: RequestId,
+        tenant: String,
+        session: SessionId,
+    },
 }
 
 impl Command {
@@ -256,7 +269,8 @@ impl Command {
             | Command::RemoveTenant { request, .. }
             | Command::AcquireWithDelay { request, .. }
             | Command::SemAcquireWithDelay { request, .. }
-            | Command::SetTenantShares { request, .. } => Some(*request),
+            | Command::SetTenantShares { request, .. }
+            | Command::EndSession { request, .. } => Some(*request),
             Command::ExpireSessions { .. }
             | Command::RecordMember { .. }
             | Command::CheckpointSessions { .. }
@@ -298,6 +312,7 @@ impl Command {
             | Command::SetTenantQuotas { .. }
             | Command::SetTenantShares { .. }
             | Command::RemoveTenant { .. }
+            | Command::EndSession { .. }
             | Command::RecordMember { .. }
             | Command::CheckpointSessions { .. }
             | Command::EndLockDelays { .. } => None,
@@ -349,14 +364,16 @@ impl Command {
             | Command::RotateTenantToken { .. }
             | Command::SetTenantQuotas { .. }
             | Command::RemoveTenant { .. }
+            | Command::EndSession { .. }
             | Command::RecordMember { .. }
             | Command::CheckpointSessions { .. }
             | Command::EndLockDelays { .. } => Ok(()),
         }
     }
 
-    /// The existing session the command acts on; `None` for the commands that create
-    /// sessions or list several.
+    /// The existing session the command acts on in its caller's name; `None` for the
+    /// commands that create sessions or list several, and for the admin's `EndSession`,
+    /// which acts on another tenant's session without its secret.
     pub fn session(&self) -> Option<SessionId> {
         match self {
             Command::CloseSession { session, .. }
@@ -380,6 +397,7 @@ impl Command {
             | Command::SetTenantQuotas { .. }
             | Command::SetTenantShares { .. }
             | Command::RemoveTenant { .. }
+            | Command::EndSession { .. }
             | Command::RecordMember { .. }
             | Command::CheckpointSessions { .. }
             | Command::EndLockDelays { .. } => None,
@@ -395,6 +413,7 @@ impl Command {
                 COMMAND_LEVEL_LOCK_DELAY
             }
             Command::SetTenantShares { .. } => COMMAND_LEVEL_SHARES,
+            Command::EndSession { .. } => COMMAND_LEVEL_END_SESSION,
             _ => 0,
         }
     }
@@ -555,6 +574,11 @@ impl Command {
                 for share in [weight, ops_per_s] {
                     hasher.write_u64(share.map_or(0, |share| u64::from(share) + 1));
                 }
+            }
+            Command::EndSession { request: _, tenant, session } => {
+                hasher.write_tag(25);
+                hasher.write_str(tenant);
+                hasher.write_u64(*session);
             }
             Command::EndLockDelays { ended } => {
                 hasher.write_tag(23);

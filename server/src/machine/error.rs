@@ -195,6 +195,16 @@ pub(super) fn unknown_session(session: SessionId) -> CommandError {
     CommandError::new(ErrorKind::UnknownSession, message).with("session_id", session)
 }
 
+/// The admin's `EndSession` named a session that is not a live one of the tenant: the
+/// admin sees every tenant, so the answer may say that much.
+pub(super) fn not_tenants_session(tenant_name: &str, session: SessionId) -> CommandError {
+    let message = format!(
+        "tenant {tenant_name:?} has no session {session} (never created, ended, or another tenant's): nothing was \
+         ended"
+    );
+    CommandError::new(ErrorKind::UnknownSession, message).with("session_id", session)
+}
+
 pub(super) fn session_locks_full(session: SessionId, count: usize) -> CommandError {
     CommandError::new(
         ErrorKind::LimitExceeded,

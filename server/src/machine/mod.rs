@@ -85,8 +85,8 @@ use thin_vec::ThinVec;
 use crate::machine::limits::REQUESTS_REMEMBERED_PER_SESSION_MAX;
 
 pub use command::{
-    Command, RequestId, COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_LOCK_DELAY, COMMAND_LEVEL_RECORD_MEMBER,
-    COMMAND_LEVEL_SHARES,
+    Command, RequestId, COMMAND_LEVEL, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_END_SESSION, COMMAND_LEVEL_LOCK_DELAY,
+    COMMAND_LEVEL_RECORD_MEMBER, COMMAND_LEVEL_SHARES,
 };
 pub use delay::{DelayKey, HeldBack};
 pub use error::{CommandError, ErrorKind};
@@ -801,6 +801,9 @@ impl StateMachine {
                 self.set_tenant_shares(name, *weight, *ops_per_s)
             }
             Command::RemoveTenant { request: _, name } => self.remove_tenant(index, stamp_ms, name, events),
+            Command::EndSession { request: _, tenant, session } => {
+                self.end_session(index, stamp_ms, tenant, *session, events)
+            }
             Command::RecordMember { cluster_id, node, incarnation } => {
                 self.record_member(index, *cluster_id, *node, *incarnation)
             }

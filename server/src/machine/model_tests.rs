@@ -293,6 +293,7 @@ impl Model {
             | Command::SetTenantQuotas { .. }
             | Command::SetTenantShares { .. }
             | Command::RemoveTenant { .. }
+            | Command::EndSession { .. }
                 if !admin =>
             {
                 return Some(ErrorKind::PermissionDenied)
@@ -463,6 +464,19 @@ impl Model {
                     return rejected(ErrorKind::UnknownSession);
                 }
                 self.end(index, stamp_ms, &[*session], false, events);
+                Response::SessionClosed
+            }
+            Command::EndSession { tenant, session, .. } => {
+                // Any tenant, the admin's namespace too; the session must be its.
+                let Some(id) = self.tenants.iter().find(|found| found.name == *tenant).map(|found| found.id) else {
+                    return rejected(ErrorKind::UnknownTenant);
+                };
+                if self.tenant_of(*session) != Some(id) {
+                    return rejected(ErrorKind::UnknownSession);
+                }
+                // The holder did not let go: as an expiry, lock-delays held back.
+                self.command_level = self.command_level.max(COMMAND_LEVEL_END_SESSION);
+                self.end(index, stamp_ms, &[*session], true, events);
                 Response::SessionClosed
             }
             Command::ExpireSessions { sessions } => {
@@ -1526,6 +1540,13 @@ enum Op {
         client: u64,
         name: u8,
     },
+    /// The admin ends a session: mostly of the session's own tenant, sometimes of a
+    /// tenant picked by name.
+    EndSession {
+        client: u64,
+        session: Index,
+        tenant: Option<u8>,
+    },
     /// Applies an earlier command again, unchanged but for the new secret or token the
     /// gRPC layer makes for every request that needs one; mostly one of the last few, as
     /// a client retries its latest requests.
@@ -1657,6 +1678,8 @@ fn fresh_op() -> impl Strategy<Value = Op> {
         1 => (client.clone(), any::<u8>(), any::<[u8; 2]>())
             .prop_map(|(client, name, change)| Op::SetShares { client, name, change }),
         1 => (client.clone(), any::<u8>()).prop_map(|(client, name)| Op::RemoveTenant { client, name }),
+        1 => (client.clone(), any::<Index>(), prop::option::weighted(0.2, any::<u8>()))
+            .prop_map(|(client, session, tenant)| Op::EndSession { client, session, tenant }),
         // Acquires with a delay take part of the weight plain ones had, so that the
         // rest of the rules are reached as often as before.
         3 => (client.clone(), any::<Index>(), any::<u8>(), prop::bool::weighted(0.7), any::<u8>()).prop_map(
@@ -1979,6 +2002,7 @@ impl Run {
                     | Command::SetTenantQuotas { request: slot, .. }
                     | Command::SetTenantShares { request: slot, .. }
                     | Command::RemoveTenant { request: slot, .. }
+                    | Command::EndSession { request: slot, .. }
                     | Command::AcquireWithDelay { request: slot, .. }
                     | Command::SemAcquireWithDelay { request: slot, .. } => *slot = request,
                     Command::ExpireSessions { .. }
@@ -2299,6 +2323,17 @@ impl Run {
             },
             Op::RemoveTenant { client, name } => {
                 Command::RemoveTenant { request: self.request(*client), name: tenant_name(*name) }
+            }
+            Op::EndSession { client, session, tenant } => {
+                let session = self.session(session);
+                let tenant = match tenant {
+                    Some(pick) => tenant_name(*pick),
+                    None => {
+                        let id = self.tenant_of(session);
+                        self.model.tenant(id).map_or_else(|| tenant_name(0), |tenant| tenant.name.clone())
+                    }
+                };
+                Command::EndSession { request: self.request(*client), tenant, session }
             }
         };
         Some((command, None))
@@ -2678,7 +2713,10 @@ impl Run {
             }
         }
         let ended: Vec<SessionId> = match command {
-            Command::ExpireSessions { .. } | Command::CloseSession { .. } | Command::RemoveTenant { .. } => events
+            Command::ExpireSessions { .. }
+            | Command::CloseSession { .. }
+            | Command::EndSession { .. }
+            | Command::RemoveTenant { .. } => events
                 .iter()
                 .filter_map(|event| match event {
                     Event::SessionEnded { session, .. } => Some(*session),
@@ -3200,7 +3238,10 @@ fn the_generated_runs_reach_every_rule() {
             }
             let ends = matches!(
                 command,
-                Command::CloseSession { .. } | Command::ExpireSessions { .. } | Command::RemoveTenant { .. }
+                Command::CloseSession { .. }
+                    | Command::ExpireSessions { .. }
+                    | Command::EndSession { .. }
+                    | Command::RemoveTenant { .. }
             );
             for event in &run.last_events {
                 match event {
@@ -3224,6 +3265,7 @@ fn the_generated_runs_reach_every_rule() {
                     | Command::SetTenantQuotas { .. }
                     | Command::SetTenantShares { .. }
                     | Command::RemoveTenant { .. }
+                    | Command::EndSession { .. }
             );
             if let Response::Rejected(error) = response {
                 let quota = error.metadata.iter().find(|(key, _)| key == "quota").map(|(_, value)| value.as_str());
@@ -3322,6 +3364,12 @@ fn the_generated_runs_reach_every_rule() {
                 (Command::RotateTenantToken { .. }, Response::TenantTokenRotated { .. }) => note("a token rotated"),
                 (Command::SetTenantQuotas { .. }, Response::TenantQuotasSet { .. }) => note("quotas set"),
                 (Command::SetTenantShares { .. }, Response::TenantQuotasSet { .. }) => note("shares set"),
+                (Command::EndSession { .. }, Response::SessionClosed) => {
+                    note("a session ended by the admin");
+                    if run.last_events.iter().any(|event| matches!(event, Event::DelayStarted { .. })) {
+                        note("a grant of a session the admin ended held back");
+                    }
+                }
                 (Command::RemoveTenant { .. }, Response::TenantRemoved { .. }) => {
                     if run.last_events.iter().any(|event| matches!(event, Event::Released { .. })) {
                         note("a removed tenant's holds released");
@@ -3534,6 +3582,8 @@ fn the_generated_runs_reach_every_rule() {
         "a token rotated",
         "quotas set",
         "shares set",
+        "a session ended by the admin",
+        "a grant of a session the admin ended held back",
         "a removed tenant's holds released",
         "a removed tenant's waits ended",
         "one lock name held in two namespaces",

@@ -11,12 +11,12 @@ use thin_vec::ThinVec;
 use super::caller::{Caller, SecretHash, TenantId, ADMIN_TENANT};
 use super::delay::DelayKey;
 use super::error::{
-    checkpoint_batch_too_large, expire_batch_too_large, quota_exceeded, sessions_full, unknown_session,
-    validate_client_name, validate_ttl_ms,
+    checkpoint_batch_too_large, expire_batch_too_large, not_tenants_session, quota_exceeded, sessions_full,
+    unknown_session, unknown_tenant, validate_client_name, validate_ttl_ms,
 };
 use super::{
     share_name, unshare_name, AcquireOutcome, CancelOutcome, Command, CommandError, Event, RequestId, ResourceKind,
-    Response, SessionId, StateMachine, Token, WaitFailure, COMMAND_LEVEL_CHECKPOINT,
+    Response, SessionId, StateMachine, Token, WaitFailure, COMMAND_LEVEL_CHECKPOINT, COMMAND_LEVEL_END_SESSION,
 };
 use crate::machine::limits::{
     CHECKPOINT_SESSIONS_PER_COMMAND_MAX, CLAIM_STATE_BYTES, EXPIRE_SESSIONS_PER_COMMAND_MAX, SESSIONS_MAX,
@@ -359,6 +359,31 @@ impl StateMachine {
             return Err(unknown_session(session));
         }
         self.end_sessions(index, stamp_ms, &[session], false, events);
+        Ok(Response::SessionClosed)
+    }
+
+    /// The admin's end of a session of the tenant named `tenant_name`
+    /// (`Command::EndSession`). The holder did not let go, so it ends as an expired
+    /// session does: the grants that asked for a lock-delay are held back for it.
+    pub(super) fn end_session(
+        &mut self,
+        index: u64,
+        stamp_ms: u64,
+        tenant_name: &str,
+        session: SessionId,
+        events: &mut Vec<Event>,
+    ) -> Result<Response, CommandError> {
+        let Some((tenant, _)) = self.tenant_by_name(tenant_name) else {
+            return Err(unknown_tenant(tenant_name));
+        };
+        // A session of another tenant is refused as one that does not exist, so that
+        // a mistyped id or tenant ends nothing.
+        if self.sessions.get(&session).is_none_or(|found| found.tenant != tenant) {
+            return Err(not_tenants_session(tenant_name, session));
+        }
+        // Every member's build knew the command when it was proposed.
+        self.command_level = self.command_level.max(COMMAND_LEVEL_END_SESSION);
+        self.end_sessions(index, stamp_ms, &[session], true, events);
         Ok(Response::SessionClosed)
     }
 

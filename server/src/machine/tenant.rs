@@ -117,6 +117,12 @@ impl StateMachine {
             {
                 return Err(permission_denied(tenant_name, "tenant management, which needs the admin credential"))
             }
+            Command::EndSession { .. } if tenant != ADMIN_TENANT => {
+                return Err(permission_denied(
+                    tenant_name,
+                    "ending a session without its secret, which needs the admin credential",
+                ))
+            }
             Command::SemSetLimit { tenant: Some(owner), name, .. } if *owner != tenant && tenant != ADMIN_TENANT => {
                 return Err(permission_denied(
                     tenant_name,

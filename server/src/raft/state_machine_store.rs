@@ -47,11 +47,12 @@ pub struct AppliedState {
 /// any path is in every node's audit log, not only in the log of the node whose
 /// client port took the request.
 fn audit_admin_change(log_id: LogId, submission: &Submission, response: &Response) {
-    let (rpc, name) = match &submission.command {
-        Command::AddTenant { name, .. } => ("AddTenant", name),
-        Command::RotateTenantToken { name, .. } => ("RotateTenantToken", name),
-        Command::SetTenantQuotas { name, .. } => ("SetTenantQuotas", name),
-        Command::RemoveTenant { name, .. } => ("RemoveTenant", name),
+    let (rpc, name, session) = match &submission.command {
+        Command::AddTenant { name, .. } => ("AddTenant", name, None),
+        Command::RotateTenantToken { name, .. } => ("RotateTenantToken", name, None),
+        Command::SetTenantQuotas { name, .. } => ("SetTenantQuotas", name, None),
+        Command::RemoveTenant { name, .. } => ("RemoveTenant", name, None),
+        Command::EndSession { tenant, session, .. } => ("EndSession", tenant, Some(*session)),
         _ => return,
     };
     let outcome = match response {
@@ -62,6 +63,7 @@ fn audit_admin_change(log_id: LogId, submission: &Submission, response: &Respons
         target: "audit",
         rpc,
         tenant = %name,
+        session,
         caller = %match submission.caller {
             Caller::Cluster => "the cluster".to_string(),
             Caller::Admin { .. } => "the admin".to_string(),
