@@ -54,21 +54,76 @@ fn run_harness(name: &str, arguments: &[&str]) -> (Output, String, PathBuf) {
     (output, text, out)
 }
 
+/// The report's lines that say why a run is not valid, first in a failure's message
+/// so that a log cut short still shows them: the checks that did not pass, the
+/// anomalies' headings, the seed, and the harness's own errors.
+fn why_invalid(text: &str) -> String {
+    let mut in_checks = false;
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if line.starts_with("checks:") {
+            in_checks = true;
+            continue;
+        }
+        let failed_check = in_checks
+            && line.starts_with("  ")
+            && !trimmed.contains(" pass ")
+            && !trimmed.contains(" skipped ")
+            && !trimmed.starts_with('[');
+        if !line.starts_with("  ") {
+            in_checks = false;
+        }
+        let heading = trimmed.starts_with('[') && trimmed.contains("] ") && line.starts_with("  [");
+        let said = line.starts_with("seed:") || line.starts_with("Error") || line.starts_with("error");
+        if failed_check || heading || said {
+            lines.push(line);
+        }
+    }
+    let total = lines.len();
+    let mut shown: Vec<&str> = lines.into_iter().take(30).collect();
+    if total > shown.len() {
+        shown.push("  …");
+    }
+    shown.join("\n")
+}
+
 /// Expects the run `what` (e.g. "with seed 7") valid; its directory `out` is kept
 /// for a look otherwise.
 fn expect_valid(output: &Output, text: &str, out: &Path, what: &str) {
     assert!(
         output.status.success() && text.contains("\nvalid: true"),
-        "the fault suite {what} is not valid (exit {:?}); kept under {}:\n{text}",
+        "the fault suite {what} is not valid (exit {:?}); kept under {}\n{}\n---- the whole report ----\n{text}",
         output.status.code(),
-        out.display()
+        out.display(),
+        why_invalid(text)
     );
+}
+
+/// What a valid run prints: the seed's line and the checks, not the whole report,
+/// so that the failure of a later run in the same test comes early in the log.
+fn print_checks(text: &str) {
+    let mut in_checks = false;
+    for line in text.lines() {
+        if line.starts_with("seed:") || line.starts_with("checks:") {
+            in_checks |= line.starts_with("checks:");
+            println!("{line}");
+        } else if in_checks && line.starts_with("  ") {
+            println!("{line}");
+        } else {
+            in_checks = false;
+        }
+    }
 }
 
 /// Expects the check `name` in the report passed (not failed, not skipped); `why`
 /// says what that shows.
 fn expect_passed(text: &str, name: &str, why: &str) {
-    assert!(text.lines().any(|line| line.contains(name) && line.contains(" pass ")), "{why}:\n{text}");
+    assert!(
+        text.lines().any(|line| line.contains(name) && line.contains(" pass ")),
+        "{why}:\n{}\n---- the whole report ----\n{text}",
+        why_invalid(text)
+    );
 }
 
 /// `node_threads`: the worker threads of each node; None leaves the harness's
@@ -99,7 +154,7 @@ fn assert_valid(seed: u64, node_threads: Option<usize>) {
         text.lines().any(|line| line.trim_start().starts_with("wipe-early") && line.contains("installed   1")),
         "the early wipe must have run once and been healed (seed {seed}):\n{text}"
     );
-    println!("{text}");
+    print_checks(&text);
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -125,7 +180,7 @@ fn a_flooding_tenant_leaves_the_others_fast_and_the_history_valid() {
     let (output, text, out) = run_harness("fault-suite-flood", &arguments);
     expect_valid(&output, &text, &out, &format!("with the flood (seed {FLOOD_SEED})"));
     expect_passed(&text, FLOOD_CHECK_NAME, &format!("the flood check must pass, not be skipped (seed {FLOOD_SEED})"));
-    println!("{text}");
+    print_checks(&text);
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -319,4 +374,23 @@ fn a_rolling_upgrade_from_the_previous_release_leaves_the_history_valid() {
     assert!(line.contains(" pass ") && line.contains("3 of 3 node(s) upgraded"), "{line}");
     println!("{text}");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A failure's message starts with what failed: the checks that did not pass and
+/// the anomalies' headings, not the operations under them, nor passing checks.
+#[test]
+fn a_failed_runs_message_starts_with_the_checks_that_failed() {
+    let report = "operations: 10\n  acquire ok 5\nchecks:\n  tokens increase (a)      pass     5 ok grants\n  \
+                  believed at once (h)     fail     1 overlapping belief\n  lock-delay (j)           skipped  none\n\
+                  anomalies: 1\n  [believed at once (h)] worker 3 believed lock/0 after worker 4's grant\n      \
+                  3 acquire lock/0 ok token 17\nvalid: false\nseed: 7 (rerun with --seed 7)\n";
+    let why = why_invalid(report);
+    assert_eq!(
+        why.lines().collect::<Vec<_>>(),
+        [
+            "  believed at once (h)     fail     1 overlapping belief",
+            "  [believed at once (h)] worker 3 believed lock/0 after worker 4's grant",
+            "seed: 7 (rerun with --seed 7)",
+        ]
+    );
 }
