@@ -155,6 +155,9 @@ start_node() {
     threads=(--worker-threads "$(( $(nproc) / n > 1 ? $(nproc) / n : 1 ))")
   fi
   mkdir -p "$CLUSTER_DIR"
+  # The nodes' logs and data name every tenant and hold token hashes: the directory
+  # is this user's only.
+  chmod 700 "$CLUSTER_DIR"
   # One certificate for both ports: it names node-I.leasehold (what peers check) and
   # 127.0.0.1 (what clients dial). Clients may also authenticate with a tenant
   # certificate from the same CA (`leasehold cert tenant .cluster/certs NAME`).

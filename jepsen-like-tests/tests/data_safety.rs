@@ -4,6 +4,7 @@
 //! procedure brings such a node back.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -370,6 +371,7 @@ async fn a_restored_cluster_keeps_the_saved_locks_and_fences_above_every_old_tok
         let printed = String::from_utf8_lossy(&output.stdout);
         assert!(output.status.success(), "{printed}{}", String::from_utf8_lossy(&output.stderr));
         assert!(printed.contains("the state at index") && printed.contains("sha256"), "{printed}");
+        assert_eq!(mode_of(&file), 0o600, "the backup holds token hashes: its owner's only");
         // Granted after the backup: not in it, and their tokens are above its index.
         let after_backup = take_locks(&session, "backup/after", 5).await;
         let old_last_index = old.status(leader).await.expect("leader status").last_log_index;
@@ -409,6 +411,40 @@ async fn a_restored_cluster_keeps_the_saved_locks_and_fences_above_every_old_tok
     // A restore never touches a directory that holds data.
     let again = restore_node(&new, 1, &file);
     assert_eq!(again.status.code(), Some(EXIT_DATA_DIRECTORY_REFUSED), "{}", String::from_utf8_lossy(&again.stderr));
+
+    // What the restore and the nodes wrote is their owner's only; a data directory
+    // opened to others is made private again at the next start, with a warning.
+    for id in 1..=3 {
+        for (path, mode) in modes_under(new.data_dir(id)) {
+            assert_eq!(mode & 0o077, 0, "{} is open to others: {mode:o}", path.display());
+        }
+    }
+    new.stop(2, EXIT_DEADLINE).await;
+    std::fs::set_permissions(new.data_dir(2), std::fs::Permissions::from_mode(0o755)).expect("open the directory");
+    new.restart(2);
+    wait::until(LEADER_DEADLINE, "node 2 to make its data directory private again", || async {
+        (mode_of(new.data_dir(2)) == 0o700 && new.log_text(2).contains("now its owner's only")).then_some(())
+    })
+    .await;
+}
+
+/// The permission bits of `path`.
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap_or_else(|error| panic!("{}: {error}", path.display())).permissions().mode() & 0o777
+}
+
+/// `directory` and everything under it, with their permission bits.
+fn modes_under(directory: &Path) -> Vec<(PathBuf, u32)> {
+    let mut found = vec![(directory.to_path_buf(), mode_of(directory))];
+    for entry in std::fs::read_dir(directory).expect("read the directory") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            found.extend(modes_under(&path));
+        } else {
+            found.push((path.clone(), mode_of(&path)));
+        }
+    }
+    found
 }
 
 /// The exit code of a node whose build is older than what the cluster's log used.

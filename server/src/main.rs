@@ -121,6 +121,10 @@ fn restore(arguments: RestoreArguments) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // Everything the node writes (the database, its identity, a restored directory)
+    // is its owner's only: it holds token and secret hashes and every tenant's names.
+    // SAFETY: umask only sets the process's file mode mask, before any thread starts.
+    unsafe { libc::umask(0o077) };
     let arguments = Arguments::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));

@@ -1,6 +1,7 @@
 //! `snapshot save FILE`: a backup of the whole replicated state (admin credential).
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use leasehold::{Client, Error};
@@ -27,6 +28,9 @@ pub async fn run(client: &Client, action: SnapshotAction) -> Result<u8, Error> {
     }
 }
 
+/// Who may read a backup file: its owner only.
+const BACKUP_FILE_MODE: u32 = 0o600;
+
 /// Writes `bytes` to a temporary file beside `path`, syncs it, and renames it over
 /// `path`: a crash leaves the old file or the new one, never half of one.
 fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -34,7 +38,11 @@ fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     temporary.push(".partial");
     let temporary = std::path::PathBuf::from(temporary);
     let written = (|| {
-        let mut file = std::fs::File::create(&temporary)?;
+        // The backup holds token and secret hashes and every tenant's names: its
+        // owner's only, whatever the umask, and whatever an old partial file had.
+        let _ = std::fs::remove_file(&temporary);
+        let mut file =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(BACKUP_FILE_MODE).open(&temporary)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&temporary, path)

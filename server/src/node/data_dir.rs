@@ -82,6 +82,28 @@ pub enum Claim {
     Existing(Identity),
 }
 
+/// Who may enter a data directory: its owner only. It holds the hashes of tenant
+/// tokens and session secrets, and every tenant's names.
+pub const DATA_DIR_MODE: u32 = 0o700;
+
+/// Makes the data directory its owner's only (`DATA_DIR_MODE`). Returns the mode it
+/// had if that let others in (for a warning), `None` if it was private already.
+/// Files made before, with a looser mode, are out of reach once the directory is.
+pub fn make_private(path: &Path) -> Result<Option<u32>, DataDirError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match fs::metadata(path) {
+        Ok(metadata) => metadata.permissions().mode() & 0o777,
+        Err(error) => return refuse(path, format!("cannot be read: {error}")),
+    };
+    if mode & !DATA_DIR_MODE == 0 {
+        return Ok(None);
+    }
+    if let Err(error) = fs::set_permissions(path, fs::Permissions::from_mode(DATA_DIR_MODE)) {
+        return refuse(path, format!("is open to others (mode {mode:o}) and cannot be made private: {error}"));
+    }
+    Ok(Some(mode))
+}
+
 /// Checks that `path` is this node's data directory, or empty/absent. Touches
 /// nothing; call `claim` afterwards to write the identity of a fresh directory.
 pub fn inspect(path: &Path, cluster_name: &str, node_id: NodeId) -> Result<Claim, DataDirError> {

@@ -188,6 +188,15 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         Claim::Existing(identity) => data_dir::with_incarnation(&config.data_dir, identity, &entropy),
     }
     .map_err(|error| refused(error.to_string()))?;
+    if let Some(mode) = data_dir::make_private(&config.data_dir).map_err(|error| refused(error.to_string()))? {
+        tracing::warn!(
+            data_dir = %config.data_dir.display(),
+            was = format!("{mode:o}"),
+            now = format!("{:o}", data_dir::DATA_DIR_MODE),
+            "the data directory was open to others and is now its owner's only: it holds token and secret hashes \
+             and every tenant's names"
+        );
+    }
     let disk: Arc<dyn Disk> = match disk {
         Some(disk) => {
             // The simulator's disk holds the database; the directory is made as RocksDB
