@@ -631,6 +631,10 @@ struct Intruder {
     sequence: u64,
     endpoints: Vec<String>,
     peer_endpoints: Vec<String>,
+    /// The nodes' peer addresses by id, as the harness laid the cluster out: an
+    /// attacker on the network finds them by scanning, and a tenant's Status does not
+    /// list them.
+    peer_addresses: BTreeMap<u64, String>,
     ca_pem: Vec<u8>,
     /// The intruder's own credential (its tenant token).
     client: leasehold::Client,
@@ -1639,8 +1643,16 @@ impl Intruder {
             let Ok(Ok(status)) = asked else { continue };
             let says_voter =
                 status.members.iter().any(|listed| listed.node_id == status.node_id && listed.role == VOTER_ROLE);
-            if status.node_id == member.node_id && status.term > 0 && says_voter {
-                return Some(VoterTarget { id: member.node_id, peer_addr: member.peer_addr, status });
+            // An older release's Status lists the peer address; this one's only to the
+            // admin.
+            let peer_addr = match member.peer_addr.as_str() {
+                "" => self.peer_addresses.get(&member.node_id).cloned(),
+                listed => Some(listed.to_owned()),
+            };
+            if let Some(peer_addr) =
+                peer_addr.filter(|_| status.node_id == member.node_id && status.term > 0 && says_voter)
+            {
+                return Some(VoterTarget { id: member.node_id, peer_addr, status });
             }
         }
         None
@@ -1849,10 +1861,11 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
         crate::workload::worker_client(&arguments, format!("{INTRUDER_TENANT}-{}", arguments.process))?;
     let ca_file = settings.ca_file.clone().context("the attack worker needs the cluster CA (LEASEHOLD_CA_FILE)")?;
     let ca_pem = std::fs::read(&ca_file).with_context(|| format!("read {}", ca_file.display()))?;
-    let peer_endpoints = leasehold::parse_endpoints(arguments.peer_endpoints.as_deref().unwrap_or_default());
-    if peer_endpoints.is_empty() {
+    let peer_addresses = parse_peer_addresses(arguments.peer_endpoints.as_deref().unwrap_or_default())?;
+    if peer_addresses.is_empty() {
         bail!("the attack worker needs --peer-endpoints");
     }
+    let peer_endpoints = peer_addresses.values().cloned().collect();
     let (Some(cert_file), Some(key_file)) = (&arguments.tenant_certificate, &arguments.tenant_key) else {
         bail!("the attack worker needs --tenant-certificate and --tenant-key");
     };
@@ -1874,6 +1887,7 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
         history,
         sequence: 0,
         peer_endpoints,
+        peer_addresses,
         ca_pem,
         client,
         tenant_identity,
@@ -2034,4 +2048,17 @@ mod tests {
         let unknown = Outcome::Refused("UNKNOWN_SESSION: session 9 does not exist".into());
         assert_eq!(names_the_owner(unknown), Outcome::Refused("UNKNOWN_SESSION: session 9 does not exist".into()));
     }
+}
+
+/// `--peer-endpoints`: `ID=ADDRESS` pairs, comma-separated.
+fn parse_peer_addresses(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
+    let mut addresses = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|pair| !pair.is_empty()) {
+        let Some((id, address)) = pair.split_once('=') else {
+            bail!("--peer-endpoints {pair:?} is not ID=ADDRESS");
+        };
+        let id = id.parse::<u64>().with_context(|| format!("--peer-endpoints {pair:?}: a node id"))?;
+        addresses.insert(id, address.to_owned());
+    }
+    Ok(addresses)
 }

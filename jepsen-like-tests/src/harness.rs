@@ -468,8 +468,13 @@ impl Harness {
     ) -> anyhow::Result<()> {
         let executable = std::env::current_exe()?;
         let endpoints = self.cluster.endpoints().join(",");
-        let peer_endpoints =
-            self.cluster.nodes.values().map(|node| node.peer_addr.clone()).collect::<Vec<_>>().join(",");
+        let peer_endpoints = self
+            .cluster
+            .nodes
+            .iter()
+            .map(|(id, node)| format!("{id}={}", node.peer_addr))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut process: u64 = 0;
         for workload in self.workloads.clone() {
             for index in 0..workload.workers() {

@@ -169,7 +169,9 @@ pub struct WorkloadWorkerArguments {
     /// Election workload: observe every election name instead of campaigning.
     #[arg(long)]
     pub observer: bool,
-    /// Attack workload: the nodes' peer addresses, comma-separated.
+    /// Attack workload: the nodes' peer addresses, `ID=ADDRESS` comma-separated (an
+    /// attacker on the network finds them by scanning; a tenant's Status does not
+    /// list them).
     #[arg(long)]
     pub peer_endpoints: Option<String>,
     /// Attack workload: a client certificate the cluster CA signed for the intruder

@@ -661,6 +661,53 @@ async fn requests_without_a_known_credential_or_the_admin_role_are_refused_and_c
     assert_eq!(seen(&admin, &watched).await, before, "a client without TLS changed the state");
 }
 
+/// Promise: a tenant's Status tells it what a client needs (the members' client
+/// addresses and roles, the leader, the term and indexes) and its own namespace's
+/// counts; never the others' counts, the peer addresses, incarnations, cluster id,
+/// free disk or the state budget, which the admin sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_status_tells_it_nothing_of_the_others_or_of_the_operators_figures() {
+    let cluster = started(ClusterOptions::default()).await;
+    let admin = Raw::admin(&cluster);
+    let test = Raw::test_tenant(&cluster);
+    for index in 0..3 {
+        let session = test.create_session(LONG_TTL_MS).await.expect("a session of the test tenant");
+        granted(test.acquire(&session, &format!("status/{index}"), 0).await.expect("acquire"));
+    }
+    let other = Raw::with_token(&cluster, &add_tenant(&cluster, "other", pb::Quotas::default()).await);
+    let session = other.create_session(LONG_TTL_MS).await.expect("the other tenant's session");
+    granted(other.acquire(&session, "status/0", 0).await.expect("the other tenant's lock"));
+
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let address = cluster.nodes[&leader].client_addr.clone();
+    let seen_by_admin = admin.status_of(&address).await.expect("the admin's status");
+    assert!(seen_by_admin.sessions >= 4 && seen_by_admin.locks >= 4, "{seen_by_admin:?}");
+    assert!(seen_by_admin.members.iter().all(|member| !member.peer_addr.is_empty()), "{seen_by_admin:?}");
+    assert!(!seen_by_admin.cluster_id.is_empty() && seen_by_admin.state_budget_bytes > 0, "{seen_by_admin:?}");
+
+    let seen_by_other = other.status_of(&address).await.expect("the other tenant's status");
+    assert_eq!((seen_by_other.sessions, seen_by_other.locks), (1, 1), "its own counts: {seen_by_other:?}");
+    assert!(
+        seen_by_other.state_bytes > 0 && seen_by_other.state_bytes < seen_by_admin.state_bytes,
+        "its own part of the state: {seen_by_other:?}"
+    );
+    assert_eq!(seen_by_other.leader_id, leader);
+    assert_eq!(seen_by_other.leader_client_addr, address);
+    assert_eq!(seen_by_other.members.len(), seen_by_admin.members.len());
+    for (member, full) in seen_by_other.members.iter().zip(&seen_by_admin.members) {
+        assert_eq!((member.node_id, &member.client_addr, &member.role), (full.node_id, &full.client_addr, &full.role));
+        assert!(member.peer_addr.is_empty() && member.incarnation == 0, "{member:?}");
+    }
+    let operators = (
+        seen_by_other.cluster_id.as_str(),
+        seen_by_other.incarnation,
+        seen_by_other.disk_free_bytes,
+        seen_by_other.disk_reserve_bytes,
+        seen_by_other.state_budget_bytes,
+    );
+    assert_eq!(operators, ("", 0, 0, 0, 0), "the operator's figures: {seen_by_other:?}");
+}
+
 // ---------------------------------------------------------------- 2. namespaces
 
 /// Promise: each tenant has its own namespace. Two tenants hold `orders/42` at once;
@@ -1122,9 +1169,10 @@ async fn wait_for_waiters(raw: &Raw, name: &str, sessions: &[u64]) {
 // ---------------------------------------------------------------- 6. state budget
 
 /// Promise: no tenant can grow the replicated state past the cluster's budget. At the
-/// budget, new sessions, locks and tenants are refused BUDGET_EXCEEDED naming the
-/// tenant that uses most, for every tenant, and change nothing; releases and closes
-/// still work, and once enough is released new state is accepted again.
+/// budget, new sessions, locks and tenants are refused BUDGET_EXCEEDED for every
+/// tenant, and change nothing; the admin is told which tenant uses most, a tenant only
+/// its own part (never another tenant's name or size). Releases and closes still
+/// work, and once enough is released new state is accepted again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_state_budget_new_state_is_refused_while_releases_and_closes_work() {
     const BUDGET_BYTES: u64 = 1 << 20;
@@ -1172,10 +1220,8 @@ async fn at_the_state_budget_new_state_is_refused_while_releases_and_closes_work
         next += FILL_CONCURRENCY;
     }
     let first_refusal = first_refusal.expect("refused");
-    assert_eq!(metadata(&first_refusal, "largest_tenant"), "hog");
-    assert_eq!(metadata(&first_refusal, "budget_bytes"), BUDGET_BYTES.to_string());
-    let used: u64 = metadata(&first_refusal, "used_bytes").parse().expect("a number");
-    assert!(used >= BUDGET_BYTES, "refused at {used} of {BUDGET_BYTES} bytes");
+    let own: u64 = metadata(&first_refusal, "tenant_bytes").parse().expect("a number");
+    assert!(own > 0, "the hog is told its own part: {first_refusal:?}");
 
     // At the budget: nothing new, from any tenant, and nothing changes.
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
@@ -1185,14 +1231,25 @@ async fn at_the_state_budget_new_state_is_refused_while_releases_and_closes_work
     let watched = [("hog", "budget/refused")];
     let before = seen(&admin, &watched).await;
     assert!(bytes_before >= BUDGET_BYTES, "{bytes_before} bytes at the budget");
+    // A tenant learns nothing of the others: no name, no cluster-wide figure.
     let over_budget = |status: Status, what: &str| {
         let status = refused(Err::<(), _>(status), &[BUDGET_EXCEEDED], what);
-        assert_eq!(metadata(&status, "largest_tenant"), "hog", "{what}: {status:?}");
+        for key in ["largest_tenant", "used_bytes", "budget_bytes"] {
+            assert_eq!(error_metadata(&status, key), None, "{what} tells a tenant {key}: {status:?}");
+        }
+        assert!(!status.message().contains("hog") || what.starts_with("the hog"), "{what}: {status:?}");
+        status
     };
-    over_budget(hog.acquire(&filling[3], "budget/refused", 0).await.expect_err("refused"), "a new lock");
-    over_budget(hog.create_session(LONG_TTL_MS).await.expect_err("refused"), "a new session");
-    over_budget(test.create_session(LONG_TTL_MS).await.expect_err("refused"), "another tenant's new session");
-    over_budget(admin.add_tenant("late", pb::Quotas::default()).await.expect_err("refused"), "a new tenant");
+    over_budget(hog.acquire(&filling[3], "budget/refused", 0).await.expect_err("refused"), "the hog's new lock");
+    over_budget(hog.create_session(LONG_TTL_MS).await.expect_err("refused"), "the hog's new session");
+    let status = over_budget(test.create_session(LONG_TTL_MS).await.expect_err("refused"), "another's session");
+    assert_eq!(metadata(&status, "tenant_bytes"), "0", "the test tenant holds nothing: {status:?}");
+    // The admin is told who uses most, and how full the state is.
+    let status = refused(admin.add_tenant("late", pb::Quotas::default()).await, &[BUDGET_EXCEEDED], "a new tenant");
+    assert_eq!(metadata(&status, "largest_tenant"), "hog", "{status:?}");
+    assert_eq!(metadata(&status, "budget_bytes"), BUDGET_BYTES.to_string());
+    let used: u64 = metadata(&status, "used_bytes").parse().expect("a number");
+    assert!(used >= BUDGET_BYTES, "refused at {used} of {BUDGET_BYTES} bytes");
     assert_eq!(seen(&admin, &watched).await, before, "a request refused at the budget changed the state");
     assert_eq!(state_bytes().await, bytes_before);
 

@@ -23,12 +23,14 @@ pub fn members(members: &[pb::Member], as_json: bool) -> String {
     let mut text =
         format!("{:<6} {:<8} {:<22} {:<22} {}\n", "NODE", "ROLE", "CLIENT ADDRESS", "PEER ADDRESS", "INCARNATION");
     for member in members {
-        // 0: the leader has not heard from the member yet.
+        // 0: the leader has not heard from the member yet, or a tenant asked (only the
+        // admin is told incarnations and peer addresses).
         let incarnation = if member.incarnation == 0 { "-".to_string() } else { member.incarnation.to_string() };
+        let peer_addr = if member.peer_addr.is_empty() { CELL_EMPTY } else { member.peer_addr.as_str() };
         let _ = writeln!(
             text,
             "{:<6} {:<8} {:<22} {:<22} {}",
-            member.node_id, member.role, member.client_addr, member.peer_addr, incarnation
+            member.node_id, member.role, member.client_addr, peer_addr, incarnation
         );
     }
     text

@@ -323,6 +323,28 @@ impl AdminService {
     }
 }
 
+/// What a tenant's credential is told of a node: what a client needs to find the
+/// leader and fail over (the members' client addresses, roles, the leader, the term
+/// and indexes) and its own namespace's counts, which `status` already holds. The
+/// peer addresses, incarnations, cluster id, free disk and the state's budget are
+/// the operator's, and are left out.
+fn for_a_tenant(status: pb::StatusResponse) -> pb::StatusResponse {
+    let members = status
+        .members
+        .into_iter()
+        .map(|member| pb::Member { peer_addr: String::new(), incarnation: 0, ..member })
+        .collect();
+    pb::StatusResponse {
+        members,
+        state_budget_bytes: 0,
+        cluster_id: String::new(),
+        incarnation: 0,
+        disk_free_bytes: 0,
+        disk_reserve_bytes: 0,
+        ..status
+    }
+}
+
 /// A backup file is sent in pieces of this many bytes.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 
@@ -366,7 +388,7 @@ impl Admin for AdminService {
     }
 
     async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
-        self.auth.who("Admin.Status", &request)?;
+        let who = self.auth.who("Admin.Status", &request)?;
         let metrics = self.replica.raft.metrics().borrow().clone();
         let commit_index = self
             .replica
@@ -380,15 +402,23 @@ impl Admin for AdminService {
         let (sessions, locks, semaphores, elections, state_bytes) = {
             let applied = self.replica.shared.applied.read().unwrap();
             let machine = &applied.machine;
-            (
-                machine.session_count() as u64,
-                machine.lock_count() as u64,
-                machine.semaphore_count() as u64,
-                machine.election_count() as u64,
-                machine.state_bytes().0,
-            )
+            match who {
+                Who::Admin => (
+                    machine.session_count(),
+                    machine.lock_count(),
+                    machine.semaphore_count(),
+                    machine.election_count(),
+                    machine.state_bytes().0,
+                ),
+                Who::Tenant(ref tenant) => {
+                    let (sessions, locks, semaphores, elections) = machine.tenant_counts(tenant.id);
+                    (sessions, locks, semaphores, elections, machine.tenant_bytes(tenant.id))
+                }
+            }
         };
-        Ok(Response::new(pb::StatusResponse {
+        let (sessions, locks, semaphores, elections) =
+            (sessions as u64, locks as u64, semaphores as u64, elections as u64);
+        let status = pb::StatusResponse {
             node_id: metrics.id,
             state: state_name(metrics.state).to_string(),
             term: metrics.current_term,
@@ -411,7 +441,8 @@ impl Admin for AdminService {
             locks,
             semaphores,
             elections,
-        }))
+        };
+        Ok(Response::new(if who == Who::Admin { status } else { for_a_tenant(status) }))
     }
 
     async fn add_member(
@@ -627,7 +658,7 @@ impl Admin for AdminService {
             token_hash: secret_hash(token.as_bytes()),
             quotas,
         };
-        self.replica.check_budget()?;
+        self.replica.check_budget(who.tenant())?;
         match self.replica.propose(who.caller(&[]), command).await? {
             MachineResponse::TenantAdded { .. } => {
                 if let Some((weight, ops_per_s)) = shares {

@@ -93,7 +93,7 @@ impl Elections for ElectionsService {
         let (command, waiting) = convert::campaign(request)?;
         let tenant = who.tenant();
         let name = waiting.name.as_str();
-        self.replica.check_budget()?;
+        self.replica.check_budget(who.tenant())?;
         match self.replica.propose(caller, command).await? {
             MachineResponse::Campaign(AcquireOutcome::Granted { token }) => Ok(elected(token)),
             MachineResponse::Campaign(AcquireOutcome::Busy { holder, token }) => {

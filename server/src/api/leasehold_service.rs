@@ -272,7 +272,7 @@ impl Leasehold for LeaseholdService {
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
         let who = self.who("CreateSession", &request)?;
         let command = convert::create_session(request.into_inner())?;
-        self.replica.check_budget()?;
+        self.replica.check_budget(who.tenant())?;
         // Made here, per attempt: a retry whose first answer was lost gets a secret of
         // its own, which replaces the first one (see `StateMachine::recalled`).
         let secret: [u8; SESSION_SECRET_BYTES] = self.replica.entropy.bytes();
@@ -393,7 +393,7 @@ impl Leasehold for LeaseholdService {
         }
         let tenant = who.tenant();
         let name = waiting.name.as_str();
-        self.replica.check_budget()?;
+        self.replica.check_budget(who.tenant())?;
         match self.replica.propose(caller, command).await? {
             MachineResponse::Acquire(AcquireOutcome::Granted { token }) => Ok(granted(token)),
             MachineResponse::Acquire(AcquireOutcome::Busy { holder, token }) => {

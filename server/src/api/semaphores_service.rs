@@ -67,7 +67,7 @@ impl Semaphores for SemaphoresService {
             let waited = replica.clock.now_ms().saturating_sub(started_ms);
             replica.shared.semaphore_waits.record(who.name(), name, Duration::from_millis(waited));
         };
-        self.replica.check_budget()?;
+        self.replica.check_budget(who.tenant())?;
         match self.replica.propose(caller, command).await? {
             MachineResponse::SemAcquire(AcquireOutcome::Granted { token }) => {
                 record_wait(&self.replica);

@@ -582,6 +582,14 @@ impl StateMachine {
         self.sessions.len()
     }
 
+    /// One tenant's part of the counts above: its sessions, held locks, semaphores in
+    /// use and elections with a leader.
+    pub fn tenant_counts(&self, tenant: TenantId) -> (usize, usize, usize, usize) {
+        let namespace = self.namespace(tenant);
+        let sessions = self.tenants.get(&tenant).map_or(0, |entry| entry.usage.sessions as usize);
+        (sessions, namespace.locks.len(), namespace.semaphores.len(), namespace.elections.len())
+    }
+
     /// Held locks; free locks are not stored.
     pub fn lock_count(&self) -> usize {
         self.namespaces.values().map(|namespace| namespace.locks.len()).sum()

@@ -183,6 +183,11 @@ impl StateMachine {
         (self.bytes_total, largest.map(|tenant| (&*tenant.name, tenant.usage.bytes)))
     }
 
+    /// The estimated bytes of what `tenant` holds (0 for one that does not exist).
+    pub fn tenant_bytes(&self, tenant: TenantId) -> u64 {
+        self.tenants.get(&tenant).map_or(0, |tenant| tenant.usage.bytes)
+    }
+
     /// The estimated size of the replicated state (see `limits::SESSION_STATE_BYTES`).
     pub fn bytes_total(&self) -> u64 {
         self.bytes_total

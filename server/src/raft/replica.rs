@@ -16,7 +16,9 @@ use tokio::time::Instant;
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
-use crate::machine::{Caller, Command, CommandError, Response, Shares, StateMachine, Submission, TenantId};
+use crate::machine::{
+    Caller, Command, CommandError, Response, Shares, StateMachine, Submission, TenantId, ADMIN_TENANT,
+};
 use crate::raft::rates::{TenantRates, EARLY_REFUSAL_PAUSE_MS};
 use crate::raft::state_machine_store::Shared;
 use crate::raft::tenant_queues::{Filling, QueueKey, Refused, TenantQueues, QUANTUM_COMMANDS};
@@ -332,7 +334,9 @@ impl Replica {
     /// while the replicated state is at its budget; releases, closes and expiries are
     /// never refused, so the cluster can always shrink back. The check reads the size
     /// as last applied, so commands already in flight may take it a little past.
-    pub fn check_budget(&self) -> Result<(), Status> {
+    /// `asking` is the tenant whose request it is (`ADMIN_TENANT` for the admin):
+    /// only the admin is told which tenant uses most.
+    pub fn check_budget(&self, asking: TenantId) -> Result<(), Status> {
         if self.disk.is_low() {
             let free = self.disk.free_bytes().unwrap_or(0);
             let reserve = self.disk.reserve_bytes();
@@ -360,10 +364,11 @@ impl Replica {
             return Ok(());
         }
         self.counters.budget_refusals.fetch_add(1, Ordering::Relaxed);
-        let (largest, largest_bytes) = {
+        let (largest, largest_bytes, asking_bytes) = {
             let applied = self.shared.applied.read().unwrap();
             let (_, largest) = applied.machine.state_bytes();
-            largest.map(|(name, bytes)| (name.to_string(), bytes)).unwrap_or_default()
+            let (largest, largest_bytes) = largest.map(|(name, bytes)| (name.to_string(), bytes)).unwrap_or_default();
+            (largest, largest_bytes, applied.machine.tenant_bytes(asking))
         };
         if self.budget_refusals_logged.allow() {
             tracing::warn!(
@@ -373,6 +378,19 @@ impl Replica {
                 largest_tenant_bytes = largest_bytes,
                 "the replicated state is at its budget: refusing new sessions, locks and waits (logged at most once a second)"
             );
+        }
+        // Only the admin learns who uses most, and the cluster's figures: to a tenant,
+        // another tenant's name and size are none of its business.
+        if asking != ADMIN_TENANT {
+            return Err(error_status(
+                ErrorReason::BudgetExceeded,
+                format!(
+                    "the cluster's replicated state is at its budget: new sessions, holds and waits are refused \
+                     until some are released (this tenant's part: {asking_bytes} estimated bytes). Releases, closes \
+                     and expiries still work"
+                ),
+                &[("tenant_bytes", asking_bytes.to_string())],
+            ));
         }
         Err(error_status(
             ErrorReason::BudgetExceeded,
