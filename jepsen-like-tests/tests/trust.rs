@@ -1339,3 +1339,72 @@ async fn a_tenant_removed_while_its_requests_are_in_flight_leaves_nothing_behind
     assert!(left.is_empty(), "sessions outlived their tenant: {left:?}");
     refused(admin.list_sessions("racer").await, &[UNKNOWN_TENANT], "the removed tenant's sessions");
 }
+
+// ---------------------------------------------------------------- 7. hostile connections
+
+/// Connections a flooding address opens per second.
+const FLOOD_CONNECTS_PER_S: u64 = 400;
+/// The flood's sockets the test keeps open at once (they send nothing).
+const FLOOD_SOCKETS_KEPT: usize = 600;
+/// How long a client from another address may take to connect and be answered.
+const SERVED_WITHIN: Duration = Duration::from_secs(1);
+
+/// Promise: connections that send nothing keep no one else out, without any
+/// credential being needed to try. While 127.0.0.2 opens 400 connections a second to
+/// the leader's client port and sends nothing on them (keeping hundreds open), a
+/// client from 127.0.0.1 connects afresh and is answered within a second, again and
+/// again; and the flooding address holds no more than its share of the port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_flood_from_one_address_leaves_clients_from_others_served_within_a_second() {
+    let cluster = started(ClusterOptions::default()).await;
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let address: std::net::SocketAddr = cluster.nodes[&leader].client_addr.parse().expect("a socket address");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (attempted, connected) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let flood = tokio::spawn({
+        let (stop, attempted, connected) = (stop.clone(), attempted.clone(), connected.clone());
+        async move {
+            let mut kept = std::collections::VecDeque::new();
+            let mut ticks = tokio::time::interval(Duration::from_micros(1_000_000 / FLOOD_CONNECTS_PER_S));
+            while !stop.load(Ordering::Relaxed) {
+                ticks.tick().await;
+                let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+                socket.bind("127.0.0.2:0".parse().unwrap()).expect("bind the flooding address");
+                attempted.fetch_add(1, Ordering::Relaxed);
+                if let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_millis(100), socket.connect(address)).await
+                {
+                    connected.fetch_add(1, Ordering::Relaxed);
+                    kept.push_back(stream);
+                    if kept.len() > FLOOD_SOCKETS_KEPT {
+                        kept.pop_front();
+                    }
+                }
+            }
+        }
+    });
+    wait::until(CONDITION_DEADLINE, "the flood to have tried 1,000 connections", || async {
+        (attempted.load(Ordering::Relaxed) >= 1_000).then_some(())
+    })
+    .await;
+    let mut slowest = Duration::ZERO;
+    for attempt in 0..10 {
+        // A new client each time: a new connection and handshake from 127.0.0.1.
+        let fresh = Raw::admin(&cluster);
+        let started = Instant::now();
+        let answer = tokio::time::timeout(SERVED_WITHIN, fresh.status_of(&address.to_string())).await;
+        let took = started.elapsed();
+        let status = answer.unwrap_or_else(|_| panic!("attempt {attempt}: not answered within {SERVED_WITHIN:?}"));
+        assert_eq!(status.expect("the status").node_id, leader);
+        slowest = slowest.max(took);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    flood.await.expect("the flood ends");
+    let (attempted, connected) = (attempted.load(Ordering::Relaxed), connected.load(Ordering::Relaxed));
+    println!("{connected} of {attempted} flood connects made; the slowest fresh client was answered in {slowest:?}");
+    let log = cluster.log_text(leader);
+    assert!(
+        log.contains("its address already has 128 handshakes in progress"),
+        "the flood was held to its share: {log}"
+    );
+}

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import ssl
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -271,3 +273,48 @@ def test_the_page_refuses_a_wrong_token_and_its_data_needs_the_admin_credential(
         request = urllib.request.Request(f"{url}api/status?lock=1", headers={"Authorization": f"Bearer {admin_token}"})
         urllib.request.urlopen(request, context=context, timeout=10)
     assert bad.value.code == 400 and "unknown parameter" in bad.value.read().decode()
+
+
+#: Connections a slow reader opens from one address, each asking for page.js again
+#: and again without reading an answer: as many as the page served at once before
+#: each address had a share.
+SLOW_READERS = 64
+#: What one address may hold on the status port (`STATUS_SOURCE_LIMITS`).
+STATUS_CONNECTIONS_PER_SOURCE = 16
+
+
+def test_connections_that_never_read_keep_no_one_else_from_the_page(cluster: LocalCluster) -> None:
+    """64 connections from 127.0.0.2 that ask for page.js again and again and never
+    read: the node keeps at most its per-address share of them, and a browser from
+    127.0.0.1 still gets the page within a second."""
+    leader = cluster.wait_for_leader()
+    host, port = cluster.nodes[leader].status_addr.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(cluster.ca_file))
+    request = f"GET /page.js HTTP/1.1\r\nHost: {host}\r\n\r\n".encode() * 400
+    stalled: List[socket.socket] = []
+    handshaken = 0
+    try:
+        for _ in range(SLOW_READERS):
+            raw = socket.create_connection((host, int(port)), timeout=2, source_address=("127.0.0.2", 0))
+            stalled.append(raw)
+            try:
+                connection = context.wrap_socket(raw, server_hostname=host)
+            except (OSError, ssl.SSLError):
+                continue  # closed by the node at once: the address holds its share
+            stalled.append(connection)
+            handshaken += 1
+            connection.settimeout(0.5)
+            try:
+                # Written until the node stops taking requests because nobody reads.
+                connection.sendall(request)
+            except OSError:
+                pass
+        assert 0 < handshaken <= STATUS_CONNECTIONS_PER_SOURCE, f"{handshaken} of {SLOW_READERS} served"
+        started = time.monotonic()
+        with urllib.request.urlopen(page_url(cluster, leader), context=context, timeout=10) as answer:
+            assert answer.status == 200 and b"<html" in answer.read().lower()
+        took = time.monotonic() - started
+        assert took < 1.0, f"the page took {took:.2f} s beside {SLOW_READERS} connections that never read"
+    finally:
+        for connection in stalled:
+            connection.close()

@@ -52,6 +52,7 @@ use crate::shell::lock_delays::LockDelays;
 use crate::shell::peer_contacts::PeerContacts;
 use crate::shell::session_deadlines::{SessionDeadlines, EXPIRY_SCAN_INTERVAL_MS};
 use crate::shell::sockets::{self, Listener, Sockets};
+use crate::shell::sources::SourceLimits;
 use crate::shell::tls::{tls_incoming, ClientCertificates, NodeTls, PeerClientTls, ServerTls};
 use crate::shell::watched::WatchedGrants;
 
@@ -103,6 +104,14 @@ fn bind(what: &str, address: SocketAddr) -> Result<tokio::net::TcpListener, Star
     tokio::net::TcpListener::from_std(listener).map_err(|error| StartError::Failed(format!("{what} listener: {error}")))
 }
 
+/// What one source address may hold on the client port: clients behind one NAT
+/// share an address, so it allows many connections, and a burst of handshakes past
+/// 128 is closed at once (the client library connects again); half of the port's
+/// handshake slots stay for other addresses.
+pub const CLIENT_PORT_SOURCE_LIMITS: SourceLimits = SourceLimits { handshakes: 128, connections: 4_096 };
+/// What one source address may hold on the peer port: a peer keeps a few connections.
+pub const PEER_PORT_SOURCE_LIMITS: SourceLimits = SourceLimits { handshakes: 16, connections: 256 };
+
 /// A bound client or peer listener: the operating system's, or a simulator's.
 enum Bound {
     Os(tokio::net::TcpListener),
@@ -128,16 +137,18 @@ impl Bound {
         }
     }
 
-    /// Serves `server` on this listener until `shutdown`, through TLS when `tls`.
+    /// Serves `server` on this listener until `shutdown`, through TLS when `tls`, each
+    /// source address held to `limits`.
     async fn serve(
         self,
         server: tonic::transport::server::Router,
         tls: Option<Arc<ServerTls>>,
+        limits: SourceLimits,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<(), tonic::transport::Error> {
         match (self, tls) {
             (Bound::Os(listener), Some(tls)) => {
-                server.serve_with_incoming_shutdown(tls_incoming(listener, tls), shutdown).await
+                server.serve_with_incoming_shutdown(tls_incoming(listener, tls, limits), shutdown).await
             }
             (Bound::Os(listener), None) => server.serve_with_incoming_shutdown(accepting(listener), shutdown).await,
             (Bound::Simulated(listener), _) => {
@@ -408,7 +419,8 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         let shutdown = async move {
             let _ = stop_client.wait_for(|stop| *stop).await;
         };
-        if let Err(error) = client_listener.serve(client_server, client_tls, shutdown).await {
+        if let Err(error) = client_listener.serve(client_server, client_tls, CLIENT_PORT_SOURCE_LIMITS, shutdown).await
+        {
             tracing::error!(%error, "client server stopped");
         }
     }));
@@ -445,7 +457,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         let shutdown = async move {
             let _ = stop_peer.wait_for(|stop| *stop).await;
         };
-        if let Err(error) = peer_listener.serve(peer_server, peer_tls, shutdown).await {
+        if let Err(error) = peer_listener.serve(peer_server, peer_tls, PEER_PORT_SOURCE_LIMITS, shutdown).await {
             tracing::error!(%error, "peer server stopped");
         }
     }));

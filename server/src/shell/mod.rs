@@ -41,6 +41,7 @@ pub mod observers;
 pub mod peer_contacts;
 pub mod session_deadlines;
 pub mod sockets;
+pub mod sources;
 pub mod tls;
 pub mod wait_histograms;
 pub mod wait_registry;

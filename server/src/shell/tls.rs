@@ -28,10 +28,14 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::shell::clock::LogLimiter;
+use crate::shell::sources::{Counted, Refusal, SourceLimits, Sources};
 
 /// How long a client or peer may take to complete its TLS handshake.
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
-/// Handshakes in progress on one port at most; more connections wait to be accepted.
+/// How long a new connection may stay silent before the first bytes of its
+/// handshake: an idle socket holds a handshake slot no longer than this.
+pub const FIRST_BYTES_TIMEOUT_MS: u64 = 2_000;
+/// Handshakes in progress on one port at most; more connections are closed at once.
 pub const HANDSHAKES_IN_PROGRESS_MAX: usize = 256;
 /// Accepted connections waiting for the gRPC server to take them at most.
 pub const HANDSHAKEN_QUEUED_MAX: usize = 128;
@@ -260,18 +264,24 @@ impl NodeTls {
 }
 
 /// The connections `listener` accepts, each after a completed TLS handshake with the
-/// configuration current at that moment. Handshakes run concurrently (at most
-/// `HANDSHAKES_IN_PROGRESS_MAX`), each within `HANDSHAKE_TIMEOUT_MS`; a refused one is
-/// logged (rate-limited) and dropped. The stream ends when its reader goes away.
+/// configuration current at that moment, counted against its source address's
+/// `limits` for as long as it is open. The accept loop never waits: a connection
+/// whose source is at its limits, or that finds every one of the port's
+/// `HANDSHAKES_IN_PROGRESS_MAX` handshake slots taken, is closed at once, so a flood
+/// from one address leaves the others' connections to be accepted. A connection must
+/// send its first bytes within `FIRST_BYTES_TIMEOUT_MS` and finish its handshake
+/// within `HANDSHAKE_TIMEOUT_MS`. Refusals are logged (rate-limited). The stream
+/// ends when its reader goes away.
 pub fn tls_incoming(
     listener: TcpListener,
     tls: Arc<ServerTls>,
-) -> ReceiverStream<Result<TlsStream<TcpStream>, io::Error>> {
+    limits: SourceLimits,
+) -> ReceiverStream<Result<Counted<TlsStream<TcpStream>>, io::Error>> {
     let (handshaken, incoming) = mpsc::channel(HANDSHAKEN_QUEUED_MAX);
     let handshakes = Arc::new(Semaphore::new(HANDSHAKES_IN_PROGRESS_MAX));
+    let sources = Sources::new(limits);
     tokio::spawn(async move {
         loop {
-            let Ok(permit) = handshakes.clone().acquire_owned().await else { return };
             let accepted = tokio::select! {
                 _ = handshaken.closed() => return,
                 accepted = listener.accept() => accepted,
@@ -285,18 +295,43 @@ pub fn tls_incoming(
                     continue;
                 }
             };
+            let slot = match sources.admit(peer.ip()) {
+                Ok(slot) => slot,
+                Err(Refusal::Handshakes) => {
+                    let held = limits.handshakes;
+                    tls.log_refusal(peer, &format_args!("its address already has {held} handshakes in progress"));
+                    continue;
+                }
+                Err(Refusal::Connections) => {
+                    let held = limits.connections;
+                    tls.log_refusal(peer, &format_args!("its address already has {held} connections open"));
+                    continue;
+                }
+            };
+            let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                tls.log_refusal(peer, &"every handshake slot of the port is taken");
+                continue;
+            };
             // Small answers must not wait for the peer's delayed ACK (about 40 ms).
             let _ = stream.set_nodelay(true);
             let acceptor = tls.acceptor();
             let handshaken = handshaken.clone();
             let tls = tls.clone();
             tokio::spawn(async move {
+                let mut slot = slot;
+                // A connection that sends nothing holds its slot for this long at most.
+                match tokio::time::timeout(Duration::from_millis(FIRST_BYTES_TIMEOUT_MS), stream.readable()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return,
+                    Err(_) => return tls.log_refusal(peer, &"it sent nothing"),
+                }
                 let handshake =
                     tokio::time::timeout(Duration::from_millis(HANDSHAKE_TIMEOUT_MS), acceptor.accept(stream));
                 match handshake.await {
                     Ok(Ok(stream)) => {
                         drop(permit);
-                        let _ = handshaken.send(Ok(stream)).await;
+                        slot.handshaken();
+                        let _ = handshaken.send(Ok(Counted::new(stream, slot))).await;
                     }
                     // A connection closed before it sent anything is a port probe (a
                     // health check, a test waiting for the port), not a refusal.

@@ -36,11 +36,16 @@ use crate::raft::network::Network;
 use crate::raft::replica::Replica;
 use crate::shell::clock::LogLimiter;
 use crate::shell::peer_contacts::PeerContacts;
+use crate::shell::sources::{Counted, SourceLimits, Sources, WriteDeadline};
 use crate::shell::tls::{tls_incoming, ServerTls};
 use report::{Query, SEARCH_BYTES_MAX};
 
 /// Connections served at once (a browser tab keeps one or two open); more wait.
 pub const STATUS_CONNECTIONS_MAX: usize = 64;
+/// What one source address may hold: a browser opens a handful of connections.
+pub const STATUS_SOURCE_LIMITS: SourceLimits = SourceLimits { handshakes: 8, connections: 16 };
+/// A connection whose client reads none of an answer for this long is closed.
+pub const STATUS_WRITE_TIMEOUT_MS: u64 = 10_000;
 /// A request whose head is not complete by then is dropped.
 pub const STATUS_HEADER_TIMEOUT_MS: u64 = 10_000;
 /// The largest request head read.
@@ -73,7 +78,7 @@ impl StatusPage {
         let connections = Arc::new(Semaphore::new(STATUS_CONNECTIONS_MAX));
         match self.tls.clone() {
             Some(tls) => {
-                let mut incoming = tls_incoming(listener, tls);
+                let mut incoming = tls_incoming(listener, tls, STATUS_SOURCE_LIMITS);
                 loop {
                     let Ok(permit) = connections.clone().acquire_owned().await else { return };
                     let stream = tokio::select! {
@@ -87,20 +92,28 @@ impl StatusPage {
                     }
                 }
             }
-            None => loop {
-                let Ok(permit) = connections.clone().acquire_owned().await else { return };
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    _ = stopped.wait_for(|stop| *stop) => return,
-                };
-                match accepted {
-                    Ok((stream, _)) => self.clone().connection(stream, permit),
-                    Err(error) => {
-                        tracing::warn!(port = "status", %error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+            None => {
+                let sources = Sources::new(STATUS_SOURCE_LIMITS);
+                loop {
+                    let Ok(permit) = connections.clone().acquire_owned().await else { return };
+                    let accepted = tokio::select! {
+                        accepted = listener.accept() => accepted,
+                        _ = stopped.wait_for(|stop| *stop) => return,
+                    };
+                    match accepted {
+                        Ok((stream, peer)) => {
+                            // A source at its limit has its new connection closed at once.
+                            let Ok(mut slot) = sources.admit(peer.ip()) else { continue };
+                            slot.handshaken();
+                            self.clone().connection(Counted::new(stream, slot), permit)
+                        }
+                        Err(error) => {
+                            tracing::warn!(port = "status", %error, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
                     }
                 }
-            },
+            }
         }
     }
 
@@ -108,6 +121,7 @@ impl StatusPage {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let write_timeout = Duration::from_millis(STATUS_WRITE_TIMEOUT_MS);
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
                 let page = self.clone();
@@ -117,7 +131,7 @@ impl StatusPage {
                 .timer(TokioTimer::new())
                 .header_read_timeout(Duration::from_millis(STATUS_HEADER_TIMEOUT_MS))
                 .max_buf_size(STATUS_REQUEST_BYTES_MAX)
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection(TokioIo::new(WriteDeadline::new(stream, write_timeout)), service)
                 .await;
             drop(permit);
         });

@@ -1,0 +1,296 @@
+//! Connection budgets per source address, for the listeners that take connections
+//! from anyone who can reach them, before any credential is checked: one address
+//! cannot hold all of a port's handshake slots or connections, so clients from other
+//! addresses still get in while it floods the port.
+//!
+//! A `Slot` counts one connection of a source from its accept to its close, and while
+//! its handshake runs, one handshake too; both counts drop when the slot is dropped.
+//! `Counted` carries the slot along with the connection's stream.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use std::future::Future;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// What one source address may hold on one port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceLimits {
+    /// Connections that have not finished their handshake.
+    pub handshakes: usize,
+    /// Open connections, handshakes included.
+    pub connections: usize,
+}
+
+#[derive(Default, Debug)]
+struct Counts {
+    handshakes: usize,
+    connections: usize,
+}
+
+/// The connections of each source address on one port.
+#[derive(Debug)]
+pub struct Sources {
+    limits: SourceLimits,
+    counts: Mutex<HashMap<IpAddr, Counts>>,
+}
+
+/// Why a connection was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Handshakes,
+    Connections,
+}
+
+impl Sources {
+    pub fn new(limits: SourceLimits) -> Arc<Sources> {
+        Arc::new(Sources { limits, counts: Mutex::new(HashMap::new()) })
+    }
+
+    /// Admits a new connection of `source` in its handshake, unless the source is at
+    /// one of its limits.
+    pub fn admit(self: &Arc<Self>, source: IpAddr) -> Result<Slot, Refusal> {
+        let mut counts = self.counts.lock().unwrap();
+        let count = counts.entry(source).or_default();
+        if count.connections >= self.limits.connections {
+            return Err(Refusal::Connections);
+        }
+        if count.handshakes >= self.limits.handshakes {
+            return Err(Refusal::Handshakes);
+        }
+        count.connections += 1;
+        count.handshakes += 1;
+        Ok(Slot { sources: self.clone(), source, in_handshake: true })
+    }
+
+    /// The connections and handshakes `source` holds now.
+    pub fn held(&self, source: IpAddr) -> (usize, usize) {
+        let counts = self.counts.lock().unwrap();
+        counts.get(&source).map_or((0, 0), |count| (count.connections, count.handshakes))
+    }
+
+    /// Source addresses that hold a connection now.
+    pub fn sources(&self) -> usize {
+        self.counts.lock().unwrap().len()
+    }
+}
+
+/// One connection of a source, counted until dropped.
+#[derive(Debug)]
+pub struct Slot {
+    sources: Arc<Sources>,
+    source: IpAddr,
+    in_handshake: bool,
+}
+
+impl Slot {
+    /// The handshake finished: the connection no longer counts as one in handshake.
+    pub fn handshaken(&mut self) {
+        if std::mem::take(&mut self.in_handshake) {
+            let mut counts = self.sources.counts.lock().unwrap();
+            counts.get_mut(&self.source).expect("a slot's source is counted").handshakes -= 1;
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self.sources.counts.lock().unwrap();
+        let count = counts.get_mut(&self.source).expect("a slot's source is counted");
+        count.connections -= 1;
+        if self.in_handshake {
+            count.handshakes -= 1;
+        }
+        if count.connections == 0 {
+            counts.remove(&self.source);
+        }
+    }
+}
+
+/// A connection's stream with the slot that counts it.
+#[derive(Debug)]
+pub struct Counted<S> {
+    inner: S,
+    _slot: Slot,
+}
+
+impl<S> Counted<S> {
+    pub fn new(inner: S, slot: Slot) -> Counted<S> {
+        Counted { inner, _slot: slot }
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffer: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(context, buffer)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(mut self: Pin<&mut Self>, context: &mut Context<'_>, buffer: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(context, buffer)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffers: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(context, buffers)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(context)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(context)
+    }
+}
+
+impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected for Counted<S> {
+    type ConnectInfo = S::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+/// A stream whose writes fail once one has made no progress for `timeout`: a client
+/// that asks and never reads the answer frees its connection then, instead of
+/// holding it for as long as it likes.
+#[derive(Debug)]
+pub struct WriteDeadline<S> {
+    inner: S,
+    timeout: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteDeadline<S> {
+    pub fn new(inner: S, timeout: Duration) -> WriteDeadline<S> {
+        WriteDeadline { inner, timeout, stalled: None }
+    }
+
+    /// After a write or flush that is pending: an error once the stall has lasted
+    /// `timeout`, else pending (woken by the timer too).
+    fn stall<T>(&mut self, context: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let timeout = self.timeout;
+        let stalled = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match stalled.as_mut().poll(context) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the peer read nothing for {} ms", timeout.as_millis()),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteDeadline<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffer: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(context, buffer)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
+    fn poll_write(mut self: Pin<&mut Self>, context: &mut Context<'_>, buffer: &[u8]) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(context, buffer) {
+            Poll::Pending => self.stall(context),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match Pin::new(&mut self.inner).poll_flush(context) {
+            Poll::Pending => self.stall(context),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(context)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: SourceLimits = SourceLimits { handshakes: 2, connections: 3 };
+
+    #[test]
+    fn a_source_is_held_to_its_limits_and_others_are_not_touched() {
+        let sources = Sources::new(LIMITS);
+        let flooding: IpAddr = "127.0.0.2".parse().unwrap();
+        let other: IpAddr = "127.0.0.1".parse().unwrap();
+        let mut first = sources.admit(flooding).expect("the first handshake");
+        let _second = sources.admit(flooding).expect("the second handshake");
+        assert_eq!(sources.admit(flooding).unwrap_err(), Refusal::Handshakes);
+        let _elsewhere = sources.admit(other).expect("another source is not limited by the first");
+        first.handshaken();
+        let _third = sources.admit(flooding).expect("a handshake slot freed by a finished handshake");
+        assert_eq!(sources.held(flooding), (3, 2));
+        assert_eq!(sources.admit(flooding).unwrap_err(), Refusal::Connections);
+        drop(first);
+        assert_eq!(sources.held(flooding), (2, 2));
+        assert_eq!(sources.admit(flooding).unwrap_err(), Refusal::Handshakes, "two handshakes still run");
+    }
+
+    /// A peer that reads nothing: the writer's next write that cannot go on fails
+    /// after the timeout; one that reads keeps the writer going.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_makes_no_progress_fails_after_the_timeout() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let timeout = Duration::from_secs(10);
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        let mut ours = WriteDeadline::new(ours, timeout);
+        ours.write_all(&[1; 64]).await.expect("the buffer takes the first 64 bytes");
+        let mut read = [0; 64];
+        theirs.read_exact(&mut read).await.expect("the peer reads them");
+        ours.write_all(&[2; 64]).await.expect("a peer that reads keeps the writer going");
+        let started = tokio::time::Instant::now();
+        let error = ours.write_all(&[3; 1]).await.expect_err("nobody reads the second 64 bytes");
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), timeout);
+    }
+
+    #[test]
+    fn a_source_whose_connections_all_closed_is_forgotten() {
+        let sources = Sources::new(LIMITS);
+        let source: IpAddr = "::1".parse().unwrap();
+        let mut slot = sources.admit(source).unwrap();
+        slot.handshaken();
+        slot.handshaken();
+        assert_eq!(sources.held(source), (1, 0), "a second handshaken changes nothing");
+        drop(slot);
+        assert_eq!((sources.held(source), sources.sources()), ((0, 0), 0));
+    }
+}
