@@ -13,7 +13,7 @@
 #
 # --after-arg ARG (repeated) is given to the after side's servers only: with --before
 # this checkout's own server, it measures what a setting costs, e.g.
-#   bench/before-after.sh --before "$CARGO_TARGET_DIR/release/leasehold-server" --after-arg --watch --after-arg '*'
+#   bench/before-after.sh --before "$CARGO_TARGET_DIR/release/leasehold-server" --after-arg --watch --after-arg 'bench:*'
 #
 # --status-page gives the after side's nodes a status page (--status-addr) and keeps
 # it open for the whole run: every second one request to each node's /api/status

@@ -134,14 +134,19 @@ fn a_lock_delay_default_out_of_range_or_malformed_is_refused() {
 fn a_malformed_watch_is_refused() {
     let root = tempfile::tempdir().unwrap();
     let data_dir = root.path().join("data");
-    for (entry, expected) in [("", "--watch: an empty name"), ("cron*/x", "'*' may only end a prefix, as in cron/*")] {
+    for (entry, expected) in [
+        ("weekly-report", "names no tenant: write TENANT:NAME"),
+        ("ops:", "an empty name"),
+        ("Ops:cron/*", "is not a tenant name"),
+        ("ops:cron*/x", "'*' may only end a prefix, as in cron/*"),
+    ] {
         let mut arguments = base(&data_dir, 1);
         arguments.extend(["--watch".into(), entry.into()]);
         assert_refused(arguments, &data_dir, expected);
     }
     let mut twice = base(&data_dir, 1);
-    twice.extend(["--watch".into(), "cron/*".into(), "--watch".into(), "cron/*".into()]);
-    assert_refused(twice, &data_dir, "--watch \"cron/*\" is given twice");
+    twice.extend(["--watch".into(), "ops:cron/*".into(), "--watch".into(), "ops:cron/*".into()]);
+    assert_refused(twice, &data_dir, "--watch \"ops:cron/*\" is given twice");
     assert!(!data_dir.exists(), "nothing may be created");
 }
 

@@ -199,8 +199,9 @@ class LocalCluster:
             "--tls-cert", str(cert), "--tls-key", str(key), "--client-ca", str(self.ca_file),
             "--peer-cert", str(cert), "--peer-key", str(key), "--peer-ca", str(self.ca_file),
             "--admin-token-file", str(self.admin_token_file),
-            # Grants of cron/… are counted and shown on the status page (its test).
-            "--watch", "cron/*",
+            # The test tenant's grants of cron/… are counted and shown on the status page
+            # (its test).
+            "--watch", f"{TEST_TENANT}:cron/*",
         ]  # fmt: skip
         for member in self.nodes.values():
             arguments += ["--initial-member", f"{member.id}={member.client_addr},{member.peer_addr}"]

@@ -178,7 +178,7 @@ def test_the_page_shows_holders_waiters_limits_and_leaders_and_follows_a_release
         assert election_row["value"] == "pod-a"
         assert election_row["token"] == str(leadership.token)
 
-        watched = row(browser, "watched", "cron/*", key="watch")
+        watched = row(browser, "watched", "test:cron/*", key="watch")
         grants, last_grant = watched["cells"][1:]
         assert int(grants) >= 1 and last_grant.endswith(" ago"), "the election's grant counts under cron/*"
 

@@ -440,15 +440,20 @@ pub(super) fn tenants_full(count: usize) -> CommandError {
     )
 }
 
-/// A tenant name is a DNS label (it is part of a client certificate's DNS name):
-/// lowercase letters, digits and '-', not at either end.
-pub(super) fn validate_tenant_name(name: &str) -> Result<(), CommandError> {
-    let label = !name.is_empty()
+/// Whether `name` could name a tenant: a DNS label (it is part of a client
+/// certificate's DNS name) of lowercase letters, digits and '-', not at either end;
+/// "admin" too (the admin's namespace), which no tenant added may take.
+pub fn is_tenant_label(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= TENANT_NAME_BYTES_MAX
         && name.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
         && !name.starts_with('-')
-        && !name.ends_with('-');
-    if !label {
+        && !name.ends_with('-')
+}
+
+/// A tenant name is a DNS label (`is_tenant_label`) other than "admin".
+pub(super) fn validate_tenant_name(name: &str) -> Result<(), CommandError> {
+    if !is_tenant_label(name) {
         return Err(CommandError::new(
             ErrorKind::InvalidArgument,
             format!(

@@ -89,7 +89,7 @@ pub use command::{
     COMMAND_LEVEL_RECORD_MEMBER, COMMAND_LEVEL_SHARES,
 };
 pub use delay::{DelayKey, HeldBack};
-pub use error::{CommandError, ErrorKind};
+pub use error::{is_tenant_label, CommandError, ErrorKind};
 pub use event::{Event, WaitFailure};
 pub use listing::{InTenant, Listing, Search, SessionRow, Walk};
 pub use response::{AcquireOutcome, CancelOutcome, Response};

@@ -218,10 +218,11 @@ pub struct RawConfig {
     #[arg(long = "lock-delay-default", value_name = "PREFIX=MS")]
     #[serde(default)]
     pub lock_delay_defaults: Vec<String>,
-    /// A lock, semaphore or election name (or `PREFIX*`) whose grants the metrics
-    /// count, with the time of the latest (`leasehold_watched_*`), for an alert when
-    /// a job that must run did not. Repeated, at most 100; `watch = [...]` in TOML.
-    #[arg(long = "watch", value_name = "NAME|PREFIX*")]
+    /// A tenant's lock, semaphore or election name (or `PREFIX*`), as TENANT:NAME
+    /// (admin:NAME for the admin's namespace), whose grants the metrics count, with
+    /// the time of the latest (`leasehold_watched_*`), for an alert when a job that
+    /// must run did not. Repeated, at most 100; `watch = [...]` in TOML.
+    #[arg(long = "watch", value_name = "TENANT:NAME|TENANT:PREFIX*")]
     #[serde(default, rename = "watch")]
     pub watches: Vec<String>,
 }
@@ -640,7 +641,8 @@ impl Config {
             command_level,
             test_panic_on_lock: raw.test_panic_on_lock,
             lock_delay_defaults: lock_delay_defaults(&raw.lock_delay_defaults)?,
-            watches: crate::shell::watched::parse(&raw.watches, LOCK_NAME_BYTES_MAX).map_err(ConfigError)?,
+            watches: crate::shell::watched::parse(&raw.watches, LOCK_NAME_BYTES_MAX, crate::machine::is_tenant_label)
+                .map_err(ConfigError)?,
         })
     }
 

@@ -414,8 +414,11 @@ fn apply_entries(shared: &Shared, entries: &[Entry]) -> AppliedRun {
                         }
                         if let Some(watched) = shared.watched.get().filter(|watched| !watched.is_empty()) {
                             for event in &entry_events {
-                                if let Event::Granted { name, .. } = event {
-                                    watched.granted(name, proposal.stamp_ms);
+                                if let Event::Granted { name, session, .. } = event {
+                                    let machine = &applied.machine;
+                                    if let Some(tenant) = machine.session_of(*session).map(|found| found.tenant()) {
+                                        watched.granted(machine.tenant_name(tenant), name, proposal.stamp_ms);
+                                    }
                                 }
                             }
                         }

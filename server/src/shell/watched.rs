@@ -2,10 +2,12 @@
 //! which must run did not: a singleton cron whose lock nobody took for a week is as
 //! bad as one that ran three times.
 //!
-//! Each watch is a name, or a prefix written `PREFIX*`; the grants of every lock,
-//! semaphore permit and election leadership it matches, in every tenant, add up
-//! under the watch as written, so the metrics have one series per watch however
-//! many names match. A grant's time is its entry's proposal time (the leader's
+//! Each watch names a tenant and a name, or a prefix written `PREFIX*`:
+//! `TENANT:NAME` (`admin:NAME` for the admin's namespace). The grants of every lock,
+//! semaphore permit and election leadership of that tenant it matches add up under
+//! the watch as written, so the metrics have one series per watch however many names
+//! match. Another tenant's grant of the same name is not counted: it must not keep
+//! the alert of a job that did not run silent. A grant's time is its entry's proposal time (the leader's
 //! clock), so a node that replays its log after a restart counts the grants since
 //! its last snapshot with their own times, not the time of the replay.
 
@@ -42,22 +44,23 @@ impl Pattern {
 /// `granted` costs one check of the length.
 #[derive(Debug, Default)]
 pub struct WatchedGrants {
-    /// (the watch as written, its pattern), in the configured order.
-    watches: Vec<(String, Pattern)>,
+    /// (the watch as written, its tenant's name, its pattern), in the configured order.
+    watches: Vec<(String, String, Pattern)>,
     seen: Mutex<Vec<Seen>>,
 }
 
 impl WatchedGrants {
     /// Watches as the configuration wrote them: validated there (`parse`).
     pub fn new(watches: &[String]) -> WatchedGrants {
-        let watches: Vec<(String, Pattern)> = watches
+        let watches: Vec<(String, String, Pattern)> = watches
             .iter()
             .map(|watch| {
-                let pattern = match watch.strip_suffix('*') {
+                let (tenant, name) = watch.split_once(':').expect("`parse` checked that a watch names its tenant");
+                let pattern = match name.strip_suffix('*') {
                     Some(prefix) => Pattern::Prefix(prefix.to_owned()),
-                    None => Pattern::Exact(watch.clone()),
+                    None => Pattern::Exact(name.to_owned()),
                 };
-                (watch.clone(), pattern)
+                (watch.clone(), tenant.to_owned(), pattern)
             })
             .collect();
         let seen = Mutex::new(vec![Seen::default(); watches.len()]);
@@ -68,14 +71,15 @@ impl WatchedGrants {
         self.watches.is_empty()
     }
 
-    /// A grant of `name` proposed at `stamp_ms`: counted under every watch it matches.
-    pub fn granted(&self, name: &str, stamp_ms: u64) {
+    /// A grant of `name` in the namespace of the tenant named `tenant`, proposed at
+    /// `stamp_ms`: counted under every watch it matches.
+    pub fn granted(&self, tenant: &str, name: &str, stamp_ms: u64) {
         if self.watches.is_empty() {
             return;
         }
         let mut seen = self.seen.lock().unwrap();
-        for ((_, pattern), seen) in self.watches.iter().zip(seen.iter_mut()) {
-            if pattern.matches(name) {
+        for ((_, watched_tenant, pattern), seen) in self.watches.iter().zip(seen.iter_mut()) {
+            if watched_tenant == tenant && pattern.matches(name) {
                 seen.grants += 1;
                 seen.last_grant_unix_ms = seen.last_grant_unix_ms.max(stamp_ms);
             }
@@ -85,21 +89,35 @@ impl WatchedGrants {
     /// Every watch as written, with what it has seen.
     pub fn snapshot(&self) -> Vec<(String, Seen)> {
         let seen = self.seen.lock().unwrap();
-        self.watches.iter().map(|(watch, _)| watch.clone()).zip(seen.iter().copied()).collect()
+        self.watches.iter().map(|(watch, _, _)| watch.clone()).zip(seen.iter().copied()).collect()
     }
 }
 
-/// Checks the configured watches: not empty, at most `name_bytes_max` bytes before
-/// an optional final `*`, no `*` elsewhere, none twice, at most `WATCHES_MAX`.
-pub fn parse(watches: &[String], name_bytes_max: usize) -> Result<Vec<String>, String> {
+/// Checks the configured watches: `TENANT:NAME`, the tenant a valid tenant name
+/// (`valid_tenant`) or `admin`, the name not empty, at most `name_bytes_max` bytes
+/// before an optional final `*`, no `*` elsewhere, none twice, at most `WATCHES_MAX`.
+pub fn parse(
+    watches: &[String],
+    name_bytes_max: usize,
+    valid_tenant: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, String> {
     if watches.len() > WATCHES_MAX {
         return Err(format!("--watch is given {} times; at most {WATCHES_MAX} (WATCHES_MAX)", watches.len()));
     }
     let mut parsed: Vec<String> = Vec::with_capacity(watches.len());
     for watch in watches {
-        let body = watch.strip_suffix('*').unwrap_or(watch);
-        if watch.is_empty() {
-            return Err("--watch: an empty name (a prefix is written PREFIX*)".to_string());
+        let Some((tenant, name)) = watch.split_once(':') else {
+            return Err(format!(
+                "--watch {watch:?} names no tenant: write TENANT:NAME (e.g. payments:{watch}, or admin:{watch} for \
+                 the admin's namespace), so that another tenant's lock of the name does not count"
+            ));
+        };
+        if !valid_tenant(tenant) {
+            return Err(format!("--watch {watch:?}: {tenant:?} is not a tenant name"));
+        }
+        let body = name.strip_suffix('*').unwrap_or(name);
+        if name.is_empty() {
+            return Err(format!("--watch {watch:?}: an empty name (a prefix is written PREFIX*)"));
         }
         if body.contains('*') {
             return Err(format!("--watch {watch:?}: '*' may only end a prefix, as in cron/*"));
@@ -120,29 +138,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_and_prefixes_count_their_grants_with_the_latest_time() {
-        let watched = WatchedGrants::new(&["weekly-report".to_string(), "cron/*".to_string(), "*".to_string()]);
-        watched.granted("weekly-report", 2_000);
-        watched.granted("weekly-report", 1_000);
-        watched.granted("cron/a", 5_000);
-        watched.granted("cron/b", 4_000);
-        watched.granted("weekly-report-2", 9_000);
+    fn names_and_prefixes_count_their_tenants_grants_with_the_latest_time() {
+        let watches = ["ops:weekly-report", "ops:cron/*", "ops:*", "admin:weekly-report"].map(String::from);
+        let watched = WatchedGrants::new(&watches);
+        watched.granted("ops", "weekly-report", 2_000);
+        watched.granted("ops", "weekly-report", 1_000);
+        watched.granted("ops", "cron/a", 5_000);
+        watched.granted("ops", "cron/b", 4_000);
+        watched.granted("ops", "weekly-report-2", 9_000);
+        watched.granted("other", "weekly-report", 10_000);
         let seen = watched.snapshot();
-        assert_eq!(seen[0], ("weekly-report".to_string(), Seen { grants: 2, last_grant_unix_ms: 2_000 }));
-        assert_eq!(seen[1], ("cron/*".to_string(), Seen { grants: 2, last_grant_unix_ms: 5_000 }));
-        assert_eq!(seen[2], ("*".to_string(), Seen { grants: 5, last_grant_unix_ms: 9_000 }), "* matches all");
+        assert_eq!(seen[0], ("ops:weekly-report".to_string(), Seen { grants: 2, last_grant_unix_ms: 2_000 }));
+        assert_eq!(seen[1], ("ops:cron/*".to_string(), Seen { grants: 2, last_grant_unix_ms: 5_000 }));
+        assert_eq!(seen[2], ("ops:*".to_string(), Seen { grants: 5, last_grant_unix_ms: 9_000 }), "* matches all");
+        assert_eq!(seen[3], ("admin:weekly-report".to_string(), Seen::default()), "another tenant's grant");
         assert!(WatchedGrants::new(&[]).is_empty());
     }
 
     #[test]
     fn bad_watches_are_refused_with_the_rule() {
-        let parse = |watches: &[&str]| parse(&watches.iter().map(|watch| watch.to_string()).collect::<Vec<_>>(), 16);
-        assert_eq!(parse(&["a", "b/*"]), Ok(vec!["a".to_string(), "b/*".to_string()]));
-        assert!(parse(&[""]).unwrap_err().contains("empty"));
-        assert!(parse(&["a*b"]).unwrap_err().contains("may only end"));
-        assert!(parse(&["a", "a"]).unwrap_err().contains("twice"));
-        assert!(parse(&[&"x".repeat(17)]).unwrap_err().contains("longer than any name"));
-        let many: Vec<String> = (0..=WATCHES_MAX).map(|index| index.to_string()).collect();
-        assert!(super::parse(&many, 16).unwrap_err().contains("at most"));
+        let tenant = |name: &str| name == "ops" || name == "admin";
+        let parse =
+            |watches: &[&str]| parse(&watches.iter().map(|watch| watch.to_string()).collect::<Vec<_>>(), 16, tenant);
+        assert_eq!(parse(&["ops:a", "admin:b/*"]), Ok(vec!["ops:a".to_string(), "admin:b/*".to_string()]));
+        assert!(parse(&["weekly"]).unwrap_err().contains("names no tenant"));
+        assert!(parse(&["Ops:a"]).unwrap_err().contains("not a tenant name"));
+        assert!(parse(&["ops:"]).unwrap_err().contains("empty"));
+        assert!(parse(&["ops:a*b"]).unwrap_err().contains("may only end"));
+        assert!(parse(&["ops:a", "ops:a"]).unwrap_err().contains("twice"));
+        assert!(parse(&[&format!("ops:{}", "x".repeat(17))]).unwrap_err().contains("longer than any name"));
+        let many: Vec<String> = (0..=WATCHES_MAX).map(|index| format!("ops:{index}")).collect();
+        assert!(super::parse(&many, 16, tenant).unwrap_err().contains("at most"));
     }
 }
