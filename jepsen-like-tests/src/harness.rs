@@ -74,8 +74,12 @@ pub const DISK_FILL_MS_MAX: u64 = 30_000;
 pub const WORKER_EXIT_SLACK_MS: u64 = 30_000;
 pub const STATUS_POLL_MS: u64 = 100;
 /// The suite's election: from the leader's loss to a new leader's first applied entry,
-/// at most two election timeouts (a split vote takes a second round).
-pub const ELECTION_MS_MAX: u64 = 2 * ELECTION_TIMEOUT_MAX_MS;
+/// at most four maximal election timeouts. A follower of openraft 0.9 starts an
+/// election once the leader's lease (one maximal timeout) and its own timeout have
+/// passed since the leader's last message, and two maximal timeouts later if it has
+/// seen a node with a longer log since its own last election; the flag stays set
+/// until then, so a follower that lost a vote long before is slow to stand.
+pub const ELECTION_MS_MAX: u64 = 4 * ELECTION_TIMEOUT_MAX_MS;
 /// From a lease's end to the waiter's worker recording its grant: the expiry's
 /// commit, the grant's, and the answer, on a machine that also runs every node and
 /// worker.

@@ -16,8 +16,10 @@ use leasehold_jepsen::lock_holder::{kill_holder, start_lock_holder};
 const LEADER_DEADLINE: Duration = Duration::from_secs(20);
 const TTL: Duration = Duration::from_secs(2);
 const DELAY: Duration = Duration::from_secs(3);
-/// One election with the default timings: two election timeouts of at most 300 ms.
-const ELECTION_MS: u64 = 600;
+/// One election with the default timings: four election timeouts of at most 300 ms
+/// (the README's bound: openraft's leader lease, the follower's own timeout, and
+/// the delay of a follower that saw a longer log).
+const ELECTION_MS: u64 = 1_200;
 /// The expiry's commit, the leader's scan for ended delays, the grant and its answer.
 const HANDOVER_MS: u64 = 500;
 
