@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use leasehold::client::Transport;
 use leasehold::proto::errors::error_reason;
@@ -437,4 +437,43 @@ async fn a_tenant_past_its_rate_quota_is_told_when_to_retry() {
     let info = admin.set_tenant_quotas(TEST_TENANT, unlimited).await.expect("take the quota away");
     let quotas = info.quotas.expect("quotas in the answer");
     assert_eq!((quotas.weight, quotas.max_ops_per_second), (3, Some(0)), "the weight is left as it was");
+}
+
+/// Whether the node closed `stream` (end of stream or a reset), within `within`.
+async fn closed_by_the_node(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut byte = [0u8; 1];
+    matches!(tokio::time::timeout(within, stream.read(&mut byte)).await, Ok(Ok(0)) | Ok(Err(_)))
+}
+
+/// The metrics port keeps no connection that sends nothing: one address gets at most
+/// 8 connections (the rest are closed at once), an idle one is closed after the
+/// header timeout, and scrapes from another address are answered throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_to_the_metrics_port_are_closed_and_scrapes_go_on() {
+    const IDLE: usize = 100;
+    let cluster = TestCluster::start(ClusterOptions::default());
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let address = cluster.nodes[&leader].metrics_addr.clone().expect("a metrics address");
+    let target: std::net::SocketAddr = address.parse().expect("a socket address");
+    let mut idle = Vec::new();
+    for _ in 0..IDLE {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket.bind("127.0.0.2:0".parse().unwrap()).expect("bind the idle address");
+        idle.push(socket.connect(target).await.expect("connect"));
+    }
+    assert!(scrape(&address).is_some(), "a scrape from another address beside {IDLE} idle connections");
+    let mut closed_at_once = 0;
+    for stream in &mut idle {
+        if closed_by_the_node(stream, Duration::from_millis(200)).await {
+            closed_at_once += 1;
+        }
+    }
+    assert!(closed_at_once >= IDLE - 8, "only {closed_at_once} of {IDLE} closed at once: 8 may stay");
+    let started = Instant::now();
+    for stream in &mut idle {
+        assert!(closed_by_the_node(stream, Duration::from_secs(10)).await, "an idle connection stayed open");
+    }
+    assert!(started.elapsed() < Duration::from_secs(10), "closed after the 5 s header timeout");
+    assert!(scrape(&address).is_some(), "scrapes go on");
 }

@@ -3,19 +3,27 @@
 //! The figures are read from openraft's metrics and the applied state when scraped,
 //! so the hot paths do no bookkeeping for them.
 
+use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use openraft::ServerState;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 use crate::machine::{TenantId, Usage};
 use crate::raft::replica::{Replica, COMMIT_WAIT_BUCKETS_SECONDS};
+use crate::shell::sources::{Counted, SourceLimits, Sources, WriteDeadline};
 use crate::shell::wait_histograms::escape_label;
 
-/// A scrape request larger than this is answered 400 without reading further.
+/// The largest scrape request head read; a larger one ends the connection.
 pub const SCRAPE_REQUEST_BYTES_MAX: usize = 8 * 1024;
 
 pub fn render(replica: &Replica) -> String {
@@ -195,34 +203,75 @@ fn render_watched(text: &mut String, watches: &[(String, crate::shell::watched::
     }
 }
 
+/// Scrapes served at once; more connections wait to be accepted.
+pub const SCRAPE_CONNECTIONS_MAX: usize = 64;
+/// What one source address may hold: a Prometheus server keeps one connection.
+pub const SCRAPE_SOURCE_LIMITS: SourceLimits = SourceLimits { handshakes: 8, connections: 8 };
+/// A request whose head is not complete by then is dropped, and so is a connection
+/// that sends nothing for that long.
+pub const SCRAPE_HEADER_TIMEOUT_MS: u64 = 5_000;
+/// A connection whose client reads nothing of an answer for this long is closed.
+pub const SCRAPE_WRITE_TIMEOUT_MS: u64 = 10_000;
+/// A connection is closed after this long whatever it does: a scraper connects again.
+pub const SCRAPE_CONNECTION_MS_MAX: u64 = 60_000;
+
+/// Serves `GET /metrics` over HTTP/1.1 (hyper) until `stopped`: at most
+/// `SCRAPE_CONNECTIONS_MAX` connections, each source address held to
+/// `SCRAPE_SOURCE_LIMITS` (a connection past them is closed at once), each request
+/// head read within `SCRAPE_HEADER_TIMEOUT_MS`, each answer's writes making progress
+/// within `SCRAPE_WRITE_TIMEOUT_MS`, and no connection kept past
+/// `SCRAPE_CONNECTION_MS_MAX`.
 pub async fn serve(listener: TcpListener, replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
+    let connections = Arc::new(Semaphore::new(SCRAPE_CONNECTIONS_MAX));
+    let sources = Sources::new(SCRAPE_SOURCE_LIMITS);
     loop {
+        let Ok(permit) = connections.clone().acquire_owned().await else { return };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = stopped.wait_for(|stop| *stop) => return,
         };
-        let Ok((mut stream, _)) = accepted else {
-            continue;
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(port = "metrics", %error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
+        let Ok(mut slot) = sources.admit(peer.ip()) else { continue };
+        slot.handshaken();
         let replica = replica.clone();
         tokio::spawn(async move {
-            let mut request = vec![0u8; SCRAPE_REQUEST_BYTES_MAX];
-            let Ok(read) = stream.read(&mut request).await else {
+            // A connection that sends nothing is closed after the header timeout.
+            let first_bytes = tokio::time::timeout(Duration::from_millis(SCRAPE_HEADER_TIMEOUT_MS), stream.readable());
+            if !matches!(first_bytes.await, Ok(Ok(()))) {
                 return;
-            };
-            let head = String::from_utf8_lossy(&request[..read]);
-            let (status, body) = if head.starts_with("GET /metrics") {
-                ("200 OK", render(&replica))
-            } else {
-                ("404 Not Found", "only GET /metrics is served here\n".to_string())
-            };
-            let response = format!(
-                "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
+            }
+            let stream = WriteDeadline::new(Counted::new(stream, slot), Duration::from_millis(SCRAPE_WRITE_TIMEOUT_MS));
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let replica = replica.clone();
+                async move { Ok::<_, Infallible>(answer(&replica, &request)) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_millis(SCRAPE_HEADER_TIMEOUT_MS))
+                .max_buf_size(SCRAPE_REQUEST_BYTES_MAX)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(Duration::from_millis(SCRAPE_CONNECTION_MS_MAX), connection).await;
+            drop(permit);
         });
     }
+}
+
+fn answer(replica: &Replica, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let (status, body) = match (request.method(), request.uri().path()) {
+        (&Method::GET, "/metrics") => (StatusCode::OK, render(replica)),
+        _ => (StatusCode::NOT_FOUND, "only GET /metrics is served here\n".to_string()),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    response
 }
 
 /// What this node did as leader with each tenant's commands: queued now, admitted to
