@@ -708,6 +708,53 @@ async fn a_tenants_status_tells_it_nothing_of_the_others_or_of_the_operators_fig
     assert_eq!(operators, ("", 0, 0, 0, 0), "the operator's figures: {seen_by_other:?}");
 }
 
+/// Promise: a valid credential is not refused for good by a node that is behind. A
+/// node stopped while a tenant was added, and started again while the others are
+/// stopped with SIGSTOP, does not know the tenant's token: it answers NOT_LEADER,
+/// which sends a client to the leader, rather than UNAUTHENTICATED, which a client
+/// takes as final. Once the others run again, the tenant's client, given that node
+/// first, gets its session; a token nobody has is still refused UNAUTHENTICATED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_sends_a_credential_it_does_not_know_on_to_the_leader() {
+    let mut cluster = started(ClusterOptions::default()).await;
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let behind = *cluster.nodes.keys().find(|id| **id != leader).expect("three nodes");
+    cluster.stop(behind, CALL_DEADLINE).await;
+    let token = add_tenant(&cluster, "late", pb::Quotas::default()).await;
+    let others: Vec<u64> = cluster.nodes.keys().copied().filter(|id| *id != behind).collect();
+    for id in &others {
+        cluster.pause(*id);
+    }
+    cluster.restart(behind);
+    let address = cluster.nodes[&behind].client_addr.clone();
+    let admin = Raw::admin(&cluster);
+    wait::until(CONDITION_DEADLINE, "the node behind to serve again", || async {
+        admin.status_of(&address).await.ok()
+    })
+    .await;
+    let late = Raw::with_token(&cluster, &token);
+    let request = pb::CreateSessionRequest {
+        request_id: late.request_id(),
+        ttl_ms: LONG_TTL_MS,
+        client_name: RAW_CLIENT_NAME.to_string(),
+    };
+    let channel = late.client.raw_channel(&address).expect("a channel to the node behind");
+    let answer = tokio::time::timeout(ANSWER_DEADLINE, LeaseholdClient::new(channel).create_session(request)).await;
+    let status = answer.expect("the node behind answers").expect_err("no session while the others are stopped");
+    assert_eq!(error_reason(&status), Some(ErrorReason::NotLeader), "sent on, not refused: {status:?}");
+    for id in &others {
+        cluster.resume(*id);
+    }
+
+    let mut endpoints = vec![address];
+    endpoints.extend(others.iter().map(|id| cluster.nodes[id].client_addr.clone()));
+    let client = Settings { endpoints, ..token_settings(&cluster, &token) }.client().expect("valid settings");
+    let session = client.session(Duration::from_secs(10)).await.expect("a session, the node behind asked first");
+    session.close().await.expect("close the session");
+    let stranger = Raw::with_token(&cluster, &certs::new_token("tenant"));
+    refused(stranger.create_session(LONG_TTL_MS).await, &[UNAUTHENTICATED], "a token nobody has, at the leader");
+}
+
 // ---------------------------------------------------------------- 2. namespaces
 
 /// Promise: each tenant has its own namespace. Two tenants hold `orders/42` at once;

@@ -11,7 +11,7 @@ use leasehold_proto::ErrorReason;
 use openraft::{ChangeMembers, ServerState};
 use tonic::{Request, Response, Status};
 
-use crate::api::auth::{audit, Auth, Who};
+use crate::api::auth::{audit, Auth, Who, STATUS_RPC};
 use crate::api::convert;
 use crate::api::lock_delay::level_ready;
 use crate::machine::{
@@ -388,7 +388,7 @@ impl Admin for AdminService {
     }
 
     async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
-        let who = self.auth.who("Admin.Status", &request)?;
+        let who = self.auth.who(STATUS_RPC, &request)?;
         let metrics = self.replica.raft.metrics().borrow().clone();
         let commit_index = self
             .replica

@@ -7,7 +7,7 @@
 //! logged. Refused credentials are logged on the `audit` target, at most once a second.
 
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use leasehold_proto::errors::{error_status, METADATA_TENANT};
@@ -22,6 +22,9 @@ use crate::shell::tls::tenant_presented;
 
 /// The metadata key of the bearer credential: `authorization: Bearer <token>`.
 pub const AUTHORIZATION_METADATA_KEY: &str = "authorization";
+/// The RPC that answers with the node's own view, whatever it knows of the tenants.
+pub const STATUS_RPC: &str = "Admin.Status";
+
 /// A refused credential is logged at most once per this interval.
 pub const REFUSAL_LOG_INTERVAL_MS: u64 = 1_000;
 
@@ -81,7 +84,13 @@ pub struct Auth {
     shared: Arc<Shared>,
     refusals: LogLimiter,
     streams_outlive_revocation: bool,
+    /// Whether this node leads, and if not the NOT_LEADER status naming the leader
+    /// it knows (`redirect_unknown_credentials`).
+    leadership: OnceLock<Leadership>,
 }
+
+/// None when this node leads; else the NOT_LEADER status that sends a client on.
+type Leadership = Box<dyn Fn() -> Option<Status> + Send + Sync>;
 
 /// How a request authenticated: a bearer token (its hash) or a client certificate.
 #[derive(Debug, Clone)]
@@ -112,7 +121,30 @@ impl Auth {
             shared,
             refusals: LogLimiter::new(Duration::from_millis(REFUSAL_LOG_INTERVAL_MS)),
             streams_outlive_revocation: false,
+            leadership: OnceLock::new(),
         })
+    }
+
+    /// From now on a credential this node does not know is answered NOT_LEADER with
+    /// `leadership`'s leader, on a node that does not lead (Status excepted, which
+    /// is this node's own view): such a node may not have applied the tenant's
+    /// addition or its new token yet (it was restarted, replaced or cut off), and
+    /// only the leader's answer is final. A client follows the redirect as for any
+    /// request a follower does not serve; the leader refuses a credential nobody
+    /// has UNAUTHENTICATED.
+    pub fn redirect_unknown_credentials(&self, leadership: impl Fn() -> Option<Status> + Send + Sync + 'static) {
+        let _ = self.leadership.set(Box::new(leadership));
+    }
+
+    /// The refusal of a credential this node does not know: a redirect to the
+    /// leader on a node that does not lead, else UNAUTHENTICATED.
+    fn unknown<T>(&self, rpc: &str, request: &Request<T>, problem: &str) -> Status {
+        if rpc != STATUS_RPC {
+            if let Some(redirect) = self.leadership.get().and_then(|leadership| leadership()) {
+                return redirect;
+            }
+        }
+        self.refuse(rpc, request, problem)
     }
 
     /// Reads the admin token file again (SIGHUP): the old token stops working.
@@ -155,7 +187,7 @@ impl Auth {
             }
             return match self.shared.credentials.by_token(&hash) {
                 Some(tenant) => Ok((Who::Tenant(tenant), Presented::Token(hash))),
-                None => Err(self.refuse(rpc, request, "a token no tenant has (never issued, rotated, or removed)")),
+                None => Err(self.unknown(rpc, request, "a token no tenant has (never issued, rotated, or removed)")),
             };
         }
         if let Some(chain) = request.peer_certs() {
@@ -164,7 +196,7 @@ impl Auth {
             };
             return match self.shared.credentials.by_name(&name) {
                 Some(tenant) => Ok((Who::Tenant(tenant), Presented::Certificate)),
-                None => Err(self.refuse(
+                None => Err(self.unknown(
                     rpc,
                     request,
                     &format!("a client certificate of tenant {name:?}, which does not exist"),

@@ -340,6 +340,13 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         config.tenant_queue_max,
         entropy,
     );
+    // A node that does not lead sends a credential it does not know to the leader:
+    // it may not have applied the tenant yet.
+    let leading = Arc::downgrade(&replica);
+    auth.redirect_unknown_credentials(move || {
+        let replica = leading.upgrade()?;
+        (!replica.is_leader()).then(|| replica.leader_hint())
+    });
     let lock_delay = Arc::new(LockDelayPolicy::new(config.lock_delay_defaults.clone(), incarnations.clone()));
     let (stop, stopped) = watch::channel(false);
     let essential = Essential::new(stopped.clone(), exit.clone());
