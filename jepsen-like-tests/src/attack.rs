@@ -68,6 +68,12 @@ pub const OBSERVE_WINDOW_MS: u64 = 300;
 /// How many not-leader redirects one try follows.
 pub const LEADER_HOPS_MAX: usize = 3;
 /// Pause between two tries: the intruder must not starve the workers of the machine.
+/// Idle connections one try of `Attack::IdleConnections` opens, from an address of
+/// its own (the nodes' budget per address is not the workers' then), and how long it
+/// holds them: past the nodes' 2 s deadline for a connection's first bytes.
+pub const IDLE_CONNECTIONS_PER_TRY: usize = 64;
+pub const IDLE_SOURCE: &str = "127.0.0.250";
+pub const IDLE_HOLD_MS: u64 = 3_500;
 pub const ATTACK_PAUSE_MS_MIN: u64 = 10;
 pub const ATTACK_PAUSE_MS_MAX: u64 = 40;
 /// Guessed session ids lie this far below the commit index at most.
@@ -145,6 +151,9 @@ pub enum Attack {
     MadeUpToken,
     /// The same with a client certificate naming the test tenant, from a rogue CA.
     RogueClientCertificate,
+    /// Connections to a client or peer port that send nothing, held past the
+    /// nodes' first-bytes deadline: each must have been closed by then.
+    IdleConnections,
     AddMember,
     RemoveMember,
     AddTenant,
@@ -210,10 +219,11 @@ pub enum Attack {
 }
 
 impl Attack {
-    pub const ALL: [Attack; 37] = [
+    pub const ALL: [Attack; 38] = [
         Attack::NoCredential,
         Attack::MadeUpToken,
         Attack::RogueClientCertificate,
+        Attack::IdleConnections,
         Attack::AddMember,
         Attack::RemoveMember,
         Attack::AddTenant,
@@ -255,6 +265,7 @@ impl Attack {
             Attack::NoCredential => "no-credential",
             Attack::MadeUpToken => "made-up-token",
             Attack::RogueClientCertificate => "rogue-client-certificate",
+            Attack::IdleConnections => "idle-connections",
             Attack::AddMember => "admin-add-member",
             Attack::RemoveMember => "admin-remove-member",
             Attack::AddTenant => "admin-add-tenant",
@@ -294,12 +305,14 @@ impl Attack {
 
     /// Whether the attack needs what the previous release (`scripts/previous-release`,
     /// the rolling upgrade's older side) lacks: only the peer port's membership checks
-    /// refuse it, or the RPC is newer (`EndSession`). It is not tried while such nodes
-    /// run.
+    /// refuse it, the RPC is newer (`EndSession`), or it holds connections longer than
+    /// that release's listeners let pass (`IdleConnections`). It is not tried while
+    /// such nodes run.
     pub fn needs_this_release(self) -> bool {
         matches!(
             self,
             Attack::EndSession
+                | Attack::IdleConnections
                 | Attack::PeerNonMemberAppend
                 | Attack::PeerNonMemberVote
                 | Attack::PeerForgedHeaders
@@ -314,7 +327,9 @@ impl Attack {
 
     pub fn kind(self) -> AttackKind {
         match self {
-            Attack::NoCredential | Attack::MadeUpToken | Attack::RogueClientCertificate => AttackKind::Unauthenticated,
+            Attack::NoCredential | Attack::MadeUpToken | Attack::RogueClientCertificate | Attack::IdleConnections => {
+                AttackKind::Unauthenticated
+            }
             Attack::AddMember
             | Attack::RemoveMember
             | Attack::AddTenant
@@ -631,6 +646,8 @@ struct Intruder {
     sequence: u64,
     endpoints: Vec<String>,
     peer_endpoints: Vec<String>,
+    /// Tries that run in tasks of their own, completed once done.
+    pending: Vec<(u64, Attack, tokio::task::JoinHandle<Outcome>)>,
     /// The nodes' peer addresses by id, as the harness laid the cluster out: an
     /// attacker on the network finds them by scanning, and a tenant's Status does not
     /// list them.
@@ -858,6 +875,7 @@ impl Intruder {
     /// One try of `attack` (the wrong-secret attack waits for an own session).
     async fn attempt(&mut self, attack: Attack) {
         match attack.kind() {
+            AttackKind::Unauthenticated if attack == Attack::IdleConnections => self.idle_connections(),
             AttackKind::Unauthenticated => self.unauthenticated(attack).await,
             AttackKind::Admin => self.admin(attack).await,
             AttackKind::Hijack => self.hijack(attack).await,
@@ -871,6 +889,38 @@ impl Intruder {
                 }
                 _ => self.forged(attack).await,
             },
+        }
+    }
+
+    /// (a) Connections that send nothing, to a client or a peer port, from
+    /// `IDLE_SOURCE`: held in a task of their own for `IDLE_HOLD_MS`, so the other
+    /// attacks go on meanwhile; the try completes when the task has looked.
+    fn idle_connections(&mut self) {
+        let endpoint = if self.random.random_bool(0.5) {
+            self.peer_endpoints.choose(&mut self.random).expect("peer endpoints").clone()
+        } else {
+            self.random_endpoint()
+        };
+        let tried = format!(
+            "{IDLE_CONNECTIONS_PER_TRY} connections to {endpoint} from {IDLE_SOURCE} that send nothing, held \
+             {IDLE_HOLD_MS} ms"
+        );
+        let sequence = self.invoke(Attack::IdleConnections, tried);
+        self.pending.push((sequence, Attack::IdleConnections, tokio::spawn(idle_try(endpoint))));
+    }
+
+    /// Completes the tries whose tasks are done (all of them when `all`).
+    async fn finish_pending(&mut self, all: bool) {
+        let mut index = 0;
+        while index < self.pending.len() {
+            if !all && !self.pending[index].2.is_finished() {
+                index += 1;
+                continue;
+            }
+            let (sequence, attack, task) = self.pending.remove(index);
+            let outcome =
+                task.await.unwrap_or_else(|error| Outcome::Unknown(format!("the try's task failed: {error}")));
+            self.complete(sequence, attack, outcome);
         }
     }
 
@@ -1887,6 +1937,7 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
         history,
         sequence: 0,
         peer_endpoints,
+        pending: Vec::new(),
         peer_addresses,
         ca_pem,
         client,
@@ -1917,14 +1968,56 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
                 break;
             }
             intruder.attempt(*attack).await;
+            intruder.finish_pending(false).await;
             let pause = intruder.random.random_range(ATTACK_PAUSE_MS_MIN..=ATTACK_PAUSE_MS_MAX);
             tokio::time::sleep(Duration::from_millis(pause)).await;
         }
     }
+    intruder.finish_pending(true).await;
     if let Some(own) = intruder.own.take() {
         let _ = tokio::time::timeout(Duration::from_secs(5), own.session.close()).await;
     }
     Ok(())
+}
+
+/// One try of `Attack::IdleConnections` against `endpoint`: refused when the node
+/// closed every connection it took within `IDLE_HOLD_MS`.
+async fn idle_try(endpoint: String) -> Outcome {
+    use tokio::io::AsyncReadExt;
+    let address = endpoint.trim_start_matches("https://").trim_start_matches("http://");
+    let Ok(target) = address.parse::<std::net::SocketAddr>() else {
+        return Outcome::Unknown(format!("{endpoint} is not a socket address"));
+    };
+    let source: std::net::SocketAddr = format!("{IDLE_SOURCE}:0").parse().expect("a socket address");
+    let mut held = Vec::new();
+    for _ in 0..IDLE_CONNECTIONS_PER_TRY {
+        let Ok(socket) = tokio::net::TcpSocket::new_v4() else { continue };
+        if socket.bind(source).is_err() {
+            continue;
+        }
+        if let Ok(Ok(stream)) =
+            tokio::time::timeout(Duration::from_millis(ATTACK_RPC_TIMEOUT_MS), socket.connect(target)).await
+        {
+            held.push(stream);
+        }
+    }
+    if held.is_empty() {
+        return Outcome::Unknown(format!("no connection to {endpoint} was made"));
+    }
+    tokio::time::sleep(Duration::from_millis(IDLE_HOLD_MS)).await;
+    let mut open = 0;
+    for stream in &mut held {
+        let mut byte = [0u8; 1];
+        // Still open: nothing to read and no end of stream.
+        if tokio::time::timeout(Duration::from_millis(10), stream.read(&mut byte)).await.is_err() {
+            open += 1;
+        }
+    }
+    if open == 0 {
+        Outcome::Refused("CLOSED_IDLE".to_string())
+    } else {
+        Outcome::Succeeded(format!("{open} of {} idle connections still open after {IDLE_HOLD_MS} ms", held.len()))
+    }
 }
 
 #[cfg(test)]

@@ -1454,4 +1454,18 @@ async fn a_connect_flood_from_one_address_leaves_clients_from_others_served_with
         log.contains("its address already has 128 handshakes in progress"),
         "the flood was held to its share: {log}"
     );
+
+    // A connection that sends nothing is closed at the 2 s deadline for its first bytes.
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket.bind("127.0.0.3:0".parse().unwrap()).expect("bind another address");
+    let mut idle = socket.connect(address).await.expect("connect");
+    let opened = Instant::now();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(8), tokio::io::AsyncReadExt::read(&mut idle, &mut byte)).await;
+    let waited = opened.elapsed();
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "an idle connection stayed open 8 s: {read:?}");
+    assert!(
+        Duration::from_millis(1_500) < waited && waited < Duration::from_secs(4),
+        "an idle connection was closed after {waited:?}, not at the 2 s deadline"
+    );
 }

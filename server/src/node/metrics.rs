@@ -242,9 +242,12 @@ pub async fn serve(listener: TcpListener, replica: Arc<Replica>, mut stopped: wa
         slot.handshaken();
         let replica = replica.clone();
         tokio::spawn(async move {
-            // A connection that sends nothing is closed after the header timeout.
-            let first_bytes = tokio::time::timeout(Duration::from_millis(SCRAPE_HEADER_TIMEOUT_MS), stream.readable());
-            if !matches!(first_bytes.await, Ok(Ok(()))) {
+            // A connection that sends nothing is closed after the header timeout (a
+            // peek, not `readable()`, which may be ready before any byte came).
+            let mut first = [0u8; 1];
+            let first_bytes =
+                tokio::time::timeout(Duration::from_millis(SCRAPE_HEADER_TIMEOUT_MS), stream.peek(&mut first));
+            if !matches!(first_bytes.await, Ok(Ok(read)) if read > 0) {
                 return;
             }
             let stream = WriteDeadline::new(Counted::new(stream, slot), Duration::from_millis(SCRAPE_WRITE_TIMEOUT_MS));

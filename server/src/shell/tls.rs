@@ -320,9 +320,12 @@ pub fn tls_incoming(
             tokio::spawn(async move {
                 let mut slot = slot;
                 // A connection that sends nothing holds its slot for this long at most.
-                match tokio::time::timeout(Duration::from_millis(FIRST_BYTES_TIMEOUT_MS), stream.readable()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => return,
+                // (A peek, not `readable()`, which may be ready before any byte came.)
+                let mut first = [0u8; 1];
+                match tokio::time::timeout(Duration::from_millis(FIRST_BYTES_TIMEOUT_MS), stream.peek(&mut first)).await
+                {
+                    Ok(Ok(read)) if read > 0 => {}
+                    Ok(_) => return,
                     Err(_) => return tls.log_refusal(peer, &"it sent nothing"),
                 }
                 let handshake =
