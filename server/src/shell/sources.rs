@@ -70,13 +70,15 @@ impl Sources {
     }
 
     /// The connections and handshakes `source` holds now.
-    pub fn held(&self, source: IpAddr) -> (usize, usize) {
+    #[cfg(test)]
+    fn held(&self, source: IpAddr) -> (usize, usize) {
         let counts = self.counts.lock().unwrap();
         counts.get(&source).map_or((0, 0), |count| (count.connections, count.handshakes))
     }
 
     /// Source addresses that hold a connection now.
-    pub fn sources(&self) -> usize {
+    #[cfg(test)]
+    fn sources(&self) -> usize {
         self.counts.lock().unwrap().len()
     }
 }
@@ -123,10 +125,6 @@ pub struct Counted<S> {
 impl<S> Counted<S> {
     pub fn new(inner: S, slot: Slot) -> Counted<S> {
         Counted { inner, _slot: slot }
-    }
-
-    pub fn get_ref(&self) -> &S {
-        &self.inner
     }
 }
 
