@@ -108,7 +108,9 @@ async fn a_wiped_follower_is_refused_and_rejoins_as_a_new_incarnation() {
 /// every grant is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_node_cannot_elect_a_leader_that_lacks_acknowledged_grants() {
-    let (mut cluster, lost_leader, wiped, grants) = wipe_after_grants_the_others_lack(&[]).await;
+    // `_holder` keeps the grants' session open to the end: dropped, it would close
+    // the session once a leader is back, and its locks would go with it.
+    let (mut cluster, lost_leader, wiped, grants, _holder) = wipe_after_grants_the_others_lack(&[]).await;
     let status = cluster.exit_status(wiped, EXIT_DEADLINE).await;
     assert_eq!(exit_code(status), Some(EXIT_STALE_INCARNATION), "{status}\n{}", cluster.log_text(wiped));
     // No leader without L, however long one waits for an election.
@@ -129,7 +131,7 @@ async fn a_wiped_node_cannot_elect_a_leader_that_lacks_acknowledged_grants() {
 /// counts, a leader is elected without the grants, and they are lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_without_the_checks_a_wiped_node_loses_acknowledged_grants() {
-    let (cluster, _, _, grants) = wipe_after_grants_the_others_lack(&["--test-accept-any-incarnation"]).await;
+    let (cluster, _, _, grants, _holder) = wipe_after_grants_the_others_lack(&["--test-accept-any-incarnation"]).await;
     cluster.wait_for_leader(LEADER_DEADLINE).await;
     let client = cluster.client();
     let mut lost = 0;
@@ -144,8 +146,12 @@ async fn control_without_the_checks_a_wiped_node_loses_acknowledged_grants() {
 
 /// A 3-node cluster started with `extra` flags: node D is killed, grants are made by
 /// the leader L and node W; then W is wiped, L is killed, and D and W are started
-/// again with the same flags. Returns the cluster, L, W and the grants.
-async fn wipe_after_grants_the_others_lack(extra: &[&str]) -> (TestCluster, u64, u64, Vec<(String, u64)>) {
+/// again with the same flags. Returns the cluster, L, W, the grants and their session
+/// (the caller keeps it: a session dropped is closed, in the background, as soon as
+/// a leader answers, and its grants with it).
+async fn wipe_after_grants_the_others_lack(
+    extra: &[&str],
+) -> (TestCluster, u64, u64, Vec<(String, u64)>, leasehold::Session) {
     let options =
         ClusterOptions { extra_arguments: extra.iter().map(|flag| flag.to_string()).collect(), ..Default::default() };
     let mut cluster = TestCluster::start(options);
@@ -164,7 +170,7 @@ async fn wipe_after_grants_the_others_lack(extra: &[&str]) -> (TestCluster, u64,
     cluster.kill(leader);
     cluster.restart(down);
     cluster.restart(wiped);
-    (cluster, leader, wiped, grants)
+    (cluster, leader, wiped, grants, session)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
