@@ -160,7 +160,8 @@ start_node() {
   chmod 700 "$CLUSTER_DIR"
   # One certificate for both ports: it names node-I.leasehold (what peers check) and
   # 127.0.0.1 (what clients dial). Clients may also authenticate with a tenant
-  # certificate from the same CA (`leasehold cert tenant .cluster/certs NAME`).
+  # certificate from the same CA (`leasehold cert tenant .cluster/certs NAME
+  # --token-file NAME.token`).
   local tls=(
     --tls-cert "$CERTS_DIR/node-$i.pem" --tls-key "$CERTS_DIR/node-$i.key" --client-ca "$CA_FILE"
     --peer-cert "$CERTS_DIR/node-$i.pem" --peer-key "$CERTS_DIR/node-$i.key" --peer-ca "$CA_FILE"

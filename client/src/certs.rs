@@ -1,6 +1,6 @@
 //! Certificates for a local cluster and for tests (`leasehold cert`): a CA, node
 //! certificates naming `node-<id>.leasehold`, and tenant client certificates naming
-//! `<tenant>.tenant.leasehold` (see `leasehold_proto::identity`). Made with rcgen
+//! `<tenant>.<tag>.tenant.leasehold` (see `leasehold_proto::identity`). Made with rcgen
 //! (ECDSA P-256), no network and no openssl. A production cluster can use any CA
 //! that issues the same names.
 //!
@@ -12,7 +12,7 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use leasehold_proto::identity::{node_identity, tenant_identity};
+use leasehold_proto::identity::{certificate_tag, node_identity, tenant_identity, token_hash};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
@@ -89,9 +89,11 @@ pub fn node_certificate(ca_key: &str, node_id: u64, hosts: &[String]) -> Result<
     issue(ca_key, &node_identity(node_id), &names, true)
 }
 
-/// A tenant's client certificate: `<tenant>.tenant.leasehold`.
-pub fn tenant_certificate(ca_key: &str, tenant: &str) -> Result<Pem> {
-    let name = tenant_identity(tenant);
+/// A tenant's client certificate: `<tenant>.<tag>.tenant.leasehold`, the tag bound
+/// to the tenant's current `token`: once the token is rotated, or the tenant removed,
+/// the certificate no longer authenticates.
+pub fn tenant_certificate(ca_key: &str, tenant: &str, token: &str) -> Result<Pem> {
+    let name = tenant_identity(tenant, &certificate_tag(&token_hash(token)));
     issue(ca_key, &name, std::slice::from_ref(&name), false)
 }
 

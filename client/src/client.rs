@@ -244,7 +244,7 @@ impl Client {
     }
 
     /// Presents a client certificate (with TLS): a node with --client-ca maps a
-    /// certificate naming `<tenant>.tenant.leasehold` to that tenant.
+    /// certificate naming `<tenant>.<tag>.tenant.leasehold` to that tenant.
     pub fn with_client_certificate(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
         self.credentials_mut().identity = Some((cert_pem.into(), key_pem.into()));
         self

@@ -940,9 +940,10 @@ impl Intruder {
             }
             _ => {
                 let rogue = certs::new_ca().expect("a rogue CA");
-                let pem = certs::tenant_certificate(&rogue.key, VICTIM_TENANT).expect("a rogue certificate");
+                let pem = certs::tenant_certificate(&rogue.key, VICTIM_TENANT, &self.made_up_token())
+                    .expect("a rogue certificate");
                 client = client.with_client_certificate(pem.cert, pem.key);
-                format!("a certificate naming {VICTIM_TENANT}.tenant.leasehold from a rogue CA")
+                format!("a certificate naming tenant {VICTIM_TENANT} from a rogue CA")
             }
         };
         let channel = client.raw_channel(&endpoint).expect("a valid endpoint");

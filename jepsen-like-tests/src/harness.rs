@@ -417,7 +417,7 @@ impl Harness {
         leasehold::certs::write_file(&token_file, &token, true)?;
         let ca_key = std::fs::read_to_string(self.cluster.credentials.directory.join("ca.key"))
             .context("read the cluster CA's key")?;
-        let pem = leasehold::certs::tenant_certificate(&ca_key, INTRUDER_TENANT)?;
+        let pem = leasehold::certs::tenant_certificate(&ca_key, INTRUDER_TENANT, &token)?;
         let (certificate_file, key_file) =
             leasehold::certs::write_pair(&directory, &format!("tenant-{INTRUDER_TENANT}"), &pem)?;
         let node_certificates = directory.join("nodes");

@@ -551,3 +551,89 @@ async fn the_admin_ends_a_tenants_session_and_its_holder_is_stopped() {
     }
     guard.release().await.expect("release");
 }
+
+/// The CLI acting as the tenant whose client certificate is `stem`.pem/.key.
+fn leasehold_with_certificate(cluster: &TestCluster, stem: &std::path::Path) -> Command {
+    let mut command = leasehold(cluster);
+    command.env_remove("LEASEHOLD_TOKEN_FILE");
+    command
+        .env("LEASEHOLD_CERT_FILE", stem.with_extension("pem"))
+        .env("LEASEHOLD_KEY_FILE", stem.with_extension("key"));
+    command
+}
+
+/// Promise: a tenant certificate is bound to the tenant's token, not to its name:
+/// `leasehold cert tenant --token-file` makes one that works until the token is
+/// rotated (a holder on it loses its lock as its keepalives are refused) or the
+/// tenant removed, and a later tenant of the same name does not inherit it. Without
+/// --token-file the CLI refuses to make one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_certificate_stops_working_when_its_token_is_rotated_or_the_tenant_removed() {
+    let cluster = single_node_cluster().await;
+    let directory = tempfile::tempdir().unwrap();
+    for file in ["ca.pem", "ca.key"] {
+        std::fs::copy(cluster.credentials.directory.join(file), directory.path().join(file)).unwrap();
+    }
+    let certs = directory.path().display().to_string();
+    let token_file = directory.path().join("payments.token");
+    let token_file_text = token_file.display().to_string();
+    let certificate = directory.path().join("tenant-payments");
+    let keep = |name: &str| {
+        let kept = directory.path().join(name);
+        for extension in ["pem", "key"] {
+            std::fs::copy(certificate.with_extension(extension), kept.with_extension(extension)).unwrap();
+        }
+        kept
+    };
+    let lock_once = ["lock", "payments/once", "--try", "--", "true"];
+
+    expect_exit(leasehold(&cluster), &["tenant", "add", "payments", "--token-file", &token_file_text], 0).await;
+    let (_, stderr) = expect_exit(leasehold(&cluster), &["cert", "tenant", &certs, "payments"], 64).await;
+    assert!(stderr.contains("--token-file"), "the refusal says what is missing: {stderr}");
+    expect_exit(leasehold(&cluster), &["cert", "tenant", &certs, "payments", "--token-file", &token_file_text], 0)
+        .await;
+    let first = keep("first");
+    expect_exit(leasehold_with_certificate(&cluster, &first), &lock_once, 0).await;
+
+    // Rotated: the holder on the first certificate loses its lock, the certificate is
+    // refused, and one made for the new token works.
+    let mut holder = leasehold_with_certificate(&cluster, &first)
+        .args(["lock", "payments/held", "--ttl", "3s", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = cluster.admin_client();
+    leasehold_jepsen::wait::until(Duration::from_secs(20), "the certificate's holder to take its lock", || async {
+        let tenants = client.list_tenants().await.ok()?;
+        tenants.into_iter().find(|tenant| tenant.name == "payments" && tenant.holds == 1).map(drop)
+    })
+    .await;
+    expect_exit(leasehold(&cluster), &["tenant", "rotate-token", "payments", "--token-file", &token_file_text], 0)
+        .await;
+    let (_, stderr) = expect_exit(leasehold_with_certificate(&cluster, &first), &lock_once, 77).await;
+    assert!(stderr.contains("no longer has"), "the refusal says why: {stderr}");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = holder.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the rotated certificate's holder kept its lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(70), "the holder learnt that its lock was lost: {status:?}");
+    expect_exit(leasehold(&cluster), &["cert", "tenant", &certs, "payments", "--token-file", &token_file_text], 0)
+        .await;
+    let second = keep("second");
+    expect_exit(leasehold_with_certificate(&cluster, &second), &lock_once, 0).await;
+
+    // Removed and added again under the same name: no earlier certificate works.
+    expect_exit(leasehold(&cluster), &["tenant", "remove", "payments"], 0).await;
+    expect_exit(leasehold(&cluster), &["tenant", "add", "payments", "--token-file", &token_file_text], 0).await;
+    for old in [&first, &second] {
+        expect_exit(leasehold_with_certificate(&cluster, old), &lock_once, 77).await;
+    }
+    expect_exit(leasehold(&cluster), &["cert", "tenant", &certs, "payments", "--token-file", &token_file_text], 0)
+        .await;
+    expect_exit(leasehold_with_certificate(&cluster, &certificate), &lock_once, 0).await;
+}

@@ -44,21 +44,26 @@ impl Arguments {
         Arguments::from_matches(Arguments::command().try_get_matches()?)
     }
 
-    /// The arguments in `matches`. `tenant add` and `tenant rotate-token` keep their
-    /// --token-file (where the new token is written) only when the command line gave
-    /// it: clap hands a subcommand the global flag's value, LEASEHOLD_TOKEN_FILE
-    /// included, and that file is the one the tenant's own token is read from.
+    /// The arguments in `matches`. `tenant add`, `tenant rotate-token` and `cert
+    /// tenant` keep their --token-file (where the new token is written; whose token
+    /// a certificate is bound to) only when the command line gave it: clap hands a
+    /// subcommand the global flag's value, LEASEHOLD_TOKEN_FILE included, and that
+    /// file is the one the CLI's own tenant token is read from.
     pub fn from_matches(mut matches: ArgMatches) -> Result<Arguments, clap::Error> {
-        let token_file_given = matches
-            .subcommand_matches("tenant")
-            .and_then(|tenant| tenant.subcommand())
-            .filter(|(name, _)| ["add", "rotate-token"].contains(name))
-            .and_then(|(_, action)| action.value_source("token_file"))
-            == Some(ValueSource::CommandLine);
+        let given = |command: &str, actions: &[&str]| {
+            matches
+                .subcommand_matches(command)
+                .and_then(|matches| matches.subcommand())
+                .filter(|(name, _)| actions.contains(name))
+                .and_then(|(_, action)| action.value_source("token_file"))
+                == Some(ValueSource::CommandLine)
+        };
+        let token_file_given = given("tenant", &["add", "rotate-token"]) || given("cert", &["tenant"]);
         let mut arguments = Arguments::from_arg_matches_mut(&mut matches)?;
         if let Command::Tenant {
             action: TenantAction::Add { token_file, .. } | TenantAction::RotateToken { token_file, .. },
-        } = &mut arguments.command
+        }
+        | Command::Cert { action: CertAction::Tenant { token_file, .. } } = &mut arguments.command
         {
             if !token_file_given {
                 *token_file = None;
@@ -78,7 +83,8 @@ pub struct CredentialArguments {
     /// A file whose first line is this tenant's bearer token.
     #[arg(long, env = "LEASEHOLD_TOKEN_FILE", value_name = "FILE", global = true)]
     pub token_file: Option<PathBuf>,
-    /// A client certificate (PEM) naming `<tenant>.tenant.leasehold`, instead of a token.
+    /// A client certificate (PEM) naming `<tenant>.<tag>.tenant.leasehold` (`leasehold
+    /// cert tenant`), instead of a token.
     #[arg(long, env = "LEASEHOLD_CERT_FILE", value_name = "FILE", global = true, requires = "key_file")]
     pub cert_file: Option<PathBuf>,
     /// The private key of --cert-file.
@@ -233,8 +239,17 @@ pub enum CertAction {
         hosts: Vec<String>,
     },
     /// A tenant's client certificate signed by DIR's CA: tenant-NAME.pem and .key,
-    /// naming NAME.tenant.leasehold.
-    Tenant { directory: PathBuf, name: String },
+    /// naming NAME.TAG.tenant.leasehold, where TAG is bound to the tenant's token:
+    /// once the token is rotated or the tenant removed, the certificate stops working.
+    Tenant {
+        directory: PathBuf,
+        name: String,
+        /// The file holding the tenant's current token (as `tenant add --token-file`
+        /// or `tenant rotate-token --token-file` wrote it). Taken from the command
+        /// line only, never from LEASEHOLD_TOKEN_FILE.
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+    },
 }
 
 /// The flags of the commands that hold something (a lock, a permit, leadership)
@@ -314,7 +329,7 @@ pub enum TenantAction {
     /// (the cluster keeps a hash of it): keep it, or give --token-file.
     Add {
         /// The tenant's name: 1 to 63 lowercase letters, digits and inner '-' (its
-        /// client certificates name `<NAME>.tenant.leasehold`); "admin" is reserved.
+        /// client certificates name `<NAME>.<TAG>.tenant.leasehold`); "admin" is reserved.
         name: String,
         #[command(flatten)]
         quotas: QuotaArguments,

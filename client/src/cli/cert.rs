@@ -37,8 +37,15 @@ pub fn run(action: CertAction) -> Result<u8, Error> {
             let pem = certs::node_certificate(&read_ca_key(&directory)?, id, &hosts)?;
             certs::write_pair(&directory, &format!("node-{id}"), &pem)?
         }
-        CertAction::Tenant { directory, name } => {
-            let pem = certs::tenant_certificate(&read_ca_key(&directory)?, &name)?;
+        CertAction::Tenant { directory, name, token_file } => {
+            let Some(token_file) = token_file else {
+                return Err(Error::InvalidArgument(format!(
+                    "a tenant certificate is bound to the tenant's token: give --token-file FILE, the file `leasehold \
+                     tenant add {name} --token-file FILE` (or `tenant rotate-token`) wrote"
+                )));
+            };
+            let token = leasehold::settings::read_token_file(&token_file)?;
+            let pem = certs::tenant_certificate(&read_ca_key(&directory)?, &name, &token)?;
             certs::write_pair(&directory, &format!("tenant-{name}"), &pem)?
         }
     };

@@ -96,7 +96,8 @@ type Leadership = Box<dyn Fn() -> Option<Status> + Send + Sync>;
 #[derive(Debug, Clone)]
 enum Presented {
     Token(SecretHash),
-    Certificate,
+    /// A client certificate with its tag (the tenant's token when it was made).
+    Certificate(Arc<str>),
 }
 
 /// The caller of a stream, kept with the credential it presented for as long as the
@@ -191,11 +192,32 @@ impl Auth {
             };
         }
         if let Some(chain) = request.peer_certs() {
-            let Some(name) = tenant_presented(&chain) else {
+            let Some(presented) = tenant_presented(&chain) else {
                 return Err(self.refuse(rpc, request, "a client certificate that names no tenant"));
             };
-            return match self.shared.credentials.by_name(&name) {
-                Some(tenant) => Ok((Who::Tenant(tenant), Presented::Certificate)),
+            let name = &presented.tenant;
+            let Some(tag) = presented.tag else {
+                return Err(self.refuse(
+                    rpc,
+                    request,
+                    &format!(
+                        "a client certificate naming {name}.tenant.leasehold, without the tag that binds it to the \
+                         tenant's token; make a new one with `leasehold cert tenant DIR {name} --token-file FILE`"
+                    ),
+                ));
+            };
+            return match self.shared.credentials.by_name(name) {
+                Some(tenant) if tenant.certificate_tag.as_deref() == Some(tag.as_str()) => {
+                    Ok((Who::Tenant(tenant), Presented::Certificate(Arc::from(tag))))
+                }
+                Some(_) => Err(self.unknown(
+                    rpc,
+                    request,
+                    &format!(
+                        "a client certificate of tenant {name:?} made for a token it no longer has (rotated, or the \
+                         tenant removed and added again)"
+                    ),
+                )),
                 None => Err(self.unknown(
                     rpc,
                     request,
@@ -218,13 +240,15 @@ impl Auth {
         }
         let valid = match (&credential.who, &credential.presented) {
             (Who::Admin, Presented::Token(hash)) => *hash == *self.admin_token_hash.read().unwrap(),
-            (Who::Admin, Presented::Certificate) => false,
+            (Who::Admin, Presented::Certificate(_)) => false,
             (Who::Tenant(tenant), Presented::Token(hash)) => {
                 self.shared.credentials.by_token(hash).is_some_and(|now| now.id == tenant.id)
             }
-            (Who::Tenant(tenant), Presented::Certificate) => {
-                self.shared.credentials.by_name(&tenant.name).is_some_and(|now| now.id == tenant.id)
-            }
+            (Who::Tenant(tenant), Presented::Certificate(tag)) => self
+                .shared
+                .credentials
+                .by_name(&tenant.name)
+                .is_some_and(|now| now.id == tenant.id && now.certificate_tag.as_deref() == Some(&**tag)),
         };
         if valid {
             credential.checked = generation;
@@ -289,7 +313,7 @@ impl Auth {
             ErrorReason::Unauthenticated,
             format!(
                 "{rpc}: {problem}; send a tenant's token as `authorization: Bearer <token>`, or a client \
-                 certificate naming <tenant>.tenant.leasehold"
+                 certificate naming <tenant>.<tag>.tenant.leasehold (`leasehold cert tenant`)"
             ),
             &[],
         )

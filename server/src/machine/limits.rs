@@ -100,7 +100,7 @@ pub const LOCK_DELAYS_ENDED_PER_COMMAND_MAX: usize = 1_024;
 pub const TENANTS_MAX: usize = 10_000;
 
 /// A tenant's name is shown in every refusal about it and in its certificate's DNS name
-/// (`<tenant>.tenant.leasehold`), so it follows DNS label rules: 1 to 63 bytes.
+/// (`<tenant>.<tag>.tenant.leasehold`), so it follows DNS label rules: 1 to 63 bytes.
 pub const TENANT_NAME_BYTES_MAX: usize = 63;
 
 /// A new tenant's quotas unless its creator says otherwise: generous for one team's

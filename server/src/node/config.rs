@@ -108,7 +108,8 @@ pub struct RawConfig {
     #[arg(long)]
     pub tls_key: Option<PathBuf>,
     /// A CA whose client certificates the client port accepts as credentials: a
-    /// verified certificate naming `<tenant>.tenant.leasehold` acts as that tenant.
+    /// verified certificate naming `<tenant>.<tag>.tenant.leasehold` acts as that
+    /// tenant while the tag matches its token (`leasehold cert tenant --token-file`).
     /// Without it, clients authenticate with bearer tokens only.
     #[arg(long)]
     pub client_ca: Option<PathBuf>,

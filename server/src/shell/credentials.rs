@@ -7,6 +7,8 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
 
+use leasehold_proto::identity::certificate_tag;
+
 use crate::machine::{SecretHash, StateMachine, TenantId, ADMIN_TENANT};
 
 /// The admin credential is a secret like any other: at least 128 bits' worth of text.
@@ -34,6 +36,9 @@ pub fn read_admin_token(path: &std::path::Path) -> Result<String, String> {
 pub struct KnownTenant {
     pub id: TenantId,
     pub name: Arc<str>,
+    /// The tag its client certificates must carry (`identity::certificate_tag` of
+    /// its token's hash); `None` for the admin namespace, which has no token.
+    pub certificate_tag: Option<Arc<str>>,
 }
 
 #[derive(Debug, Default)]
@@ -63,7 +68,11 @@ impl Credentials {
     pub fn refresh(&self, machine: &StateMachine) {
         let mut index = Index::default();
         for (id, tenant) in machine.tenants() {
-            let known = KnownTenant { id, name: Arc::from(&*tenant.name) };
+            let known = KnownTenant {
+                id,
+                name: Arc::from(&*tenant.name),
+                certificate_tag: tenant.token_hash.map(|hash| Arc::from(certificate_tag(&hash))),
+            };
             if let Some(token_hash) = tenant.token_hash {
                 index.by_token.insert(token_hash, known.clone());
             }
@@ -108,4 +117,17 @@ pub fn secret_hash(secret: &[u8]) -> SecretHash {
     let length = hash.len();
     hash.copy_from_slice(&digest.as_ref()[..length]);
     hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `leasehold cert tenant` derives a certificate's tag from the token's hash as
+    /// the client computes it; the nodes from the hash they keep. They must agree.
+    #[test]
+    fn a_token_hashes_here_as_the_certificate_maker_hashes_it() {
+        let token = "tenant_00112233445566778899aabbccddeeff";
+        assert_eq!(secret_hash(token.as_bytes()), leasehold_proto::identity::token_hash(token));
+    }
 }

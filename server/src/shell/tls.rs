@@ -371,12 +371,28 @@ pub fn node_id_presented(chain: Option<&[CertificateDer<'static>]>) -> Result<u6
     }
 }
 
-/// The tenant a client's verified certificate chain names (`<tenant>.tenant.leasehold`).
-pub fn tenant_presented(chain: &[CertificateDer<'static>]) -> Option<String> {
+/// A tenant a client's verified certificate names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantPresented {
+    pub tenant: String,
+    /// The certificate tag (`identity::certificate_tag`); `None` for a certificate
+    /// in the untagged form, which no longer authenticates.
+    pub tag: Option<String>,
+}
+
+/// The tenant a client's verified certificate chain names
+/// (`<tenant>.<tag>.tenant.leasehold`); `None` when it names none or several.
+pub fn tenant_presented(chain: &[CertificateDer<'static>]) -> Option<TenantPresented> {
     let names = presented_names(chain.first()?);
     let mut tenants = names.iter().filter_map(|name| identity::tenant_of(name));
     match (tenants.next(), tenants.next()) {
-        (Some(tenant), None) => Some(tenant.to_string()),
+        (Some(name), None) => Some(TenantPresented {
+            tenant: name.tenant().to_string(),
+            tag: match name {
+                identity::TenantName::Tagged { tag, .. } => Some(tag.to_string()),
+                identity::TenantName::Untagged { .. } => None,
+            },
+        }),
         _ => None,
     }
 }
