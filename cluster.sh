@@ -14,7 +14,8 @@
 #   ./cluster.sh logs I        the last lines of node I's log
 #   ./cluster.sh clean         stop and delete the cluster's data and credentials
 #
-# Ports of node I: client 127.0.0.1:710I, peer 127.0.0.1:720I, metrics 127.0.0.1:730I,
+# Ports of node I: client 127.0.0.1:710I, peer 127.0.0.1:720I, metrics
+# https://127.0.0.1:730I/metrics (for a scraper with the token in .cluster/scrape.token),
 # status page https://127.0.0.1:740I/ (its certificate is from the cluster's own CA:
 # a browser warns unless .cluster/certs/ca.pem is imported; it asks for the admin
 # token in .cluster/admin.token).
@@ -40,6 +41,8 @@ CLI="$LEASEHOLD_BIN/leasehold"
 CERTS_DIR="$CLUSTER_DIR/certs"
 CA_FILE="$CERTS_DIR/ca.pem"
 ADMIN_TOKEN_FILE="$CLUSTER_DIR/admin.token"
+# What a scraper sends to the metrics ports: `Authorization: Bearer <first line>`.
+SCRAPE_TOKEN_FILE="$CLUSTER_DIR/scrape.token"
 DEMO_TENANT="demo"
 DEMO_TOKEN_FILE="$CLUSTER_DIR/$DEMO_TENANT.token"
 
@@ -107,12 +110,16 @@ make_credentials() {
       echo "made node $i's certificate: $CERTS_DIR/node-$i.pem (node-$i.leasehold, 127.0.0.1, localhost)"
     fi
   done
-  if [ ! -s "$ADMIN_TOKEN_FILE" ]; then
-    (umask 077 && "$CLI" new-token --prefix admin >"$ADMIN_TOKEN_FILE.tmp")
-    chmod 600 "$ADMIN_TOKEN_FILE.tmp"
-    mv "$ADMIN_TOKEN_FILE.tmp" "$ADMIN_TOKEN_FILE"
-    echo "made the admin token: $ADMIN_TOKEN_FILE"
-  fi
+  local token file
+  for token in admin scrape; do
+    file="$CLUSTER_DIR/$token.token"
+    if [ ! -s "$file" ]; then
+      (umask 077 && "$CLI" new-token --prefix "$token" >"$file.tmp")
+      chmod 600 "$file.tmp"
+      mv "$file.tmp" "$file"
+      echo "made the $token token: $file"
+    fi
+  done
 }
 
 # The tenant `demo` with its token in $DEMO_TOKEN_FILE: added by the first start; a
@@ -167,11 +174,16 @@ start_node() {
     --peer-cert "$CERTS_DIR/node-$i.pem" --peer-key "$CERTS_DIR/node-$i.key" --peer-ca "$CA_FILE"
     --admin-token-file "$ADMIN_TOKEN_FILE"
   )
+  # A build from before the scrape token (a benchmark's "before" side) serves its
+  # metrics without one.
+  if "$SERVER" --help 2>/dev/null | grep -q -- '--metrics-token-file'; then
+    tls+=(--metrics-token-file "$SCRAPE_TOKEN_FILE")
+  fi
   setsid "$SERVER" --node-id "$i" --cluster-name "$CLUSTER_NAME" --data-dir "$CLUSTER_DIR/node$i" \
     --metrics-addr "$(metrics_addr "$i")" --status-addr "$(status_addr "$i")" "${members[@]}" "${tls[@]}" "${threads[@]}" ${LEASEHOLD_SERVER_FLAGS:-} \
     >>"$CLUSTER_DIR/node$i.log" 2>&1 </dev/null &
   echo $! >"$CLUSTER_DIR/node$i.pid"
-  echo "node $i started (pid $!): client $(client_addr "$i"), peer $(peer_addr "$i"), metrics http://$(metrics_addr "$i")/metrics, status page https://$(status_addr "$i")/"
+  echo "node $i started (pid $!): client $(client_addr "$i"), peer $(peer_addr "$i"), metrics https://$(metrics_addr "$i")/metrics, status page https://$(status_addr "$i")/"
 }
 
 # Waits until node $1 listens on its client address; fails with its last log lines
@@ -274,6 +286,8 @@ case "$command" in
     echo "status page: https://$(status_addr "$leader")/ (the leader's; every node serves one)"
     echo "  sign in with the admin token, the first line of $ADMIN_TOKEN_FILE"
     echo "  the certificate is the cluster's own: trust $CA_FILE or accept the browser's warning"
+    echo "metrics: https://$(metrics_addr "$leader")/metrics on each node, with the scrape token:"
+    echo "  curl --cacert $CA_FILE -H \"Authorization: Bearer \$(head -1 $SCRAPE_TOKEN_FILE)\" https://$(metrics_addr "$leader")/metrics"
     demo
     echo
     echo "To use the cluster from this shell (as tenant $DEMO_TENANT; admin commands as the admin):"

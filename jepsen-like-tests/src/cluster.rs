@@ -225,6 +225,8 @@ pub struct Credentials {
     pub admin_token_file: PathBuf,
     /// The token of the tenant tests act as (`TEST_TENANT`).
     pub token_file: PathBuf,
+    /// The metrics port's scrape token (`--metrics-token-file`).
+    pub scrape_token_file: PathBuf,
 }
 
 /// The tenant test clients act as, created when the cluster first has a leader.
@@ -240,7 +242,9 @@ impl Credentials {
         certs::write_file(&admin_token_file, &certs::new_token("admin"), true).expect("write the admin token");
         // Written when the tenant is made (`TestCluster::wait_for_leader`).
         let token_file = directory.join(format!("{TEST_TENANT}.token"));
-        Credentials { directory, ca_file, admin_token_file, token_file }
+        let scrape_token_file = directory.join("scrape.token");
+        certs::write_file(&scrape_token_file, &certs::new_token("scrape"), true).expect("write the scrape token");
+        Credentials { directory, ca_file, admin_token_file, token_file, scrape_token_file }
     }
 
     /// Node `id`'s certificate and key, made on first use, for the addresses `hosts`.
@@ -439,6 +443,8 @@ impl TestCluster {
         if let Some(metrics_addr) = &node.metrics_addr {
             arguments.push("--metrics-addr".into());
             arguments.push(metrics_addr.clone());
+            arguments.push("--metrics-token-file".into());
+            arguments.push(self.credentials.scrape_token_file.display().to_string());
         }
         let host = |address: &str| address.rsplit_once(':').map(|(host, _)| host.to_string()).unwrap_or_default();
         let hosts = vec![host(&node.client_addr), host(&node.peer_addr), "localhost".to_string()];
@@ -745,6 +751,14 @@ impl TestCluster {
         let mut env = self.credentials.env();
         env.push(("LEASEHOLD_ENDPOINTS", self.endpoints().join(",")));
         env
+    }
+
+    /// `GET /metrics` of node `id`, as a Prometheus server with the scrape token
+    /// sends it (over HTTPS trusting the cluster CA).
+    pub async fn scrape(&self, id: u64) -> anyhow::Result<crate::https::Answer> {
+        let address = self.nodes[&id].metrics_addr.as_deref().ok_or_else(|| anyhow::anyhow!("no metrics address"))?;
+        let token = leasehold::settings::read_token_file(&self.credentials.scrape_token_file)?;
+        crate::https::get(address, Some(&self.credentials.ca_file), Some(&token), "/metrics").await
     }
 
     pub async fn status(&self, id: u64) -> Option<StatusResponse> {

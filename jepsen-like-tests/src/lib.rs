@@ -10,6 +10,8 @@
 //! * `fenced_store` — a store that keeps the highest fencing token per resource and
 //!   rejects lower ones, served over TCP to worker processes.
 //! * `wait` — waiting on a condition with a deadline and a reason.
+//! * `https` — one HTTPS (or HTTP) GET, as a scraper or a browser sends it, to the
+//!   metrics and status ports.
 //! * `grants` — locks the cluster tests take and check survived.
 //! * `lock_holder` — a `leasehold lock` process as a holder the tests kill.
 //! * `worker` — the worker process used by tests (`leasehold-jepsen worker …`).
@@ -39,6 +41,7 @@ pub mod flood;
 pub mod grants;
 pub mod harness;
 pub mod history;
+pub mod https;
 pub mod linearizability;
 pub mod lock_holder;
 pub mod nemesis;

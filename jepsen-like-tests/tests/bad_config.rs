@@ -274,6 +274,15 @@ fn tls_is_required_unless_plaintext_is_asked_for_and_its_files_must_load() {
     let mut plaintext_too = with_tls(&data_dir, &complete(&cert, &key, &ca));
     plaintext_too.push("--insecure-plaintext".into());
     exit_2(plaintext_too, "was given with --insecure-plaintext");
+    // Metrics over TLS are served to a scraper with the scrape token only.
+    let [metrics_port] = free_ports();
+    let mut open_metrics = with_tls(&data_dir, &complete(&cert, &key, &ca));
+    open_metrics.extend(["--metrics-addr".into(), format!("127.0.0.1:{metrics_port}")]);
+    exit_2(open_metrics.clone(), "--metrics-addr needs --metrics-token-file");
+    let weak = directory.join("weak.token");
+    std::fs::write(&weak, "scrape\n").unwrap();
+    open_metrics.extend(["--metrics-token-file".into(), weak.display().to_string()]);
+    exit_2(open_metrics, "the scrape token in");
     assert!(!data_dir.exists(), "nothing may be created");
 }
 

@@ -1,8 +1,6 @@
 //! The Prometheus page of real server processes: what an operator scrapes.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use leasehold::client::Transport;
@@ -14,17 +12,15 @@ use leasehold_jepsen::wait;
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(20);
 
-/// `GET /metrics` of a node, as metric name (with labels) to value.
-fn scrape(address: &str) -> Option<BTreeMap<String, f64>> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    assert_eq!(head.split_whitespace().nth(1), Some("200"), "metrics answered {head:?}");
+/// `GET /metrics` of node `id` as Prometheus scrapes it (HTTPS, the scrape token), as
+/// metric name (with labels) to value; `None` while the node does not answer.
+async fn scrape(cluster: &TestCluster, id: u64) -> Option<BTreeMap<String, f64>> {
+    let answer = cluster.scrape(id).await.ok()?;
+    assert_eq!(answer.status, 200, "metrics answered {answer:?}");
     Some(
-        body.lines()
+        answer
+            .body
+            .lines()
             .filter(|line| !line.starts_with('#') && !line.is_empty())
             .map(|line| {
                 let (name, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("malformed line {line:?}"));
@@ -164,8 +160,7 @@ async fn commands_certain_to_be_refused_cost_no_log_entry() {
     };
     raw.release(release(5)).await.expect("release the lock");
 
-    let address = cluster.nodes[&leader].metrics_addr.clone().expect("ephemeral test nodes serve metrics");
-    let before = scrape(&address).expect("the leader's metrics");
+    let before = scrape(&cluster, leader).await.expect("the leader's metrics");
     let wrong_secret = vec![7u8; secret.len()];
     for sequence in 10..10 + REFUSALS {
         match sequence % 3 {
@@ -178,7 +173,7 @@ async fn commands_certain_to_be_refused_cost_no_log_entry() {
             ),
         }
     }
-    let after = scrape(&address).expect("the leader's metrics");
+    let after = scrape(&cluster, leader).await.expect("the leader's metrics");
     let value = |page: &BTreeMap<String, f64>, name: &str| *page.get(name).unwrap_or_else(|| panic!("no {name}"));
     assert_eq!(value(&after, "leasehold_raft_is_leader"), 1.0, "node {leader} led throughout");
     assert_eq!(value(&after, "leasehold_raft_term"), value(&before, "leasehold_raft_term"), "no election");
@@ -198,26 +193,24 @@ async fn commands_certain_to_be_refused_cost_no_log_entry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_reports_the_replicated_state_and_the_leader_its_batching() {
-    let cluster = TestCluster::start(ClusterOptions::default());
+    let options = ClusterOptions { extra_arguments: vec!["--metrics-per-tenant".into()], ..Default::default() };
+    let cluster = TestCluster::start(options);
     cluster.wait_for_leader(LEADER_DEADLINE).await;
     let client = cluster.client();
     let session = client.session(Duration::from_secs(30)).await.unwrap();
     let guard = session.try_lock("metrics/orders").await.unwrap().expect("a free lock");
     let permit = session.semaphore("metrics/tenant", 2).try_acquire().await.unwrap().expect("a free permit");
 
-    let addresses: Vec<(u64, String)> = cluster
-        .nodes
-        .iter()
-        .map(|(id, node)| (*id, node.metrics_addr.clone().expect("ephemeral test nodes serve metrics")))
-        .collect();
     // Followers apply the grants a moment after the leader answers; the permit's
     // token is the index of the last of them.
     let last_grant = permit.token() as f64;
     let pages = wait::until(Duration::from_secs(10), "every node to apply the grants, with one leader", || {
-        let addresses = addresses.clone();
+        let cluster = &cluster;
         async move {
-            let pages: Vec<(u64, BTreeMap<String, f64>)> =
-                addresses.iter().map(|(id, address)| Some((*id, scrape(address)?))).collect::<Option<_>>()?;
+            let mut pages: Vec<(u64, BTreeMap<String, f64>)> = Vec::new();
+            for id in cluster.nodes.keys() {
+                pages.push((*id, scrape(cluster, *id).await?));
+            }
             let applied = pages
                 .iter()
                 .all(|(_, page)| page.get("leasehold_raft_applied_index").is_some_and(|index| *index >= last_grant));
@@ -275,12 +268,7 @@ async fn below_its_disk_reserve_the_leader_refuses_new_state_and_says_so() {
     assert!(message.contains("below its reserve") && message.contains("--disk-reserve-bytes"), "{message}");
     held.release().await.expect("a release still goes through");
 
-    let address = cluster.nodes[&leader].metrics_addr.clone().expect("a metrics address");
-    let metrics = wait::until(LEADER_DEADLINE, "the leader's metrics", || {
-        let address = address.clone();
-        async move { scrape(&address) }
-    })
-    .await;
+    let metrics = wait::until(LEADER_DEADLINE, "the leader's metrics", || scrape(&cluster, leader)).await;
     assert_eq!(metrics.get("leasehold_disk_low"), Some(&1.0), "{metrics:?}");
     assert_eq!(metrics.get("leasehold_disk_reserve_bytes"), Some(&((1u64 << 60) as f64)));
 
@@ -328,12 +316,11 @@ async fn watched_names_report_their_grants_and_the_time_of_the_latest() {
 
     let grants = "leasehold_watched_grants_total";
     let last = "leasehold_watched_last_grant_timestamp_seconds";
-    for (id, node) in &cluster.nodes {
-        let address = node.metrics_addr.clone().expect("a metrics address");
+    for id in cluster.nodes.keys() {
         let page = wait::until(Duration::from_secs(10), "the node to apply the grants", || {
-            let address = address.clone();
+            let cluster = &cluster;
             async move {
-                let page = scrape(&address)?;
+                let page = scrape(cluster, *id).await?;
                 (page.get(&format!("{grants}{{watch=\"test:cron/*\"}}")) == Some(&2.0)).then_some(page)
             }
         })
@@ -379,8 +366,7 @@ async fn a_tenant_past_its_queue_is_told_when_to_retry_and_others_go_on() {
         }
     }
     assert!(overloaded > 0, "{BURST} commands at once past a queue of 1: none was refused");
-    let address = cluster.nodes[&leader].metrics_addr.clone().expect("ephemeral test nodes serve metrics");
-    let page = scrape(&address).expect("the leader's metrics");
+    let page = scrape(&cluster, leader).await.expect("the leader's metrics");
     assert!(page["leasehold_commands_refused_overloaded_total"] >= overloaded as f64, "{page:?}");
 
     // The library waits the retry-after and tries again: the whole burst gets through.
@@ -394,7 +380,8 @@ async fn a_tenant_past_its_queue_is_told_when_to_retry_and_others_go_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_past_its_rate_quota_is_told_when_to_retry() {
     const RATE: u32 = 20;
-    let cluster = TestCluster::start(ClusterOptions::default());
+    let options = ClusterOptions { extra_arguments: vec!["--metrics-per-tenant".into()], ..Default::default() };
+    let cluster = TestCluster::start(options);
     let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
     let admin = cluster.admin_client();
     let limited = pb::Quotas { weight: 3, max_ops_per_second: Some(RATE), ..Default::default() };
@@ -414,8 +401,7 @@ async fn a_tenant_past_its_rate_quota_is_told_when_to_retry() {
     }
     // However slowly this machine sends them, they do not take 2 s.
     assert!(limited >= RATE / 2, "{} commands at once against {RATE} a second: {limited} refused", 3 * RATE);
-    let address = cluster.nodes[&leader].metrics_addr.clone().expect("ephemeral test nodes serve metrics");
-    let page = scrape(&address).expect("the leader's metrics");
+    let page = scrape(&cluster, leader).await.expect("the leader's metrics");
     assert!(page["leasehold_commands_refused_rate_limited_total"] >= f64::from(limited), "{page:?}");
     let per_tenant = r#"leasehold_tenant_commands_refused_total{tenant="test",reason="rate_limited"}"#;
     assert!(page[per_tenant] >= f64::from(limited), "{page:?}");
@@ -448,7 +434,7 @@ async fn closed_by_the_node(stream: &mut tokio::net::TcpStream, within: Duration
 
 /// The metrics port keeps no connection that sends nothing: one address gets at most
 /// 8 connections (the rest are closed at once), an idle one is closed after the
-/// header timeout, and scrapes from another address are answered throughout.
+/// first-bytes timeout, and scrapes from another address are answered throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_to_the_metrics_port_are_closed_and_scrapes_go_on() {
     const IDLE: usize = 100;
@@ -462,7 +448,7 @@ async fn idle_connections_to_the_metrics_port_are_closed_and_scrapes_go_on() {
         socket.bind("127.0.0.2:0".parse().unwrap()).expect("bind the idle address");
         idle.push(socket.connect(target).await.expect("connect"));
     }
-    assert!(scrape(&address).is_some(), "a scrape from another address beside {IDLE} idle connections");
+    assert!(scrape(&cluster, leader).await.is_some(), "a scrape from another address beside {IDLE} idle connections");
     let mut closed_at_once = 0;
     for stream in &mut idle {
         if closed_by_the_node(stream, Duration::from_millis(200)).await {
@@ -474,6 +460,71 @@ async fn idle_connections_to_the_metrics_port_are_closed_and_scrapes_go_on() {
     for stream in &mut idle {
         assert!(closed_by_the_node(stream, Duration::from_secs(10)).await, "an idle connection stayed open");
     }
-    assert!(started.elapsed() < Duration::from_secs(10), "closed after the 5 s header timeout");
-    assert!(scrape(&address).is_some(), "scrapes go on");
+    assert!(started.elapsed() < Duration::from_secs(10), "closed after the 2 s first-bytes timeout");
+    assert!(scrape(&cluster, leader).await.is_some(), "scrapes go on");
+}
+
+/// The metrics are served the way Prometheus scrapes a protected target: over HTTPS
+/// with the node's certificate, to a scraper that sends the scrape token (or the
+/// admin's); plain HTTP, no token, a tenant's token or a token the file no longer
+/// holds after SIGHUP get nothing. By default the page names no tenant and no
+/// semaphore; `--metrics-per-tenant` (here on node 1 only) adds those series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_over_https_to_the_scrape_token_only_and_name_no_tenant_unless_asked() {
+    use leasehold_jepsen::https;
+    let mut cluster = TestCluster::start(ClusterOptions::default());
+    cluster.wait_for_leader(LEADER_DEADLINE).await;
+    cluster.restart_with(1, &["--metrics-per-tenant"]);
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await;
+    let client = cluster.client();
+    let session = client.session(Duration::from_secs(30)).await.unwrap();
+    let permit = session.semaphore("secret-project/jobs", 2).try_acquire().await.unwrap().expect("a free permit");
+    let commit = cluster.status(leader).await.expect("the leader's status").commit_index;
+    cluster.wait_applied(2, commit, LEADER_DEADLINE).await;
+    cluster.wait_applied(1, commit, LEADER_DEADLINE).await;
+
+    let address = cluster.nodes[&2].metrics_addr.clone().expect("a metrics address");
+    let ca = cluster.credentials.ca_file.clone();
+    let read = |file: &std::path::Path| std::fs::read_to_string(file).unwrap().trim().to_string();
+    let (scrape_token, admin_token, tenant_token) = (
+        read(&cluster.credentials.scrape_token_file),
+        read(&cluster.credentials.admin_token_file),
+        read(&cluster.credentials.token_file),
+    );
+    let get = |token: Option<String>| {
+        let (address, ca) = (address.clone(), ca.clone());
+        async move { https::get(&address, Some(&ca), token.as_deref(), "/metrics").await.expect("an answer") }
+    };
+    let plain = https::get(&address, None, Some(&scrape_token), "/metrics").await;
+    assert!(plain.is_err(), "plain HTTP got an answer from a TLS node: {plain:?}");
+    for (what, token) in [("no token", None), ("a tenant's token", Some(tenant_token.clone()))] {
+        let answer = get(token).await;
+        assert_eq!(answer.status, 401, "{what}: {answer:?}");
+        assert!(!answer.body.contains("leasehold_"), "{what} read metrics: {}", answer.body);
+    }
+    let page = get(Some(scrape_token.clone())).await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.body.contains("leasehold_semaphores 1"), "the cluster-wide count is there: {}", page.body);
+    for named in ["tenant=", "semaphore=", "secret-project", "\"test\""] {
+        assert!(!page.body.contains(named), "the default page shows {named}: {}", page.body);
+    }
+    assert_eq!(get(Some(admin_token)).await.status, 200, "the admin token scrapes too");
+
+    let per_tenant = scrape(&cluster, 1).await.expect("node 1's metrics");
+    let holders = r#"leasehold_semaphore_holders{tenant="test",semaphore="secret-project/jobs"}"#;
+    assert_eq!(per_tenant.get(holders), Some(&1.0), "--metrics-per-tenant names them: {per_tenant:?}");
+
+    // A new scrape token: the old one works until SIGHUP, then only the new one.
+    let new_token = leasehold::certs::new_token("scrape");
+    leasehold::certs::write_file(&cluster.credentials.scrape_token_file, &new_token, true).unwrap();
+    assert_eq!(get(Some(scrape_token.clone())).await.status, 200, "read again only on SIGHUP");
+    let pid = cluster.pid(2).expect("node 2 runs");
+    // SAFETY: signalling a server process this test started, by its id.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    wait::until(Duration::from_secs(10), "node 2 to read the new scrape token", || async {
+        (get(Some(scrape_token.clone())).await.status == 401).then_some(())
+    })
+    .await;
+    assert_eq!(get(Some(new_token)).await.status, 200, "the new token scrapes");
+    drop(permit);
 }

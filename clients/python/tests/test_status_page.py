@@ -279,7 +279,7 @@ def test_the_page_refuses_a_wrong_token_and_its_data_needs_the_admin_credential(
 #: and again without reading an answer: as many as the page served at once before
 #: each address had a share.
 SLOW_READERS = 64
-#: What one address may hold on the status port (`STATUS_SOURCE_LIMITS`).
+#: What one address may hold on the status port (`STATUS_LIMITS.sources`).
 STATUS_CONNECTIONS_PER_SOURCE = 16
 
 

@@ -17,7 +17,7 @@ use tonic::{Request, Status};
 use crate::machine::{Caller, SecretHash, TenantId, ADMIN_TENANT, ADMIN_TENANT_NAME};
 use crate::raft::state_machine_store::Shared;
 use crate::shell::clock::LogLimiter;
-use crate::shell::credentials::{read_admin_token, secret_hash, KnownTenant};
+use crate::shell::credentials::{read_admin_token, read_token_file, secret_hash, KnownTenant};
 use crate::shell::tls::tenant_presented;
 
 /// The metadata key of the bearer credential: `authorization: Bearer <token>`.
@@ -81,6 +81,9 @@ pub struct Auth {
     admin_token_file: PathBuf,
     /// The hash of the admin token the file held when last read.
     admin_token_hash: RwLock<SecretHash>,
+    /// The scrape token's file and the hash of what it held when last read: the
+    /// metrics port's credential (`may_scrape`).
+    scrape_token: Option<(PathBuf, RwLock<SecretHash>)>,
     shared: Arc<Shared>,
     refusals: LogLimiter,
     streams_outlive_revocation: bool,
@@ -119,6 +122,7 @@ impl Auth {
         Ok(Auth {
             admin_token_file,
             admin_token_hash: RwLock::new(secret_hash(token.as_bytes())),
+            scrape_token: None,
             shared,
             refusals: LogLimiter::new(Duration::from_millis(REFUSAL_LOG_INTERVAL_MS)),
             streams_outlive_revocation: false,
@@ -148,12 +152,42 @@ impl Auth {
         self.refuse(rpc, request, problem)
     }
 
-    /// Reads the admin token file again (SIGHUP): the old token stops working.
-    pub fn reload_admin_token(&self) -> Result<(), String> {
-        let token = read_admin_token(&self.admin_token_file)?;
-        *self.admin_token_hash.write().unwrap() = secret_hash(token.as_bytes());
-        self.shared.credentials.changed();
-        Ok(())
+    /// Reads the scrape token from `file` (checked with the configuration), now and
+    /// on every reload.
+    pub fn with_scrape_token_file(mut self, file: PathBuf) -> Result<Auth, String> {
+        let token = read_token_file("scrape", &file)?;
+        self.scrape_token = Some((file, RwLock::new(secret_hash(token.as_bytes()))));
+        Ok(self)
+    }
+
+    /// Reads the admin token file, and the scrape token's, again (SIGHUP): the old
+    /// tokens stop working. A file that does not load leaves its old token working.
+    pub fn reload_token_files(&self) -> Result<(), String> {
+        let token = read_admin_token(&self.admin_token_file);
+        if let Ok(token) = &token {
+            *self.admin_token_hash.write().unwrap() = secret_hash(token.as_bytes());
+            self.shared.credentials.changed();
+        }
+        let scrape = match &self.scrape_token {
+            None => Ok(()),
+            Some((file, hash)) => read_token_file("scrape", file).map(|token| {
+                *hash.write().unwrap() = secret_hash(token.as_bytes());
+            }),
+        };
+        token.and(scrape)
+    }
+
+    /// Whether a scraper presenting `token` may read the metrics: the scrape token
+    /// or the admin's, and anything when no scrape token is configured (only with
+    /// --insecure-plaintext).
+    pub fn may_scrape(&self, token: &str) -> bool {
+        match &self.scrape_token {
+            None => true,
+            Some((_, hash)) => {
+                self.is_admin_token(token)
+                    || (!token.is_empty() && secret_hash(token.as_bytes()) == *hash.read().unwrap())
+            }
+        }
     }
 
     /// Whether `token` is the admin credential (for the status page, which has no

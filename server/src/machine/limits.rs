@@ -17,7 +17,9 @@
 //! | `api::auth` | `REFUSAL_LOG_INTERVAL_MS` |
 //! | `shell::observers` | `OBSERVE_CHANGES_QUEUED_MAX`, `OBSERVERS_MAX` |
 //! | `shell::session_deadlines` | `EXPIRY_SCAN_INTERVAL_MS` |
-//! | `shell::tls` | `HANDSHAKE_TIMEOUT_MS`, `HANDSHAKES_IN_PROGRESS_MAX`, `HANDSHAKEN_QUEUED_MAX` |
+//! | `shell::tls` | `HANDSHAKE_TIMEOUT_MS` |
+//! | `shell::sources` | `FIRST_BYTES_TIMEOUT_MS`, `HANDSHAKES_IN_PROGRESS_MAX`, `HANDSHAKEN_QUEUED_MAX`, `REFUSAL_LOG_INTERVAL_MS` (per port) |
+//! | `shell::http` | the status page's and the metrics' `HttpLimits` |
 //! | `shell::credentials` | `ADMIN_TOKEN_BYTES_MIN`, `ADMIN_TOKEN_BYTES_MAX` |
 //! | `shell::wait_histograms` | `WAIT_HISTOGRAM_NAMES_MAX` |
 //! | `shell::memory` | `TRIM_AFTER_FREED_BYTES`, `MMAP_THRESHOLD_BYTES` |
@@ -29,7 +31,8 @@
 //! | `raft::storage` | `WRITE_BUFFER_BYTES`, `BLOCK_CACHE_BYTES` |
 //! | `node::config` | timings, `CLUSTER_NAME_BYTES_MAX`, `WORKER_THREADS_MAX`, `STATE_BUDGET_BYTES_MIN` (the budget itself is `--state-budget-bytes`) |
 //! | `node::running_node` | `CLIENT_MESSAGE_BYTES_MAX`, `CLIENT_STREAMS_PER_CONNECTION_MAX`, `PEER_STREAMS_PER_CONNECTION_MAX` |
-//! | `node::metrics` | `SCRAPE_REQUEST_BYTES_MAX` |
+//! | `node::metrics` | `SCRAPE_LIMITS` |
+//! | `node::status` | `STATUS_LIMITS` |
 
 use serde::{Deserialize, Serialize};
 

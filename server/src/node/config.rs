@@ -11,7 +11,7 @@ use crate::machine::limits::{LOCK_DELAY_MS_MAX, LOCK_NAME_BYTES_MAX};
 use crate::machine::COMMAND_LEVEL;
 use crate::raft::replica::{PROPOSALS_QUEUED_MAX, TENANT_QUEUED_MAX_DEFAULT};
 use crate::raft::types::{Node, NodeId, MEMBERS_MAX};
-use crate::shell::credentials::read_admin_token;
+use crate::shell::credentials::{read_admin_token, read_token_file};
 use crate::shell::tls::{ClientCertificates, PeerClientTls, ServerTls, TlsFiles};
 
 /// Default timings. openraft 0.9 makes a follower wait its leader lease (the
@@ -82,8 +82,21 @@ pub struct RawConfig {
     #[arg(long)]
     pub snapshot_every_entries: Option<u64>,
     /// Address of the Prometheus text endpoint (`/metrics`), host:port. Off if unset.
+    /// HTTPS with the client port's certificate, behind the scrape token
+    /// (--metrics-token-file); plain HTTP with --insecure-plaintext.
     #[arg(long)]
     pub metrics_addr: Option<String>,
+    /// A file holding the scrape token (its first line, 16 to 4096 bytes) that a
+    /// scraper sends as `Authorization: Bearer <token>` (the admin token also works).
+    /// Required with --metrics-addr unless --insecure-plaintext; re-read on SIGHUP.
+    #[arg(long)]
+    pub metrics_token_file: Option<PathBuf>,
+    /// Add the series that name tenants, semaphores and their usage (one per tenant
+    /// or per name) to the metrics. Off by default: whoever can scrape then learns
+    /// every tenant's name and activity. See "Security" in the README.
+    #[arg(long)]
+    #[serde(default)]
+    pub metrics_per_tenant: bool,
     /// Address of the live status page, host:port: HTTPS with the client port's
     /// certificate (HTTP with --insecure-plaintext), read-only, behind the admin
     /// credential. Off if unset.
@@ -243,6 +256,8 @@ impl RawConfig {
             election_timeout_max_ms: self.election_timeout_max_ms.or(file.election_timeout_max_ms),
             snapshot_every_entries: self.snapshot_every_entries.or(file.snapshot_every_entries),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
+            metrics_token_file: self.metrics_token_file.or(file.metrics_token_file),
+            metrics_per_tenant: self.metrics_per_tenant || file.metrics_per_tenant,
             status_addr: self.status_addr.or(file.status_addr),
             worker_threads: self.worker_threads.or(file.worker_threads),
             test_clock_knob: self.test_clock_knob || file.test_clock_knob,
@@ -300,6 +315,11 @@ pub struct Config {
     pub election_timeout_max_ms: u64,
     pub snapshot_every_entries: u64,
     pub metrics_bind: Option<SocketAddr>,
+    /// The scrape token's file; `None` only with --insecure-plaintext, where the
+    /// metrics are then open to whoever reaches the port.
+    pub metrics_token_file: Option<PathBuf>,
+    /// Series per tenant and per name (--metrics-per-tenant).
+    pub metrics_per_tenant: bool,
     pub status_bind: Option<SocketAddr>,
     pub worker_threads: usize,
     pub test_clock_knob: bool,
@@ -576,6 +596,17 @@ impl Config {
             Some(address) => Some(resolve("--metrics-addr", address)?),
             None => None,
         };
+        if let Some(file) = &raw.metrics_token_file {
+            if metrics_bind.is_none() {
+                return fail("--metrics-token-file was given without --metrics-addr");
+            }
+            read_token_file("scrape", file).map_err(ConfigError)?;
+        } else if metrics_bind.is_some() && !raw.insecure_plaintext {
+            return fail(
+                "--metrics-addr needs --metrics-token-file: the metrics are served over HTTPS to a scraper that \
+                 sends that token (make one with `leasehold new-token --prefix scrape`)",
+            );
+        }
         let status_bind = match &raw.status_addr {
             Some(address) => Some(resolve("--status-addr", address)?),
             None => None,
@@ -624,6 +655,8 @@ impl Config {
             election_timeout_max_ms,
             snapshot_every_entries,
             metrics_bind,
+            metrics_token_file: raw.metrics_token_file.clone(),
+            metrics_per_tenant: raw.metrics_per_tenant,
             status_bind,
             worker_threads,
             test_clock_knob: raw.test_clock_knob,

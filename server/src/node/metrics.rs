@@ -3,7 +3,6 @@
 //! The figures are read from openraft's metrics and the applied state when scraped,
 //! so the hot paths do no bookkeeping for them.
 
-use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,22 +10,24 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use openraft::ServerState;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
+use crate::api::auth::Auth;
 use crate::machine::{TenantId, Usage};
 use crate::raft::replica::{Replica, COMMIT_WAIT_BUCKETS_SECONDS};
-use crate::shell::sources::{Counted, SourceLimits, Sources, WriteDeadline};
+use crate::shell::clock::LogLimiter;
+use crate::shell::http::{self, HttpLimits};
+use crate::shell::sources::{SourceLimits, REFUSAL_LOG_INTERVAL_MS};
+use crate::shell::tls::ServerTls;
 use crate::shell::wait_histograms::escape_label;
 
-/// The largest scrape request head read; a larger one ends the connection.
-pub const SCRAPE_REQUEST_BYTES_MAX: usize = 8 * 1024;
-
-pub fn render(replica: &Replica) -> String {
+/// The page: cluster-wide figures, and with `per_tenant` the series that name
+/// tenants and semaphores (`--metrics-per-tenant`).
+pub fn render(replica: &Replica, per_tenant: bool) -> String {
     let metrics = replica.raft.metrics().borrow().clone();
     let (sessions, locks, elections, semaphores, tenants) = {
         let applied = replica.shared.applied.read().unwrap();
@@ -152,13 +153,31 @@ pub fn render(replica: &Replica) -> String {
         "# HELP {name} Times the heap trimmer gave freed heap back to the system.\n# TYPE {name} counter\n{name} {}",
         crate::shell::memory::trims()
     );
+    if per_tenant {
+        render_per_tenant(&mut text, replica, &semaphores, &tenants);
+    }
+    if let Some(watched) = replica.shared.watched.get().filter(|watched| !watched.is_empty()) {
+        render_watched(&mut text, &watched.snapshot());
+    }
+    text
+}
+
+/// The series that name tenants and semaphores (`--metrics-per-tenant`): usage per
+/// tenant, holders, waiters and limits per semaphore, what the leader did with each
+/// tenant's commands, and the semaphore wait histograms.
+fn render_per_tenant(
+    text: &mut String,
+    replica: &Replica,
+    semaphores: &[(String, String, u32, usize, usize)],
+    tenants: &[(TenantId, String, Usage)],
+) {
     for (metric, help, pick) in [
         ("leasehold_semaphore_holders", "Permits held, per semaphore.", 0usize),
         ("leasehold_semaphore_waiters", "Sessions waiting, per semaphore.", 1),
         ("leasehold_semaphore_limit", "The limit K, per semaphore.", 2),
     ] {
         let _ = writeln!(text, "# HELP {metric} {help}\n# TYPE {metric} gauge");
-        for (tenant, name, limit, holders, waiters) in &semaphores {
+        for (tenant, name, limit, holders, waiters) in semaphores {
             let value = [*holders as u64, *waiters as u64, *limit as u64][pick];
             let (tenant, name) = (escape_label(tenant), escape_label(name));
             let _ = writeln!(text, "{metric}{{tenant=\"{tenant}\",semaphore=\"{name}\"}} {value}");
@@ -171,18 +190,14 @@ pub fn render(replica: &Replica) -> String {
         ("leasehold_tenant_state_bytes", "The replicated state a tenant takes, estimated.", 3),
     ] {
         let _ = writeln!(text, "# HELP {metric} {help}\n# TYPE {metric} gauge");
-        for (_, tenant, usage) in &tenants {
+        for (_, tenant, usage) in tenants {
             let value =
                 [u64::from(usage.sessions), u64::from(usage.holds), u64::from(usage.waiters), usage.bytes][pick];
             let _ = writeln!(text, "{metric}{{tenant=\"{}\"}} {value}", escape_label(tenant));
         }
     }
-    render_tenant_admission(&mut text, replica, &tenants);
-    replica.shared.semaphore_waits.render(&mut text);
-    if let Some(watched) = replica.shared.watched.get().filter(|watched| !watched.is_empty()) {
-        render_watched(&mut text, &watched.snapshot());
-    }
-    text
+    render_tenant_admission(text, replica, tenants);
+    replica.shared.semaphore_waits.render(text);
 }
 
 /// One series per `--watch`: its grants on this node since it started, and the
@@ -203,77 +218,71 @@ fn render_watched(text: &mut String, watches: &[(String, crate::shell::watched::
     }
 }
 
-/// Scrapes served at once; more connections wait to be accepted.
-pub const SCRAPE_CONNECTIONS_MAX: usize = 64;
-/// What one source address may hold: a Prometheus server keeps one connection.
-pub const SCRAPE_SOURCE_LIMITS: SourceLimits = SourceLimits { handshakes: 8, connections: 8 };
-/// A request whose head is not complete by then is dropped, and so is a connection
-/// that sends nothing for that long.
-pub const SCRAPE_HEADER_TIMEOUT_MS: u64 = 5_000;
-/// A connection whose client reads nothing of an answer for this long is closed.
-pub const SCRAPE_WRITE_TIMEOUT_MS: u64 = 10_000;
-/// A connection is closed after this long whatever it does: a scraper connects again.
-pub const SCRAPE_CONNECTION_MS_MAX: u64 = 60_000;
+/// What the metrics port allows: a Prometheus server keeps one connection per
+/// target, so 8 per source address; a request head within 5 s, a client that reads
+/// nothing of an answer for 10 s closed, and no connection kept past a minute (a
+/// scraper connects again).
+pub const SCRAPE_LIMITS: HttpLimits = HttpLimits {
+    connections: 64,
+    sources: SourceLimits { handshakes: 8, connections: 8 },
+    header_timeout_ms: 5_000,
+    write_timeout_ms: 10_000,
+    request_bytes_max: 8 * 1024,
+    lifetime_ms: Some(60_000),
+};
 
-/// Serves `GET /metrics` over HTTP/1.1 (hyper) until `stopped`: at most
-/// `SCRAPE_CONNECTIONS_MAX` connections, each source address held to
-/// `SCRAPE_SOURCE_LIMITS` (a connection past them is closed at once), each request
-/// head read within `SCRAPE_HEADER_TIMEOUT_MS`, each answer's writes making progress
-/// within `SCRAPE_WRITE_TIMEOUT_MS`, and no connection kept past
-/// `SCRAPE_CONNECTION_MS_MAX`.
-pub async fn serve(listener: TcpListener, replica: Arc<Replica>, mut stopped: watch::Receiver<bool>) {
-    let connections = Arc::new(Semaphore::new(SCRAPE_CONNECTIONS_MAX));
-    let sources = Sources::new(SCRAPE_SOURCE_LIMITS);
-    loop {
-        let Ok(permit) = connections.clone().acquire_owned().await else { return };
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = stopped.wait_for(|stop| *stop) => return,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::warn!(port = "metrics", %error, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(mut slot) = sources.admit(peer.ip()) else { continue };
-        slot.handshaken();
-        let replica = replica.clone();
-        tokio::spawn(async move {
-            // A connection that sends nothing is closed after the header timeout (a
-            // peek, not `readable()`, which may be ready before any byte came).
-            let mut first = [0u8; 1];
-            let first_bytes =
-                tokio::time::timeout(Duration::from_millis(SCRAPE_HEADER_TIMEOUT_MS), stream.peek(&mut first));
-            if !matches!(first_bytes.await, Ok(Ok(read)) if read > 0) {
-                return;
-            }
-            let stream = WriteDeadline::new(Counted::new(stream, slot), Duration::from_millis(SCRAPE_WRITE_TIMEOUT_MS));
-            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let replica = replica.clone();
-                async move { Ok::<_, Infallible>(answer(&replica, &request)) }
-            });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_millis(SCRAPE_HEADER_TIMEOUT_MS))
-                .max_buf_size(SCRAPE_REQUEST_BYTES_MAX)
-                .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(Duration::from_millis(SCRAPE_CONNECTION_MS_MAX), connection).await;
-            drop(permit);
-        });
-    }
+/// Serves `GET /metrics` until `stopped`, within `SCRAPE_LIMITS`: over HTTPS when
+/// `tls`, to a scraper that `auth` lets scrape (`Auth::may_scrape`); series per
+/// tenant and per name only when `per_tenant`.
+pub async fn serve(
+    listener: TcpListener,
+    replica: Arc<Replica>,
+    auth: Arc<Auth>,
+    tls: Option<Arc<ServerTls>>,
+    per_tenant: bool,
+    stopped: watch::Receiver<bool>,
+) {
+    let refusals = Arc::new(LogLimiter::new(Duration::from_millis(REFUSAL_LOG_INTERVAL_MS)));
+    http::serve("metrics", listener, tls, SCRAPE_LIMITS, stopped, move |request: Request<Incoming>| {
+        let response = answer(&replica, &auth, &refusals, per_tenant, &request);
+        async move { response }
+    })
+    .await
 }
 
-fn answer(replica: &Replica, request: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let (status, body) = match (request.method(), request.uri().path()) {
-        (&Method::GET, "/metrics") => (StatusCode::OK, render(replica)),
-        _ => (StatusCode::NOT_FOUND, "only GET /metrics is served here\n".to_string()),
+fn answer(
+    replica: &Replica,
+    auth: &Auth,
+    refusals: &LogLimiter,
+    per_tenant: bool,
+    request: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let token = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim)
+        .unwrap_or("");
+    let (status, body) = if !auth.may_scrape(token) {
+        if refusals.allow() {
+            let what = if token.is_empty() { "no credential" } else { "a token that is not the scrape token" };
+            tracing::warn!(target: "audit", port = "metrics", what, "refused a scrape (logged at most once a second)");
+        }
+        (StatusCode::UNAUTHORIZED, "the metrics need the scrape token as `Authorization: Bearer <token>`\n".to_string())
+    } else {
+        match (request.method(), request.uri().path()) {
+            (&Method::GET, "/metrics") => (StatusCode::OK, render(replica, per_tenant)),
+            _ => (StatusCode::NOT_FOUND, "only GET /metrics is served here\n".to_string()),
+        }
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    if status == StatusCode::UNAUTHORIZED {
+        headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"leasehold metrics\""));
+    }
     response
 }
 

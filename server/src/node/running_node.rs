@@ -322,7 +322,10 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
             config.data_dir.display()
         )));
     }
-    let auth = Auth::new(config.admin_token_file.clone(), shared.clone()).map_err(StartError::Failed)?;
+    let mut auth = Auth::new(config.admin_token_file.clone(), shared.clone()).map_err(StartError::Failed)?;
+    if let Some(file) = &config.metrics_token_file {
+        auth = auth.with_scrape_token_file(file.clone()).map_err(StartError::Failed)?;
+    }
     let auth = if config.test_stream_outlives_rotation {
         tracing::warn!("--test-stream-outlives-rotation: open streams keep a revoked credential working");
         Arc::new(auth.streams_outliving_revocation())
@@ -368,7 +371,12 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
                 .map_err(StartError::Failed)?,
             peer_client: peer_client.clone().expect("loaded with the transport"),
             status_port: if status_listener.is_some() {
-                Some(ServerTls::load_https(client_port).map_err(StartError::Failed)?)
+                Some(ServerTls::load_https("status", client_port).map_err(StartError::Failed)?)
+            } else {
+                None
+            },
+            metrics_port: if metrics_listener.is_some() {
+                Some(ServerTls::load_https("metrics", client_port).map_err(StartError::Failed)?)
             } else {
                 None
             },
@@ -472,7 +480,9 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
     let metrics_addr = match metrics_listener {
         Some(listener) => {
             let address = listener.local_addr().ok();
-            let serve = metrics::serve(listener, replica.clone(), stopped.clone());
+            let tls = node_tls.as_ref().and_then(|tls| tls.metrics_port.clone());
+            let per_tenant = config.metrics_per_tenant;
+            let serve = metrics::serve(listener, replica.clone(), auth.clone(), tls, per_tenant, stopped.clone());
             tasks.push(essential.spawn("metrics server", serve));
             address
         }
@@ -602,11 +612,13 @@ async fn reload_on_hangup(
             requested = requests.next() => if !requested { return },
             _ = stopped.wait_for(|stop| *stop) => return,
         }
-        match auth.reload_admin_token() {
-            Ok(()) => tracing::info!(target: "audit", "SIGHUP: the admin token file was read again"),
-            Err(error) => {
-                tracing::error!(target: "audit", %error, "SIGHUP: the admin token did not load; the old one stays")
-            }
+        match auth.reload_token_files() {
+            Ok(()) => tracing::info!(target: "audit", "SIGHUP: the admin (and scrape) token files were read again"),
+            Err(error) => tracing::error!(
+                target: "audit",
+                %error,
+                "SIGHUP: a token file did not load; its old token stays"
+            ),
         }
         match &tls {
             None => tracing::info!("SIGHUP: plaintext, no certificates to reload"),

@@ -11,18 +11,25 @@ use leasehold_proto::identity::certificate_tag;
 
 use crate::machine::{SecretHash, StateMachine, TenantId, ADMIN_TENANT};
 
-/// The admin credential is a secret like any other: at least 128 bits' worth of text.
+/// The admin credential (and the scrape token) is a secret like any other: at least
+/// 128 bits' worth of text.
 pub const ADMIN_TOKEN_BYTES_MIN: usize = 16;
 pub const ADMIN_TOKEN_BYTES_MAX: usize = 4_096;
 
 /// Reads the admin credential from its file: the first line, trimmed.
 pub fn read_admin_token(path: &std::path::Path) -> Result<String, String> {
+    read_token_file("admin", path)
+}
+
+/// Reads a node's credential (`what`: "admin", "scrape") from its file: the first
+/// line, trimmed, `ADMIN_TOKEN_BYTES_MIN` to `ADMIN_TOKEN_BYTES_MAX` bytes.
+pub fn read_token_file(what: &str, path: &std::path::Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
-        .map_err(|error| format!("cannot read the admin token file {}: {error}", path.display()))?;
+        .map_err(|error| format!("cannot read the {what} token file {}: {error}", path.display()))?;
     let token = text.lines().next().unwrap_or("").trim().to_string();
     if token.len() < ADMIN_TOKEN_BYTES_MIN || token.len() > ADMIN_TOKEN_BYTES_MAX {
         return Err(format!(
-            "the admin token in {} is {} bytes on its first line; it must be {ADMIN_TOKEN_BYTES_MIN} to \
+            "the {what} token in {} is {} bytes on its first line; it must be {ADMIN_TOKEN_BYTES_MIN} to \
              {ADMIN_TOKEN_BYTES_MAX} (ADMIN_TOKEN_BYTES_MIN, ADMIN_TOKEN_BYTES_MAX)",
             path.display(),
             token.len()

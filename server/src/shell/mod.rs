@@ -35,6 +35,7 @@ pub mod credentials;
 pub mod disk;
 pub mod entropy;
 pub mod fail_stop;
+pub mod http;
 pub mod lock_delays;
 pub mod memory;
 pub mod observers;

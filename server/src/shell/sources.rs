@@ -5,19 +5,141 @@
 //!
 //! A `Slot` counts one connection of a source from its accept to its close, and while
 //! its handshake runs, one handshake too; both counts drop when the slot is dropped.
-//! `Counted` carries the slot along with the connection's stream.
+//! `Counted` carries the slot along with the connection's stream. `admitted` is the
+//! accept loop every such port runs, with its handshake (TLS, or none) as a parameter.
 
 use std::collections::HashMap;
+use std::fmt::Display;
+use std::future::Future;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use std::future::Future;
-
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
+
+/// How long a new connection may stay silent before its first bytes (of a TLS
+/// handshake, or of a request): an idle socket holds a slot no longer than this.
+pub const FIRST_BYTES_TIMEOUT_MS: u64 = 2_000;
+/// Handshakes in progress on one port at most; more connections are closed at once.
+pub const HANDSHAKES_IN_PROGRESS_MAX: usize = 256;
+/// Accepted connections waiting for the server to take them at most.
+pub const HANDSHAKEN_QUEUED_MAX: usize = 128;
+/// A refused connection is logged at most once per this interval and port (a client
+/// with a wrong certificate retries without end).
+pub const REFUSAL_LOG_INTERVAL_MS: u64 = 1_000;
+
+/// The connections `listener` accepts, each after `handshake` (a TLS handshake, or
+/// none), counted against its source address's `limits` for as long as it is open.
+/// The accept loop never waits: a connection whose source is at its limits, or that
+/// finds every one of the port's `HANDSHAKES_IN_PROGRESS_MAX` handshake slots taken,
+/// is closed at once, so a flood from one address leaves the others' connections to
+/// be accepted. A connection must send its first bytes within
+/// `FIRST_BYTES_TIMEOUT_MS`; `handshake` bounds its own time. Refusals go to
+/// `refused` (which rate-limits its log); a connection closed before it sent anything
+/// is a port probe (a health check, a test waiting for the port), not a refusal. The
+/// stream ends when its reader goes away.
+pub fn admitted<S, H, F>(
+    port: &'static str,
+    listener: TcpListener,
+    limits: SourceLimits,
+    refused: impl Fn(SocketAddr, &dyn Display) + Clone + Send + Sync + 'static,
+    handshake: H,
+) -> ReceiverStream<io::Result<Counted<S>>>
+where
+    S: Send + 'static,
+    H: Fn(TcpStream) -> F + Send + 'static,
+    F: Future<Output = io::Result<S>> + Send + 'static,
+{
+    let (handshaken, incoming) = mpsc::channel(HANDSHAKEN_QUEUED_MAX);
+    let handshakes = Arc::new(Semaphore::new(HANDSHAKES_IN_PROGRESS_MAX));
+    let sources = Sources::new(limits);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                _ = handshaken.closed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, say: pause rather than spin.
+                    tracing::warn!(port, %error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let slot = match sources.admit(peer.ip()) {
+                Ok(slot) => slot,
+                Err(Refusal::Handshakes) => {
+                    let held = limits.handshakes;
+                    refused(peer, &format_args!("its address already has {held} handshakes in progress"));
+                    continue;
+                }
+                Err(Refusal::Connections) => {
+                    let held = limits.connections;
+                    refused(peer, &format_args!("its address already has {held} connections open"));
+                    continue;
+                }
+            };
+            let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                refused(peer, &"every handshake slot of the port is taken");
+                continue;
+            };
+            // Small answers must not wait for the peer's delayed ACK (about 40 ms).
+            let _ = stream.set_nodelay(true);
+            let handshaken = handshaken.clone();
+            let refused = refused.clone();
+            let handshake = handshake(stream);
+            tokio::spawn(async move {
+                let mut slot = slot;
+                match handshake.await {
+                    Ok(stream) => {
+                        drop(permit);
+                        slot.handshaken();
+                        let _ = handshaken.send(Ok(Counted::new(stream, slot))).await;
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => {}
+                    Err(error) => refused(peer, &error),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(incoming)
+}
+
+/// Waits for `stream`'s first bytes, at most `FIRST_BYTES_TIMEOUT_MS`; then hands
+/// the stream on (a peek, not `readable()`, which may be ready before any byte came).
+pub async fn after_first_bytes(stream: TcpStream) -> io::Result<TcpStream> {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(Duration::from_millis(FIRST_BYTES_TIMEOUT_MS), stream.peek(&mut first)).await {
+        Ok(Ok(read)) if read > 0 => Ok(stream),
+        Ok(Ok(_)) => Err(io::ErrorKind::UnexpectedEof.into()),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "it sent nothing")),
+    }
+}
+
+/// The plaintext connections `listener` accepts, held to the same budgets as TLS
+/// ones (`admitted`), each after its first bytes (`after_first_bytes`).
+pub fn plain_admitted(
+    port: &'static str,
+    listener: TcpListener,
+    limits: SourceLimits,
+) -> ReceiverStream<io::Result<Counted<TcpStream>>> {
+    let log = Arc::new(crate::shell::clock::LogLimiter::new(Duration::from_millis(REFUSAL_LOG_INTERVAL_MS)));
+    let refused = move |peer: SocketAddr, problem: &dyn Display| {
+        if log.allow() {
+            tracing::warn!(target: "audit", port, %peer, %problem, "refused a connection (logged at most once a second per port)");
+        }
+    };
+    admitted(port, listener, limits, refused, after_first_bytes)
+}
 
 /// What one source address may hold on one port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

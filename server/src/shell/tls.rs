@@ -22,26 +22,15 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::shell::clock::LogLimiter;
-use crate::shell::sources::{Counted, Refusal, SourceLimits, Sources};
+use crate::shell::sources::{admitted, after_first_bytes, Counted, SourceLimits, REFUSAL_LOG_INTERVAL_MS};
 
 /// How long a client or peer may take to complete its TLS handshake.
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
-/// How long a new connection may stay silent before the first bytes of its
-/// handshake: an idle socket holds a handshake slot no longer than this.
-pub const FIRST_BYTES_TIMEOUT_MS: u64 = 2_000;
-/// Handshakes in progress on one port at most; more connections are closed at once.
-pub const HANDSHAKES_IN_PROGRESS_MAX: usize = 256;
-/// Accepted connections waiting for the gRPC server to take them at most.
-pub const HANDSHAKEN_QUEUED_MAX: usize = 128;
-/// A refused handshake is logged at most once per this interval and port (a client
-/// with a wrong certificate retries without end).
-pub const REFUSAL_LOG_INTERVAL_MS: u64 = 1_000;
 
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -113,9 +102,9 @@ impl ServerTls {
     /// The status page's HTTPS: the client port's certificate, HTTP/1.1, and no client
     /// certificate asked for (a browser proves nothing with one; the page asks for the
     /// admin credential).
-    pub fn load_https(client_port: &TlsFiles) -> Result<Arc<ServerTls>, String> {
+    pub fn load_https(port: &'static str, client_port: &TlsFiles) -> Result<Arc<ServerTls>, String> {
         let files = TlsFiles { ca: None, ..client_port.clone() };
-        ServerTls::load_with("status", files, ClientCertificates::Optional, b"http/1.1")
+        ServerTls::load_with(port, files, ClientCertificates::Optional, b"http/1.1")
     }
 
     fn load_with(
@@ -156,7 +145,7 @@ impl ServerTls {
                 port = self.port,
                 %peer,
                 %error,
-                "refused a TLS handshake (logged at most once a second per port)"
+                "refused a connection (logged at most once a second per port)"
             );
         }
     }
@@ -241,6 +230,8 @@ pub struct NodeTls {
     pub peer_client: Arc<PeerClientTls>,
     /// The status page's HTTPS, when --status-addr is set.
     pub status_port: Option<Arc<ServerTls>>,
+    /// The metrics' HTTPS, when --metrics-addr is set.
+    pub metrics_port: Option<Arc<ServerTls>>,
 }
 
 impl NodeTls {
@@ -251,12 +242,13 @@ impl NodeTls {
         let client_port = self.client_port.rebuild()?;
         let peer_port = self.peer_port.rebuild()?;
         let peer_client = build_client_config(&self.peer_client.files).map_err(|error| format!("peers: {error}"))?;
-        let status_port = self.status_port.as_ref().map(|status| status.rebuild().map(|config| (status, config)));
-        let status_port = status_port.transpose()?;
+        let https_ports = [&self.status_port, &self.metrics_port].into_iter().flatten();
+        let https_ports: Vec<_> =
+            https_ports.map(|port| port.rebuild().map(|config| (port, config))).collect::<Result<_, _>>()?;
         self.client_port.install(client_port);
         self.peer_port.install(peer_port);
-        if let Some((status, config)) = status_port {
-            status.install(config);
+        for (port, config) in https_ports {
+            port.install(config);
         }
         *self.peer_client.config.write().unwrap() = peer_client;
         Ok(())
@@ -264,88 +256,29 @@ impl NodeTls {
 }
 
 /// The connections `listener` accepts, each after a completed TLS handshake with the
-/// configuration current at that moment, counted against its source address's
-/// `limits` for as long as it is open. The accept loop never waits: a connection
-/// whose source is at its limits, or that finds every one of the port's
-/// `HANDSHAKES_IN_PROGRESS_MAX` handshake slots taken, is closed at once, so a flood
-/// from one address leaves the others' connections to be accepted. A connection must
-/// send its first bytes within `FIRST_BYTES_TIMEOUT_MS` and finish its handshake
-/// within `HANDSHAKE_TIMEOUT_MS`. Refusals are logged (rate-limited). The stream
-/// ends when its reader goes away.
+/// configuration current at that moment, held to the budgets of `sources::admitted`:
+/// per source address (`limits`), `HANDSHAKES_IN_PROGRESS_MAX` at once, first bytes
+/// within `FIRST_BYTES_TIMEOUT_MS`, and the handshake done within
+/// `HANDSHAKE_TIMEOUT_MS`. Refusals are logged (rate-limited). The stream ends when
+/// its reader goes away.
 pub fn tls_incoming(
     listener: TcpListener,
     tls: Arc<ServerTls>,
     limits: SourceLimits,
 ) -> ReceiverStream<Result<Counted<TlsStream<TcpStream>>, io::Error>> {
-    let (handshaken, incoming) = mpsc::channel(HANDSHAKEN_QUEUED_MAX);
-    let handshakes = Arc::new(Semaphore::new(HANDSHAKES_IN_PROGRESS_MAX));
-    let sources = Sources::new(limits);
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                _ = handshaken.closed() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let (stream, peer) = match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors, say: pause rather than spin.
-                    tracing::warn!(port = tls.port, %error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let slot = match sources.admit(peer.ip()) {
-                Ok(slot) => slot,
-                Err(Refusal::Handshakes) => {
-                    let held = limits.handshakes;
-                    tls.log_refusal(peer, &format_args!("its address already has {held} handshakes in progress"));
-                    continue;
-                }
-                Err(Refusal::Connections) => {
-                    let held = limits.connections;
-                    tls.log_refusal(peer, &format_args!("its address already has {held} connections open"));
-                    continue;
-                }
-            };
-            let Ok(permit) = handshakes.clone().try_acquire_owned() else {
-                tls.log_refusal(peer, &"every handshake slot of the port is taken");
-                continue;
-            };
-            // Small answers must not wait for the peer's delayed ACK (about 40 ms).
-            let _ = stream.set_nodelay(true);
-            let acceptor = tls.acceptor();
-            let handshaken = handshaken.clone();
-            let tls = tls.clone();
-            tokio::spawn(async move {
-                let mut slot = slot;
-                // A connection that sends nothing holds its slot for this long at most.
-                // (A peek, not `readable()`, which may be ready before any byte came.)
-                let mut first = [0u8; 1];
-                match tokio::time::timeout(Duration::from_millis(FIRST_BYTES_TIMEOUT_MS), stream.peek(&mut first)).await
-                {
-                    Ok(Ok(read)) if read > 0 => {}
-                    Ok(_) => return,
-                    Err(_) => return tls.log_refusal(peer, &"it sent nothing"),
-                }
-                let handshake =
-                    tokio::time::timeout(Duration::from_millis(HANDSHAKE_TIMEOUT_MS), acceptor.accept(stream));
-                match handshake.await {
-                    Ok(Ok(stream)) => {
-                        drop(permit);
-                        slot.handshaken();
-                        let _ = handshaken.send(Ok(Counted::new(stream, slot))).await;
-                    }
-                    // A connection closed before it sent anything is a port probe (a
-                    // health check, a test waiting for the port), not a refusal.
-                    Ok(Err(error)) if error.kind() == io::ErrorKind::UnexpectedEof => {}
-                    Ok(Err(error)) => tls.log_refusal(peer, &error),
-                    Err(_) => tls.log_refusal(peer, &"the handshake timed out"),
-                }
-            });
+    let refusals = tls.clone();
+    let refused =
+        move |peer: std::net::SocketAddr, problem: &dyn std::fmt::Display| refusals.log_refusal(peer, problem);
+    admitted(tls.port, listener, limits, refused, move |stream| {
+        let acceptor = tls.acceptor();
+        async move {
+            let stream = after_first_bytes(stream).await?;
+            match tokio::time::timeout(Duration::from_millis(HANDSHAKE_TIMEOUT_MS), acceptor.accept(stream)).await {
+                Ok(handshaken) => handshaken,
+                Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "the handshake timed out")),
+            }
         }
-    });
-    ReceiverStream::new(incoming)
+    })
 }
 
 /// The DNS names a certificate presents, for messages.

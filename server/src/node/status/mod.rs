@@ -16,40 +16,37 @@
 
 pub mod report;
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
-use tokio_stream::StreamExt;
+use tokio::sync::watch;
 
 use crate::api::auth::Auth;
 use crate::raft::network::Network;
 use crate::raft::replica::Replica;
 use crate::shell::clock::LogLimiter;
+use crate::shell::http::{self, HttpLimits};
 use crate::shell::peer_contacts::PeerContacts;
-use crate::shell::sources::{Counted, SourceLimits, Sources, WriteDeadline};
-use crate::shell::tls::{tls_incoming, ServerTls};
+use crate::shell::sources::SourceLimits;
+use crate::shell::tls::ServerTls;
 use report::{Query, SEARCH_BYTES_MAX};
 
-/// Connections served at once (a browser tab keeps one or two open); more wait.
-pub const STATUS_CONNECTIONS_MAX: usize = 64;
-/// What one source address may hold: a browser opens a handful of connections.
-pub const STATUS_SOURCE_LIMITS: SourceLimits = SourceLimits { handshakes: 8, connections: 16 };
-/// A connection whose client reads none of an answer for this long is closed.
-pub const STATUS_WRITE_TIMEOUT_MS: u64 = 10_000;
-/// A request whose head is not complete by then is dropped.
-pub const STATUS_HEADER_TIMEOUT_MS: u64 = 10_000;
-/// The largest request head read.
-pub const STATUS_REQUEST_BYTES_MAX: usize = 16 * 1024;
+/// What the status page allows: connections served at once (a browser tab keeps one
+/// or two open), a handful per source address (a browser opens a few), a client that
+/// reads none of an answer for 10 s closed.
+pub const STATUS_LIMITS: HttpLimits = HttpLimits {
+    connections: 64,
+    sources: SourceLimits { handshakes: 8, connections: 16 },
+    header_timeout_ms: 10_000,
+    write_timeout_ms: 10_000,
+    request_bytes_max: 16 * 1024,
+    lifetime_ms: None,
+};
 
 const PAGE_HTML: &str = include_str!("page.html");
 const PAGE_CSS: &str = include_str!("page.css");
@@ -74,67 +71,13 @@ pub struct StatusPage {
 }
 
 impl StatusPage {
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut stopped: watch::Receiver<bool>) {
-        let connections = Arc::new(Semaphore::new(STATUS_CONNECTIONS_MAX));
-        match self.tls.clone() {
-            Some(tls) => {
-                let mut incoming = tls_incoming(listener, tls, STATUS_SOURCE_LIMITS);
-                loop {
-                    let Ok(permit) = connections.clone().acquire_owned().await else { return };
-                    let stream = tokio::select! {
-                        stream = incoming.next() => stream,
-                        _ = stopped.wait_for(|stop| *stop) => return,
-                    };
-                    match stream {
-                        Some(Ok(stream)) => self.clone().connection(stream, permit),
-                        Some(Err(_)) => continue,
-                        None => return,
-                    }
-                }
-            }
-            None => {
-                let sources = Sources::new(STATUS_SOURCE_LIMITS);
-                loop {
-                    let Ok(permit) = connections.clone().acquire_owned().await else { return };
-                    let accepted = tokio::select! {
-                        accepted = listener.accept() => accepted,
-                        _ = stopped.wait_for(|stop| *stop) => return,
-                    };
-                    match accepted {
-                        Ok((stream, peer)) => {
-                            // A source at its limit has its new connection closed at once.
-                            let Ok(mut slot) = sources.admit(peer.ip()) else { continue };
-                            slot.handshaken();
-                            self.clone().connection(Counted::new(stream, slot), permit)
-                        }
-                        Err(error) => {
-                            tracing::warn!(port = "status", %error, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn connection<S>(self: Arc<Self>, stream: S, permit: tokio::sync::OwnedSemaphorePermit)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let write_timeout = Duration::from_millis(STATUS_WRITE_TIMEOUT_MS);
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let page = self.clone();
-                async move { Ok::<_, Infallible>(page.answer(request).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_millis(STATUS_HEADER_TIMEOUT_MS))
-                .max_buf_size(STATUS_REQUEST_BYTES_MAX)
-                .serve_connection(TokioIo::new(WriteDeadline::new(stream, write_timeout)), service)
-                .await;
-            drop(permit);
-        });
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, stopped: watch::Receiver<bool>) {
+        let tls = self.tls.clone();
+        http::serve("status", listener, tls, STATUS_LIMITS, stopped, move |request| {
+            let page = self.clone();
+            async move { page.answer(request).await }
+        })
+        .await
     }
 
     async fn answer(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
