@@ -51,6 +51,8 @@ use rand::{Rng, SeedableRng};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
+use rustls_pki_types::pem::PemObject;
+
 use crate::history::{monotonic_ns, Function, HistoryWriter, Kind, Phase, Record, UNEXPECTED_REFUSAL};
 use crate::peer_messages::{self, Headers, FORGED_TERM_AHEAD};
 use crate::workload::{Workload, WorkloadWorkerArguments, REQUEST_DEADLINE_MS};
@@ -68,12 +70,33 @@ pub const OBSERVE_WINDOW_MS: u64 = 300;
 /// How many not-leader redirects one try follows.
 pub const LEADER_HOPS_MAX: usize = 3;
 /// Pause between two tries: the intruder must not starve the workers of the machine.
-/// Idle connections one try of `Attack::IdleConnections` opens, from an address of
+/// Idle connections one try of `Attack::IdleHandshakes` opens, from an address of
 /// its own (the nodes' budget per address is not the workers' then), and how long it
 /// holds them: past the nodes' 2 s deadline for a connection's first bytes.
 pub const IDLE_CONNECTIONS_PER_TRY: usize = 64;
 pub const IDLE_SOURCE: &str = "127.0.0.250";
 pub const IDLE_HOLD_MS: u64 = 3_500;
+/// Slow readers one try of `Attack::SlowReaderStatus` opens, from an address of its
+/// own (past the status page's 16 connections per address), the requests each
+/// pipelines (more answer than the socket buffers hold), and how long it holds them:
+/// past the page's 10 s write deadline.
+pub const SLOW_READERS_PER_TRY: usize = 24;
+pub const SLOW_READER_SOURCE: &str = "127.0.0.251";
+pub const SLOW_READER_REQUESTS: usize = 64;
+pub const SLOW_READER_HOLD_MS: u64 = 12_500;
+/// The share of one address on the status page.
+pub const STATUS_CONNECTIONS_PER_SOURCE: usize = leasehold_server::node::status::STATUS_LIMITS.sources.connections;
+/// How often a `StreamAfterRotation` try sends a keepalive, how long after it sees
+/// the rotation the stream may still answer (the node applies the rotation; the
+/// leader may change), and how long it waits for a rotation at most (the harness
+/// rotates every `harness::STOLEN_ROTATION_MS`).
+pub const ROTATION_KEEPALIVE_MS: u64 = 200;
+pub const ROTATION_GRACE_MS: u64 = 3_000;
+pub const ROTATION_WAIT_MS: u64 = 12_000;
+/// How long a node that runs takes to close a connection that sends nothing (its
+/// first-bytes deadline, 2 s), with room for a busy machine: a node that does not
+/// within it is paused (by the nemesis), and a try against it says nothing.
+pub const ALIVE_PROBE_MS: u64 = 4_000;
 pub const ATTACK_PAUSE_MS_MIN: u64 = 10;
 pub const ATTACK_PAUSE_MS_MAX: u64 = 40;
 /// Guessed session ids lie this far below the commit index at most.
@@ -153,7 +176,16 @@ pub enum Attack {
     RogueClientCertificate,
     /// Connections to a client or peer port that send nothing, held past the
     /// nodes' first-bytes deadline: each must have been closed by then.
-    IdleConnections,
+    IdleHandshakes,
+    /// The same on the metrics port.
+    MetricsIdle,
+    /// Connections to the status page that ask for `page.js` again and again and
+    /// never read: each must have been closed within the page's write deadline,
+    /// and past the address's share at once.
+    SlowReaderStatus,
+    /// A keepalive stream opened with a leaked token of tenant `stolen`, kept open
+    /// while the operator rotates that token: it must end UNAUTHENTICATED.
+    StreamAfterRotation,
     AddMember,
     RemoveMember,
     AddTenant,
@@ -219,11 +251,14 @@ pub enum Attack {
 }
 
 impl Attack {
-    pub const ALL: [Attack; 38] = [
+    pub const ALL: [Attack; 41] = [
         Attack::NoCredential,
         Attack::MadeUpToken,
         Attack::RogueClientCertificate,
-        Attack::IdleConnections,
+        Attack::IdleHandshakes,
+        Attack::MetricsIdle,
+        Attack::SlowReaderStatus,
+        Attack::StreamAfterRotation,
         Attack::AddMember,
         Attack::RemoveMember,
         Attack::AddTenant,
@@ -265,7 +300,10 @@ impl Attack {
             Attack::NoCredential => "no-credential",
             Attack::MadeUpToken => "made-up-token",
             Attack::RogueClientCertificate => "rogue-client-certificate",
-            Attack::IdleConnections => "idle-connections",
+            Attack::IdleHandshakes => "idle-handshakes",
+            Attack::MetricsIdle => "metrics-idle",
+            Attack::SlowReaderStatus => "slow-reader-status",
+            Attack::StreamAfterRotation => "stream-after-rotation",
             Attack::AddMember => "admin-add-member",
             Attack::RemoveMember => "admin-remove-member",
             Attack::AddTenant => "admin-add-tenant",
@@ -305,14 +343,17 @@ impl Attack {
 
     /// Whether the attack needs what the previous release (`scripts/previous-release`,
     /// the rolling upgrade's older side) lacks: only the peer port's membership checks
-    /// refuse it, the RPC is newer (`EndSession`), or it holds connections longer than
-    /// that release's listeners let pass (`IdleConnections`). It is not tried while
-    /// such nodes run.
+    /// refuse it, the RPC is newer (`EndSession`), it holds connections longer than
+    /// that release's listeners let pass (`IdleHandshakes`, `MetricsIdle`), or the port
+    /// is newer (`SlowReaderStatus`). It is not tried while such nodes run.
     pub fn needs_this_release(self) -> bool {
         matches!(
             self,
             Attack::EndSession
-                | Attack::IdleConnections
+                | Attack::IdleHandshakes
+                | Attack::MetricsIdle
+                | Attack::SlowReaderStatus
+                | Attack::StreamAfterRotation
                 | Attack::PeerNonMemberAppend
                 | Attack::PeerNonMemberVote
                 | Attack::PeerForgedHeaders
@@ -327,9 +368,13 @@ impl Attack {
 
     pub fn kind(self) -> AttackKind {
         match self {
-            Attack::NoCredential | Attack::MadeUpToken | Attack::RogueClientCertificate | Attack::IdleConnections => {
-                AttackKind::Unauthenticated
-            }
+            Attack::NoCredential
+            | Attack::MadeUpToken
+            | Attack::RogueClientCertificate
+            | Attack::IdleHandshakes
+            | Attack::MetricsIdle
+            | Attack::SlowReaderStatus
+            | Attack::StreamAfterRotation => AttackKind::Unauthenticated,
             Attack::AddMember
             | Attack::RemoveMember
             | Attack::AddTenant
@@ -646,6 +691,9 @@ struct Intruder {
     sequence: u64,
     endpoints: Vec<String>,
     peer_endpoints: Vec<String>,
+    /// The nodes' metrics and status page addresses (host:port).
+    metrics_endpoints: Vec<String>,
+    status_endpoints: Vec<String>,
     /// Tries that run in tasks of their own, completed once done.
     pending: Vec<(u64, Attack, tokio::task::JoinHandle<Outcome>)>,
     /// The nodes' peer addresses by id, as the harness laid the cluster out: an
@@ -875,7 +923,10 @@ impl Intruder {
     /// One try of `attack` (the wrong-secret attack waits for an own session).
     async fn attempt(&mut self, attack: Attack) {
         match attack.kind() {
-            AttackKind::Unauthenticated if attack == Attack::IdleConnections => self.idle_connections(),
+            AttackKind::Unauthenticated if attack == Attack::IdleHandshakes => self.idle_connections(),
+            AttackKind::Unauthenticated if attack == Attack::MetricsIdle => self.idle_metrics_connections(),
+            AttackKind::Unauthenticated if attack == Attack::SlowReaderStatus => self.slow_status_readers(),
+            AttackKind::Unauthenticated if attack == Attack::StreamAfterRotation => self.stream_after_rotation(),
             AttackKind::Unauthenticated => self.unauthenticated(attack).await,
             AttackKind::Admin => self.admin(attack).await,
             AttackKind::Hijack => self.hijack(attack).await,
@@ -905,8 +956,52 @@ impl Intruder {
             "{IDLE_CONNECTIONS_PER_TRY} connections to {endpoint} from {IDLE_SOURCE} that send nothing, held \
              {IDLE_HOLD_MS} ms"
         );
-        let sequence = self.invoke(Attack::IdleConnections, tried);
-        self.pending.push((sequence, Attack::IdleConnections, tokio::spawn(idle_try(endpoint))));
+        let sequence = self.invoke(Attack::IdleHandshakes, tried);
+        self.pending.push((sequence, Attack::IdleHandshakes, tokio::spawn(idle_try(endpoint))));
+    }
+
+    /// (a) The same on a node's metrics port.
+    fn idle_metrics_connections(&mut self) {
+        let endpoint = self.metrics_endpoints.choose(&mut self.random).expect("metrics endpoints").clone();
+        let tried = format!(
+            "{IDLE_CONNECTIONS_PER_TRY} connections to the metrics port {endpoint} from {IDLE_SOURCE} that send \
+             nothing, held {IDLE_HOLD_MS} ms"
+        );
+        let sequence = self.invoke(Attack::MetricsIdle, tried);
+        self.pending.push((sequence, Attack::MetricsIdle, tokio::spawn(idle_try(endpoint))));
+    }
+
+    /// (a) A keepalive stream with the leaked token of tenant `stolen`, kept open
+    /// until the operator rotates that token, in a task of its own; at most one
+    /// try at a time (each waits for a rotation).
+    fn stream_after_rotation(&mut self) {
+        if self.pending.iter().any(|(_, attack, _)| *attack == Attack::StreamAfterRotation) {
+            return;
+        }
+        let Some(token_file) = self.arguments.stolen_token_file.clone() else { return };
+        let endpoint = self.leader_endpoint();
+        let tried = format!(
+            "a keepalive stream on {endpoint} with tenant stolen's leaked token, a keepalive every \
+             {ROTATION_KEEPALIVE_MS} ms until the token is rotated"
+        );
+        let sequence = self.invoke(Attack::StreamAfterRotation, tried);
+        let settings = leasehold::Settings { endpoints: vec![endpoint.clone()], ..leasehold::Settings::from_env() };
+        let task = tokio::spawn(stream_after_rotation_try(endpoint, settings, token_file, self.request_id()));
+        self.pending.push((sequence, Attack::StreamAfterRotation, task));
+    }
+
+    /// (a) Connections to a node's status page from `SLOW_READER_SOURCE` that ask for
+    /// `page.js` `SLOW_READER_REQUESTS` times and read nothing, held in a task of
+    /// their own for `SLOW_READER_HOLD_MS`.
+    fn slow_status_readers(&mut self) {
+        let endpoint = self.status_endpoints.choose(&mut self.random).expect("status endpoints").clone();
+        let tried = format!(
+            "{SLOW_READERS_PER_TRY} connections to the status page {endpoint} from {SLOW_READER_SOURCE}, each \
+             asking for page.js {SLOW_READER_REQUESTS} times and reading nothing, held {SLOW_READER_HOLD_MS} ms"
+        );
+        let sequence = self.invoke(Attack::SlowReaderStatus, tried);
+        let task = tokio::spawn(slow_reader_try(endpoint, self.ca_pem.clone()));
+        self.pending.push((sequence, Attack::SlowReaderStatus, task));
     }
 
     /// Completes the tries whose tasks are done (all of them when `all`).
@@ -1917,6 +2012,19 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
         bail!("the attack worker needs --peer-endpoints");
     }
     let peer_endpoints = peer_addresses.values().cloned().collect();
+    let list = |text: &Option<String>| -> Vec<String> {
+        text.as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    let (metrics_endpoints, status_endpoints) = (list(&arguments.metrics_endpoints), list(&arguments.status_endpoints));
+    if metrics_endpoints.is_empty() || status_endpoints.is_empty() {
+        bail!("the attack worker needs --metrics-endpoints and --status-endpoints");
+    }
     let (Some(cert_file), Some(key_file)) = (&arguments.tenant_certificate, &arguments.tenant_key) else {
         bail!("the attack worker needs --tenant-certificate and --tenant-key");
     };
@@ -1938,6 +2046,8 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
         history,
         sequence: 0,
         peer_endpoints,
+        metrics_endpoints,
+        status_endpoints,
         pending: Vec::new(),
         peer_addresses,
         ca_pem,
@@ -1981,24 +2091,16 @@ pub async fn run(arguments: WorkloadWorkerArguments) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One try of `Attack::IdleConnections` against `endpoint`: refused when the node
-/// closed every connection it took within `IDLE_HOLD_MS`.
+/// One try of `Attack::IdleHandshakes` (or `MetricsIdle`) against `endpoint`:
+/// refused when the node closed every connection it took within `IDLE_HOLD_MS`.
 async fn idle_try(endpoint: String) -> Outcome {
-    use tokio::io::AsyncReadExt;
     let address = endpoint.trim_start_matches("https://").trim_start_matches("http://");
     let Ok(target) = address.parse::<std::net::SocketAddr>() else {
         return Outcome::Unknown(format!("{endpoint} is not a socket address"));
     };
-    let source: std::net::SocketAddr = format!("{IDLE_SOURCE}:0").parse().expect("a socket address");
     let mut held = Vec::new();
     for _ in 0..IDLE_CONNECTIONS_PER_TRY {
-        let Ok(socket) = tokio::net::TcpSocket::new_v4() else { continue };
-        if socket.bind(source).is_err() {
-            continue;
-        }
-        if let Ok(Ok(stream)) =
-            tokio::time::timeout(Duration::from_millis(ATTACK_RPC_TIMEOUT_MS), socket.connect(target)).await
-        {
+        if let Some(stream) = connect_from(IDLE_SOURCE, target).await {
             held.push(stream);
         }
     }
@@ -2006,18 +2108,231 @@ async fn idle_try(endpoint: String) -> Outcome {
         return Outcome::Unknown(format!("no connection to {endpoint} was made"));
     }
     tokio::time::sleep(Duration::from_millis(IDLE_HOLD_MS)).await;
+    judge_held(target, &mut held, &format!("idle connections still open after {IDLE_HOLD_MS} ms"), "CLOSED_IDLE").await
+}
+
+/// A TCP connection to `target` from the address `source`, if one is made in time.
+async fn connect_from(source: &str, target: std::net::SocketAddr) -> Option<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().ok()?;
+    socket.bind(format!("{source}:0").parse().expect("a socket address")).ok()?;
+    tokio::time::timeout(Duration::from_millis(ATTACK_RPC_TIMEOUT_MS), socket.connect(target)).await.ok()?.ok()
+}
+
+/// How many of `held` the node has not closed (nothing to read and no end of stream).
+async fn still_open(held: &mut [tokio::net::TcpStream]) -> usize {
+    use tokio::io::AsyncReadExt;
     let mut open = 0;
-    for stream in &mut held {
-        let mut byte = [0u8; 1];
-        // Still open: nothing to read and no end of stream.
-        if tokio::time::timeout(Duration::from_millis(10), stream.read(&mut byte)).await.is_err() {
-            open += 1;
+    for stream in held {
+        let mut buffer = [0u8; 4096];
+        loop {
+            match tokio::time::timeout(Duration::from_millis(10), stream.read(&mut buffer)).await {
+                // Answers the node wrote before it closed: read on to the end.
+                Ok(Ok(read)) if read > 0 => continue,
+                Ok(_) => break,
+                Err(_) => {
+                    open += 1;
+                    break;
+                }
+            }
         }
     }
-    if open == 0 {
-        Outcome::Refused("CLOSED_IDLE".to_string())
-    } else {
-        Outcome::Succeeded(format!("{open} of {} idle connections still open after {IDLE_HOLD_MS} ms", held.len()))
+    open
+}
+
+/// The verdict on connections a try held: refused (`refusal`) when the node closed
+/// them all; when some are open, succeeded only if the node is running (it closes
+/// a silent probe connection within `ALIVE_PROBE_MS`): a node the nemesis paused
+/// closes nothing, and a try against it says nothing.
+async fn judge_held(
+    target: std::net::SocketAddr,
+    held: &mut [tokio::net::TcpStream],
+    open_means: &str,
+    refusal: &str,
+) -> Outcome {
+    if still_open(held).await == 0 {
+        return Outcome::Refused(refusal.to_string());
+    }
+    let Ok(Ok(mut probe)) =
+        tokio::time::timeout(Duration::from_millis(ATTACK_RPC_TIMEOUT_MS), tokio::net::TcpStream::connect(target))
+            .await
+    else {
+        return Outcome::Unknown(format!("{target} takes no connection now"));
+    };
+    let probe_closed = {
+        use tokio::io::AsyncReadExt;
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(ALIVE_PROBE_MS), probe.read(&mut byte)).await;
+        matches!(read, Ok(Ok(0)) | Ok(Err(_)))
+    };
+    if !probe_closed {
+        return Outcome::Unknown(format!("{target} closed no connection within {ALIVE_PROBE_MS} ms: paused?"));
+    }
+    // The node runs: what it held past its deadlines it has closed by now.
+    match still_open(held).await {
+        0 => Outcome::Refused(refusal.to_string()),
+        open => Outcome::Succeeded(format!("{open} of {} {open_means}", held.len())),
+    }
+}
+
+/// One try of `Attack::SlowReaderStatus` against the status page at `endpoint`:
+/// refused when the node kept at most `STATUS_CONNECTIONS_PER_SOURCE` of the
+/// connections and closed every one within `SLOW_READER_HOLD_MS`.
+async fn slow_reader_try(endpoint: String, ca_pem: Vec<u8>) -> Outcome {
+    use tokio::io::AsyncWriteExt;
+    let Ok(target) = endpoint.parse::<std::net::SocketAddr>() else {
+        return Outcome::Unknown(format!("{endpoint} is not a socket address"));
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in rustls_pki_types::CertificateDer::pem_slice_iter(&ca_pem).flatten() {
+        let _ = roots.add(certificate);
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let Ok(builder) = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()
+    else {
+        return Outcome::Unknown("no TLS configuration".into());
+    };
+    let mut config = builder.with_root_certificates(roots).with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let name = rustls_pki_types::ServerName::IpAddress(target.ip().into());
+    let requests = "GET /page.js HTTP/1.1\r\nHost: status\r\n\r\n".repeat(SLOW_READER_REQUESTS);
+    // All at once, as a client that opens many connections does.
+    let tries = (0..SLOW_READERS_PER_TRY).map(|_| {
+        let (connector, name, requests) = (connector.clone(), name.clone(), requests.clone());
+        async move {
+            let Some(stream) = connect_from(SLOW_READER_SOURCE, target).await else { return Err(false) };
+            let handshake = connector.connect(name, stream);
+            match tokio::time::timeout(Duration::from_millis(ATTACK_RPC_TIMEOUT_MS), handshake).await {
+                Ok(Ok(mut stream)) => {
+                    // What fits in the buffers is sent; the rest would wait for a reader.
+                    let write = stream.write_all(requests.as_bytes());
+                    let _ = tokio::time::timeout(Duration::from_millis(200), write).await;
+                    Ok(stream)
+                }
+                // Closed by the node at once (past the address's share).
+                Ok(Err(_)) => Err(true),
+                Err(_) => Err(false),
+            }
+        }
+    });
+    let mut handshaken = Vec::new();
+    let mut closed_at_once = 0;
+    for outcome in futures::future::join_all(tries).await {
+        match outcome {
+            Ok(stream) => handshaken.push(stream),
+            Err(closed) => closed_at_once += usize::from(closed),
+        }
+    }
+    if handshaken.is_empty() {
+        // Every connection closed at once: the address's share is held (by an
+        // earlier try's slow readers) and the node refuses more.
+        if closed_at_once == SLOW_READERS_PER_TRY {
+            return Outcome::Refused("CLOSED_PAST_SHARE".to_string());
+        }
+        return Outcome::Unknown(format!("no TLS connection to {endpoint} was made"));
+    }
+    let kept = handshaken.len();
+    if kept > STATUS_CONNECTIONS_PER_SOURCE {
+        return Outcome::Succeeded(format!(
+            "{kept} connections from one address kept by the status page (its share is \
+             {STATUS_CONNECTIONS_PER_SOURCE})"
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(SLOW_READER_HOLD_MS)).await;
+    // The TLS streams' sockets, to see whether the node closed them.
+    let mut tcp: Vec<tokio::net::TcpStream> = handshaken.into_iter().map(|stream| stream.into_inner().0).collect();
+    let open_means = format!("slow readers still open after {SLOW_READER_HOLD_MS} ms");
+    judge_held(target, &mut tcp, &open_means, "CLOSED_SLOW_READER").await
+}
+
+/// One try of `Attack::StreamAfterRotation`: a session made with the token in
+/// `token_file` (tenant `stolen`'s, which the harness rotates as an operator would
+/// after a leak), and a keepalive stream on `endpoint` opened with it, kept going
+/// until the file holds another token. Refused when the stream then ends
+/// UNAUTHENTICATED; succeeded when it still answers `alive` `ROTATION_GRACE_MS`
+/// after the rotation was seen.
+async fn stream_after_rotation_try(
+    endpoint: String,
+    settings: leasehold::Settings,
+    token_file: PathBuf,
+    request_id: pb::RequestId,
+) -> Outcome {
+    let read = || leasehold::settings::read_token_file(&token_file).ok();
+    let Some(token) = read() else { return Outcome::Unknown("no stolen token to try".into()) };
+    let settings = leasehold::Settings { token: Some(token.clone()), token_file: None, ..settings };
+    let Ok(client) = settings.client() else { return Outcome::Unknown("no client for the stolen token".into()) };
+    // The session is made on the leader (following its redirects), and the stream
+    // opened there.
+    let create = pb::CreateSessionRequest { request_id: Some(request_id), ttl_ms: 3_000, client_name: "stolen".into() };
+    let mut endpoint = endpoint;
+    let mut made = None;
+    for _ in 0..LEADER_HOPS_MAX {
+        let Ok(channel) = client.raw_channel(&endpoint) else { break };
+        let mut leasehold = pb::leasehold_client::LeaseholdClient::new(channel);
+        match answer(leasehold.create_session(request(create.clone()))).await {
+            Answer::Ok(created) => {
+                made = Some((leasehold, created));
+                break;
+            }
+            Answer::Status(status) if error_reason(&status) == Some(ErrorReason::NotLeader) => {
+                match error_metadata(&status, METADATA_LEADER).filter(|leader| !leader.is_empty()) {
+                    Some(leader) => endpoint = leader,
+                    None => return Outcome::Unknown(format!("no leader for the session: {status}")),
+                }
+            }
+            Answer::Status(status) => return Outcome::Unknown(format!("no session with the stolen token: {status}")),
+            Answer::Timeout => return Outcome::Unknown("no session with the stolen token in time".into()),
+        }
+    }
+    let Some((mut leasehold, created)) = made else {
+        return Outcome::Unknown(format!("no session with the stolen token within {LEADER_HOPS_MAX} redirects"));
+    };
+    let keepalive = pb::KeepAliveRequest { session_id: created.session_id, session_secret: created.session_secret };
+    let (sender, receiver) = futures::channel::mpsc::unbounded();
+    let _ = sender.unbounded_send(keepalive.clone());
+    let mut answers = match answer(leasehold.keep_alive(request(receiver))).await {
+        Answer::Ok(answers) => answers,
+        Answer::Status(status) => return Outcome::Unknown(format!("no keepalive stream: {status}")),
+        Answer::Timeout => return Outcome::Unknown("no keepalive stream in time".into()),
+    };
+    let started = tokio::time::Instant::now();
+    let mut rotated_at: Option<tokio::time::Instant> = None;
+    loop {
+        let next = tokio::time::timeout(Duration::from_millis(ATTACK_RPC_TIMEOUT_MS), answers.message()).await;
+        if rotated_at.is_none() && read().is_some_and(|now| now != token) {
+            rotated_at = Some(tokio::time::Instant::now());
+        }
+        match next {
+            Ok(Ok(Some(answer))) if answer.alive => {
+                if let Some(at) = rotated_at.filter(|at| at.elapsed() > Duration::from_millis(ROTATION_GRACE_MS)) {
+                    return Outcome::Succeeded(format!(
+                        "alive = true for session {} {} ms after its token was rotated",
+                        answer.session_id,
+                        at.elapsed().as_millis()
+                    ));
+                }
+            }
+            Ok(Ok(Some(_))) => return Outcome::Unknown("the session expired before the rotation".into()),
+            Ok(Ok(None)) => return Outcome::Unknown("the keepalive stream ended without an error".into()),
+            Ok(Err(status)) if status.code() == Code::Unauthenticated && rotated_at.is_some() => {
+                return Outcome::Refused("UNAUTHENTICATED".into())
+            }
+            // Ended before this try saw the file change: the rotation came first.
+            Ok(Err(status)) if status.code() == Code::Unauthenticated => {
+                return match read().is_some_and(|now| now != token) {
+                    true => Outcome::Refused("UNAUTHENTICATED".into()),
+                    false => Outcome::Unknown(format!("refused before any rotation: {status}")),
+                }
+            }
+            Ok(Err(status)) => return Outcome::Unknown(format!("the keepalive stream ended: {status}")),
+            Err(_) => return Outcome::Unknown(format!("no keepalive answer within {ATTACK_RPC_TIMEOUT_MS} ms")),
+        }
+        if rotated_at.is_none() && started.elapsed() > Duration::from_millis(ROTATION_WAIT_MS) {
+            return Outcome::Unknown(format!("no rotation within {ROTATION_WAIT_MS} ms"));
+        }
+        tokio::time::sleep(Duration::from_millis(ROTATION_KEEPALIVE_MS)).await;
+        // A stream the node ended takes no more; its answer says how it ended.
+        let _ = sender.unbounded_send(keepalive.clone());
     }
 }
 

@@ -1534,6 +1534,59 @@ pub fn latency_beside_flood(
     bound: Duration,
 ) -> CheckResult {
     let name = FLOOD_CHECK_NAME;
+    let latencies = releases_outside_faults(operations, faults, settle);
+    let Some(counts) = flood else {
+        let anomaly =
+            Anomaly { what: "the flood worker wrote no counts: it did not run to the end".into(), operations: vec![] };
+        return CheckResult::from_anomalies(name, String::new(), vec![anomaly]);
+    };
+    let ran = format!("flood accepted {}, refused {}, failed {}", counts.accepted, counts.refused, counts.failed);
+    let mut anomalies = Vec::new();
+    if counts.accepted == 0 || counts.refused == 0 {
+        anomalies.push(Anomaly { what: format!("the flood did not flood: {ran}"), operations: vec![] });
+    }
+    judge_release_p99(name, &latencies, bound, &ran, anomalies)
+}
+
+/// The intruder check's name in the summary.
+pub const INTRUDER_LATENCY_CHECK_NAME: &str = "intruder: others' releases stay fast";
+
+/// The attacks that hold connections open (idle ones, slow readers): beside them the
+/// workers' clients must be served as usual.
+pub const CONNECTION_ATTACKS: [Attack; 3] = [Attack::IdleHandshakes, Attack::MetricsIdle, Attack::SlowReaderStatus];
+
+/// The intruder's latency check: while it holds idle and slow connections on every
+/// port (`CONNECTION_ATTACKS`), the other workloads' releases outside fault windows
+/// took at most `bound` at the 99th percentile, as beside the flood; and the
+/// connection attacks were tried.
+pub fn latency_beside_intruder(
+    operations: &[Operation],
+    faults: &[FaultRecord],
+    settle: Duration,
+    bound: Duration,
+) -> CheckResult {
+    let latencies = releases_outside_faults(operations, faults, settle);
+    let counts = attack_counts(operations);
+    let tries: Vec<String> = CONNECTION_ATTACKS
+        .iter()
+        .map(|attack| format!("{} {}", attack.name(), counts.get(attack.name()).map_or(0, |count| count.tries)))
+        .collect();
+    let ran = format!("beside connection attacks ({})", tries.join(", "));
+    let mut anomalies = Vec::new();
+    if CONNECTION_ATTACKS.iter().all(|attack| counts.get(attack.name()).is_none_or(|count| count.tries == 0)) {
+        anomalies.push(Anomaly { what: format!("no connection attack was tried: {ran}"), operations: vec![] });
+    }
+    judge_release_p99(INTRUDER_LATENCY_CHECK_NAME, &latencies, bound, &ran, anomalies)
+}
+
+/// The other workloads' releases (lock, permit, leadership) that completed outside
+/// every fault's window (from its start to `settle` after its end), with the time
+/// each took, fastest first.
+fn releases_outside_faults<'a>(
+    operations: &'a [Operation],
+    faults: &[FaultRecord],
+    settle: Duration,
+) -> Vec<(u64, &'a Operation)> {
     let windows: Vec<(u64, u64)> = faults
         .iter()
         .filter(|fault| fault.outcome != Outcome::Skipped)
@@ -1552,16 +1605,18 @@ pub fn latency_beside_flood(
         })
         .collect();
     latencies.sort_by_key(|(latency, _)| *latency);
-    let Some(counts) = flood else {
-        let anomaly =
-            Anomaly { what: "the flood worker wrote no counts: it did not run to the end".into(), operations: vec![] };
-        return CheckResult::from_anomalies(name, String::new(), vec![anomaly]);
-    };
-    let ran = format!("flood accepted {}, refused {}, failed {}", counts.accepted, counts.refused, counts.failed);
-    let mut anomalies = Vec::new();
-    if counts.accepted == 0 || counts.refused == 0 {
-        anomalies.push(Anomaly { what: format!("the flood did not flood: {ran}"), operations: vec![] });
-    }
+    latencies
+}
+
+/// Fails when the 99th percentile of `latencies` is above `bound` (or `anomalies`
+/// already say why); skipped with fewer than `FLOOD_RELEASES_MIN` releases.
+fn judge_release_p99(
+    name: &'static str,
+    latencies: &[(u64, &Operation)],
+    bound: Duration,
+    ran: &str,
+    mut anomalies: Vec<Anomaly>,
+) -> CheckResult {
     if latencies.len() < FLOOD_RELEASES_MIN {
         let detail = format!("{} releases outside fault windows, too few to judge; {ran}", latencies.len());
         if anomalies.is_empty() {
@@ -2452,6 +2507,20 @@ mod tests {
         // election) are the fault's, not the flood's.
         let kill = fault("kill", vec![1], 19_000, 20_000 + 25 * 3_000);
         assert_eq!(latency_beside_flood(&slow, &[kill], flooded(), settle, bound).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn slow_releases_beside_the_intruders_connections_fail_its_check() {
+        let (settle, bound) = (Duration::from_millis(FLOOD_SETTLE_MS), Duration::from_millis(FLOOD_RELEASE_P99_MS_MAX));
+        let mut fast: Vec<Operation> = (0..100).map(|n| release_taking(1, n * 100, 5)).collect();
+        // Without a connection attack tried, the check proves nothing.
+        assert_eq!(latency_beside_intruder(&fast, &[], settle, bound).verdict, Verdict::Fail);
+        fast.push(attack_try(Attack::SlowReaderStatus, Kind::Fail, 50));
+        assert_eq!(latency_beside_intruder(&fast, &[], settle, bound).verdict, Verdict::Pass);
+        let mut slow = fast.clone();
+        slow.extend((0..25).map(|n| release_taking(2, 20_000 + n * 3_000, 2_000)));
+        let result = latency_beside_intruder(&slow, &[], settle, bound);
+        assert_eq!(result.verdict, Verdict::Fail, "{}", result.detail);
     }
 
     #[test]

@@ -198,6 +198,18 @@ impl Default for ClusterOptions {
     }
 }
 
+/// Whether `server` takes `flag` (its `--help` names it): an older release's build
+/// lacks the newer flags. Each binary is asked once.
+pub fn server_accepts(server: &Path, flag: &str) -> bool {
+    static HELP: std::sync::Mutex<BTreeMap<PathBuf, String>> = std::sync::Mutex::new(BTreeMap::new());
+    let mut help = HELP.lock().unwrap();
+    let text = help.entry(server.to_path_buf()).or_insert_with(|| {
+        let output = Command::new(server).arg("--help").output();
+        output.map(|output| String::from_utf8_lossy(&output.stdout).into_owned()).unwrap_or_default()
+    });
+    text.split(|c: char| c.is_whitespace() || c == ',').any(|word| word == flag)
+}
+
 pub struct NodeProcess {
     pub id: u64,
     pub client_addr: String,
@@ -206,8 +218,11 @@ pub struct NodeProcess {
     pub log: PathBuf,
     /// False for a node started to join an existing cluster.
     pub initial: bool,
-    /// Where the node serves Prometheus metrics (with ephemeral addressing only).
+    /// Where the node serves Prometheus metrics.
     pub metrics_addr: Option<String>,
+    /// Where the node serves its status page (with per-node addresses only: the
+    /// fault suite's intruder tries it).
+    pub status_addr: Option<String>,
     /// The `leasehold-server` it starts on.
     pub server: PathBuf,
     child: Option<Child>,
@@ -359,9 +374,11 @@ impl TestCluster {
                 let address = address.parse().expect("a socket address");
                 std::net::TcpStream::connect_timeout(&address, Duration::from_millis(wait::POLL_INTERVAL_MS)).is_ok()
             };
+            let status_addr = node.status_addr.as_deref().filter(|_| server_accepts(&node.server, "--status-addr"));
             if listens(&node.client_addr)
                 && listens(&node.peer_addr)
                 && node.metrics_addr.as_deref().is_none_or(listens)
+                && status_addr.is_none_or(listens)
             {
                 return;
             }
@@ -394,12 +411,21 @@ impl TestCluster {
         }
     }
 
-    /// A metrics address for a new node (with ephemeral addressing only).
-    fn metrics_address(&self) -> Option<String> {
-        matches!(self.options.addressing, Addressing::Ephemeral).then(|| {
-            let [port] = free_ports();
-            format!("127.0.0.1:{port}")
-        })
+    /// Node `id`'s metrics and status page addresses: an ephemeral metrics port on
+    /// 127.0.0.1 and no status page, or with per-node addresses the node's address
+    /// with the client port + 200 and + 300 (7300 and 7400 beside 7100).
+    fn http_addresses(&self, id: u64) -> (Option<String>, Option<String>) {
+        match self.options.addressing {
+            Addressing::Ephemeral => {
+                let [port] = free_ports();
+                (Some(format!("127.0.0.1:{port}")), None)
+            }
+            Addressing::PerNodeIp { client_port, .. } => {
+                let octet = FIRST_NODE_OCTET + id - 1;
+                let at = |offset: u16| Some(format!("127.0.0.{octet}:{}", client_port + offset));
+                (at(200), at(300))
+            }
+        }
     }
 
     /// The directory holding data directories and logs.
@@ -409,7 +435,7 @@ impl TestCluster {
 
     fn define_node(&mut self, id: u64, initial: bool, client_addr: String, peer_addr: String) {
         assert!(!self.nodes.contains_key(&id), "node {id} is already defined");
-        let metrics_addr = self.metrics_address();
+        let (metrics_addr, status_addr) = self.http_addresses(id);
         let node = NodeProcess {
             id,
             client_addr,
@@ -418,6 +444,7 @@ impl TestCluster {
             log: self.root.join(format!("node{id}.log")),
             initial,
             metrics_addr,
+            status_addr,
             server: self.options.server.clone().unwrap_or_else(|| binary("leasehold-server")),
             child: None,
             exited: None,
@@ -443,8 +470,15 @@ impl TestCluster {
         if let Some(metrics_addr) = &node.metrics_addr {
             arguments.push("--metrics-addr".into());
             arguments.push(metrics_addr.clone());
-            arguments.push("--metrics-token-file".into());
-            arguments.push(self.credentials.scrape_token_file.display().to_string());
+            // An older release's node (a rolling upgrade) serves them without a token.
+            if server_accepts(&node.server, "--metrics-token-file") {
+                arguments.push("--metrics-token-file".into());
+                arguments.push(self.credentials.scrape_token_file.display().to_string());
+            }
+        }
+        if let Some(status_addr) = node.status_addr.as_ref().filter(|_| server_accepts(&node.server, "--status-addr")) {
+            arguments.push("--status-addr".into());
+            arguments.push(status_addr.clone());
         }
         let host = |address: &str| address.rsplit_once(':').map(|(host, _)| host.to_string()).unwrap_or_default();
         let hosts = vec![host(&node.client_addr), host(&node.peer_addr), "localhost".to_string()];

@@ -100,6 +100,12 @@ pub const TAIL_BYTES: u64 = 4_096;
 /// crowd the cluster.
 pub const INTRUDER_QUOTAS: leasehold::proto::Quotas =
     leasehold::proto::Quotas { max_sessions: 16, max_holds: 16, max_waiters: 16, weight: 0, max_ops_per_second: None };
+/// The tenant whose token the intruder has "leaked" (`Attack::StreamAfterRotation`),
+/// its quotas, and how often the harness, as an operator, rotates its token.
+pub const STOLEN_TENANT: &str = "stolen";
+pub const STOLEN_QUOTAS: leasehold::proto::Quotas =
+    leasehold::proto::Quotas { max_sessions: 16, max_holds: 16, max_waiters: 16, weight: 0, max_ops_per_second: None };
+pub const STOLEN_ROTATION_MS: u64 = 4_000;
 /// The flood tenant's quotas: room for its sessions and names, and its rate quota.
 pub const FLOOD_QUOTAS: leasehold::proto::Quotas = leasehold::proto::Quotas {
     max_sessions: 256,
@@ -159,6 +165,11 @@ pub struct RunArguments {
     /// fails once a leader dies while a stopped holder's lease runs out).
     #[arg(long)]
     pub full_ttl_restart: bool,
+    /// The control of the `stream-after-rotation` attack: nodes keep a stream's
+    /// credential as it opened (`--test-stream-outlives-rotation`), so a stream opened
+    /// with a token rotated away goes on (and the attacks check fails).
+    #[arg(long)]
+    pub streams_outlive_rotation: bool,
     /// The lock-delay the lock workload's acquires ask for (0: none; at most
     /// 60000): a stopped holder's lock goes to nobody for this long after its
     /// session expires (check (j)).
@@ -275,12 +286,40 @@ pub async fn run(mut arguments: RunArguments) -> anyhow::Result<i32> {
     result
 }
 
+/// As an operator who learnt that tenant `stolen`'s token leaked: rotates it every
+/// `STOLEN_ROTATION_MS` until `stopped`, writing each new token where the intruder
+/// reads it (the leak goes on: each try gets a fresh token, with a stream to open
+/// before the next rotation). Returns how many rotations took; one that fails (a
+/// fault) is tried again at the next turn.
+async fn rotate_stolen_token(
+    admin: leasehold::Client,
+    file: PathBuf,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> u64 {
+    let mut rotated = 0;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(STOLEN_ROTATION_MS)) => {}
+            _ = stopped.wait_for(|stop| *stop) => return rotated,
+        }
+        let rotation =
+            tokio::time::timeout(Duration::from_millis(RECOVERY_MS_MAX), admin.rotate_tenant_token(STOLEN_TENANT));
+        if let Ok(Ok(token)) = rotation.await {
+            if leasehold::certs::write_file(&file, &token, true).is_ok() {
+                rotated += 1;
+            }
+        }
+    }
+}
+
 /// What the attack worker is given: the intruder tenant's token and its client
 /// certificate from the cluster CA, and node certificates from the cluster CA (every
 /// member's and a never-member's, as stolen node keys), all files in
 /// `--out`/intruder/. Not the admin token, not the test tenant's.
 struct IntruderCredentials {
     token_file: PathBuf,
+    /// Tenant `stolen`'s current token, rewritten at each rotation.
+    stolen_token_file: PathBuf,
     certificate_file: PathBuf,
     key_file: PathBuf,
     /// `node-<id>.pem` and `.key` for ids 1 to `--nodes` and `NON_MEMBER_NODE_ID`.
@@ -351,6 +390,7 @@ impl Harness {
             extra_arguments: std::iter::once("--test-clock-knob")
                 .chain(arguments.no_incarnation_checks.then_some("--test-accept-any-incarnation"))
                 .chain(arguments.full_ttl_restart.then_some("--test-full-ttl-restart"))
+                .chain(arguments.streams_outlive_rotation.then_some("--test-stream-outlives-rotation"))
                 .map(String::from)
                 .collect(),
             server: arguments.previous_server.clone(),
@@ -415,6 +455,9 @@ impl Harness {
         let token = self.add_tenant(INTRUDER_TENANT, INTRUDER_QUOTAS).await?;
         let token_file = directory.join("intruder.token");
         leasehold::certs::write_file(&token_file, &token, true)?;
+        let stolen = self.add_tenant(STOLEN_TENANT, STOLEN_QUOTAS).await?;
+        let stolen_token_file = directory.join("stolen.token");
+        leasehold::certs::write_file(&stolen_token_file, &stolen, true)?;
         let ca_key = std::fs::read_to_string(self.cluster.credentials.directory.join("ca.key"))
             .context("read the cluster CA's key")?;
         let pem = leasehold::certs::tenant_certificate(&ca_key, INTRUDER_TENANT, &token)?;
@@ -428,7 +471,7 @@ impl Harness {
             leasehold::certs::write_file(&cert_file, &cert, false)?;
             leasehold::certs::write_file(&key_file, &key, true)?;
         }
-        Ok(IntruderCredentials { token_file, certificate_file, key_file, node_certificates })
+        Ok(IntruderCredentials { token_file, stolen_token_file, certificate_file, key_file, node_certificates })
     }
 
     /// Adds tenant `name` with `quotas` (as an operator would) and returns its token:
@@ -479,6 +522,10 @@ impl Harness {
             .map(|(id, node)| format!("{id}={}", node.peer_addr))
             .collect::<Vec<_>>()
             .join(",");
+        let nodes: Vec<&crate::cluster::NodeProcess> = self.cluster.nodes.values().collect();
+        let http_endpoints = |address: fn(&crate::cluster::NodeProcess) -> Option<String>| {
+            nodes.iter().filter_map(|node| address(node)).collect::<Vec<_>>().join(",")
+        };
         let mut process: u64 = 0;
         for workload in self.workloads.clone() {
             for index in 0..workload.workers() {
@@ -499,6 +546,10 @@ impl Harness {
                         .env_remove(leasehold::settings::ENV_KEY_FILE)
                         .env(leasehold::settings::ENV_TOKEN_FILE, &intruder.token_file)
                         .args(["--peer-endpoints", &peer_endpoints])
+                        .args(["--metrics-endpoints", &http_endpoints(|node| node.metrics_addr.clone())])
+                        .args(["--status-endpoints", &http_endpoints(|node| node.status_addr.clone())])
+                        .arg("--stolen-token-file")
+                        .arg(&intruder.stolen_token_file)
                         .arg("--tenant-certificate")
                         .arg(&intruder.certificate_file)
                         .arg("--tenant-key")
@@ -559,6 +610,11 @@ impl Harness {
         let flood_token =
             if self.workloads.contains(&Workload::Flood) { Some(self.make_flood_tenant().await?) } else { None };
         self.spawn_workers(store_address, intruder.as_ref(), flood_token.as_ref())?;
+        let (stop_rotations, rotations_stopped) = tokio::sync::watch::channel(false);
+        let rotations = intruder.as_ref().map(|intruder| {
+            let (admin, file) = (self.cluster.admin_client(), intruder.stolen_token_file.clone());
+            tokio::spawn(rotate_stolen_token(admin, file, rotations_stopped))
+        });
         self.log(&format!(
             "seed {}: {} nodes ({} worker thread(s) per node), workloads {:?}, faults {:?}, {} workers, {:?}",
             self.seed,
@@ -596,6 +652,11 @@ impl Harness {
             self.sample_replicas().await;
             self.log(&format!("{} {:?} {:?} {}", record.fault, record.outcome, record.targets, record.detail));
             self.faults.push(record);
+        }
+        let _ = stop_rotations.send(true);
+        if let Some(rotations) = rotations {
+            let rotated = rotations.await.unwrap_or(0);
+            self.log(&format!("tenant {STOLEN_TENANT}'s token rotated {rotated} times"));
         }
         self.final_heal().await;
         self.sample_replicas().await;
@@ -1408,6 +1469,14 @@ impl Harness {
             checks.push(checker::attacks(&operations, &expected));
             let counts = checker::attack_counts(&operations);
             std::fs::write(out.join("attacks.json"), serde_json::to_string_pretty(&counts)?)?;
+            if !older_release {
+                checks.push(checker::latency_beside_intruder(
+                    &operations,
+                    &self.faults,
+                    Duration::from_millis(checker::FLOOD_SETTLE_MS),
+                    Duration::from_millis(checker::FLOOD_RELEASE_P99_MS_MAX),
+                ));
+            }
         }
         if self.workloads.contains(&Workload::Flood) {
             let flood = self

@@ -174,6 +174,16 @@ pub struct WorkloadWorkerArguments {
     /// list them).
     #[arg(long)]
     pub peer_endpoints: Option<String>,
+    /// Attack workload: the nodes' metrics and status page addresses (host:port),
+    /// comma-separated.
+    #[arg(long)]
+    pub metrics_endpoints: Option<String>,
+    #[arg(long)]
+    pub status_endpoints: Option<String>,
+    /// Attack workload: a file holding the current token of tenant `stolen`, as a
+    /// leak would give it; the harness rotates that token every few seconds.
+    #[arg(long)]
+    pub stolen_token_file: Option<PathBuf>,
     /// Attack workload: a client certificate the cluster CA signed for the intruder
     /// tenant (not a node), presented on the peer port.
     #[arg(long)]

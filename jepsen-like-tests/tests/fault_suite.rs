@@ -3,7 +3,9 @@
 //! and a random one (printed), must end `valid: true` — the nodes sharing this
 //! machine's cores in one run, each with a thread per core in the other — and its
 //! attack workload must have run, every attack refused (forged Raft messages with
-//! node certificates of the cluster CA included), no node may have exited outside the
+//! node certificates of the cluster CA included, and idle connections, slow readers
+//! and a stream opened with a token then rotated) with the workers' releases as
+//! fast beside it as beside the flood, no node may have exited outside the
 //! faults that stop nodes, and a follower wiped in the fresh cluster's first second
 //! must have been refused and replaced; the control with fencing
 //! switched off must end `valid: false` with the lost writes listed, and the control
@@ -12,7 +14,8 @@
 //! (check (i)), and the control without checkpoints must miss it; a stopped
 //! holder's lock that asked for a lock-delay must go to nobody for that delay
 //! (check (j)), and the control that records the delay without asking for it must
-//! see the lock handed on inside it. A cluster started on the previous release's
+//! see the lock handed on inside it; with streams keeping a rotated-away token, the
+//! intruder's `stream-after-rotation` must succeed. A cluster started on the previous release's
 //! build and upgraded one node at a time to this one, under every workload and
 //! kills and pauses, must end `valid: true` with every node upgraded cleanly.
 //!
@@ -23,8 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use leasehold_jepsen::checker::{
-    ATTACKS_CHECK_NAME, DEAD_HOLDER_CHECK_NAME, FLOOD_CHECK_NAME, LOCK_DELAY_CHECK_NAME, NODE_EXITS_CHECK_NAME,
-    UPGRADE_CHECK_NAME,
+    ATTACKS_CHECK_NAME, DEAD_HOLDER_CHECK_NAME, FLOOD_CHECK_NAME, INTRUDER_LATENCY_CHECK_NAME, LOCK_DELAY_CHECK_NAME,
+    NODE_EXITS_CHECK_NAME, UPGRADE_CHECK_NAME,
 };
 use leasehold_jepsen::cluster::{binary, previous_release, previous_server};
 
@@ -147,6 +150,11 @@ fn assert_valid(seed: u64, node_threads: Option<usize>) {
     );
     expect_passed(
         &text,
+        INTRUDER_LATENCY_CHECK_NAME,
+        &format!("the workers' releases must stay fast beside the intruder's connection attacks (seed {seed})"),
+    );
+    expect_passed(
+        &text,
         NODE_EXITS_CHECK_NAME,
         &format!("no node may exit on its own outside the faults that stop nodes (seed {seed})"),
     );
@@ -219,6 +227,39 @@ fn without_fencing_worker_pauses_lose_writes() {
     assert!(
         text.contains("acknowledged increment lost") || text.contains("stale write accepted"),
         "the control must list lost or stale writes:\n{text}"
+    );
+    println!("{text}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The control of the `stream-after-rotation` attack: with the nodes keeping a
+/// stream's credential as it opened, the intruder's keepalive stream opened with a
+/// token the harness then rotates goes on answering, and the attacks check fails
+/// naming that attack. (The run with the check on is `every_nemesis_...`.)
+#[test]
+fn a_stream_that_outlives_its_rotated_token_fails_the_attacks_check() {
+    let seed = FIXED_SEED.to_string();
+    let (output, text, out) = run_harness(
+        "fault-suite-control-rotation",
+        &[
+            "--nodes",
+            "3",
+            "--time",
+            CONTROL_TIME,
+            "--seed",
+            &seed,
+            "--workload",
+            "lock,attack",
+            "--nemesis",
+            "kill",
+            "--streams-outlive-rotation",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "the rotation control must fail its checks:\n{text}");
+    assert!(text.contains("\nvalid: false"), "{text}");
+    assert!(
+        text.contains("attack stream-after-rotation succeeded") && text.contains("after its token was rotated"),
+        "the control must name the stream that outlived its token:\n{text}"
     );
     println!("{text}");
     let _ = std::fs::remove_dir_all(&out);
