@@ -43,6 +43,18 @@ async fn single_node_cluster() -> TestCluster {
     cluster
 }
 
+/// How `child` ended, waited for at most `within`; else the test fails with `why`.
+async fn exit_within(child: &mut std::process::Child, within: Duration, why: &str) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(started.elapsed() < within, "{why}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Runs `command` to its end, or fails the test after `COMMAND_DEADLINE_MS`.
 async fn run(command: Command, reason: &str) -> Output {
     let deadline = Duration::from_millis(COMMAND_DEADLINE_MS);
@@ -141,14 +153,7 @@ async fn a_paused_lock_holder_loses_the_lock_and_its_command_is_terminated() {
     assert!(taken > 0);
     unsafe { libc::kill(holder.id() as i32, libc::SIGCONT) };
 
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = holder.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "leasehold lock did not exit after resuming");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = exit_within(&mut holder, Duration::from_secs(10), "leasehold lock did not exit after resuming").await;
     assert_eq!(status.code(), Some(70), "exit 70 when the lock was lost");
     // SAFETY: probing whether the command's process still exists.
     let alive = unsafe { libc::kill(child_pid, 0) } == 0;
@@ -424,14 +429,7 @@ async fn a_tenant_added_by_the_admin_locks_with_its_token_until_rotated_and_remo
     // Removed: its session ends, the holder's command is stopped, the token is refused.
     let (stdout, _) = expect_exit(leasehold(&cluster), &["tenant", "remove", "payments"], 0).await;
     assert_eq!(stdout, "tenant payments removed: 1 session ended\n");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = holder.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "the holder did not end with its tenant");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = exit_within(&mut holder, Duration::from_secs(20), "the holder did not end with its tenant").await;
     assert_eq!(status.code(), Some(70), "the lock was lost with the session: {status:?}");
     assert!(tenant_row(&cluster, "payments").await.is_none(), "removed tenants are not listed");
     expect_exit(leasehold_as(&cluster, &token_file), &["lock", "payments/1", "--try", "--", "true"], 77).await;
@@ -528,14 +526,7 @@ async fn the_admin_ends_a_tenants_session_and_its_holder_is_stopped() {
 
     let (stdout, _) = expect_exit(leasehold(&cluster), &["session", "close", &id, "--tenant", "test"], 0).await;
     assert!(stdout.starts_with(&format!("session {id} of tenant \"test\" ended")), "{stdout}");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = holder.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < deadline, "the holder's command went on after its session ended");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = exit_within(&mut holder, deadline, "the holder's command went on after its session ended").await;
     assert_eq!(status.code(), Some(70), "the holder learnt that its lock was lost: {status:?}");
     let guard = tokio::time::timeout(deadline, waiting).await.expect("the waiter is granted").unwrap().unwrap();
     assert!(guard.token() > token, "the waiter's token {} is newer than {token}", guard.token());
@@ -613,14 +604,8 @@ async fn a_tenant_certificate_stops_working_when_its_token_is_rotated_or_the_ten
         .await;
     let (_, stderr) = expect_exit(leasehold_with_certificate(&cluster, &first), &lock_once, 77).await;
     assert!(stderr.contains("no longer has"), "the refusal says why: {stderr}");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = holder.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "the rotated certificate's holder kept its lock");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status =
+        exit_within(&mut holder, Duration::from_secs(20), "the rotated certificate's holder kept its lock").await;
     assert_eq!(status.code(), Some(70), "the holder learnt that its lock was lost: {status:?}");
     expect_exit(leasehold(&cluster), &["cert", "tenant", &certs, "payments", "--token-file", &token_file_text], 0)
         .await;

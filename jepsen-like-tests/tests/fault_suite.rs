@@ -57,6 +57,19 @@ fn run_harness(name: &str, arguments: &[&str]) -> (Output, String, PathBuf) {
     (output, text, out)
 }
 
+/// A control run: `workload` under `nemesis` with the planted bug `flag`, 3 nodes,
+/// `CONTROL_TIME`, the fixed seed; it must end `valid: false` (exit 1). Returns the
+/// report's text and the run's directory.
+fn run_control(name: &str, workload: &str, nemesis: &str, flag: &str) -> (String, PathBuf) {
+    let seed = FIXED_SEED.to_string();
+    let arguments =
+        ["--nodes", "3", "--time", CONTROL_TIME, "--seed", &seed, "--workload", workload, "--nemesis", nemesis, flag];
+    let (output, text, out) = run_harness(name, &arguments);
+    assert_eq!(output.status.code(), Some(1), "the control ({flag}) must fail its checks:\n{text}");
+    assert!(text.contains("\nvalid: false"), "{text}");
+    (text, out)
+}
+
 /// The report's lines that say why a run is not valid, first in a failure's message
 /// so that a log cut short still shows them: the checks that did not pass, the
 /// anomalies' headings, the seed, and the harness's own errors.
@@ -205,25 +218,7 @@ fn every_nemesis_leaves_the_history_valid() {
 
 #[test]
 fn without_fencing_worker_pauses_lose_writes() {
-    let seed = FIXED_SEED.to_string();
-    let (output, text, out) = run_harness(
-        "fault-suite-control",
-        &[
-            "--nodes",
-            "3",
-            "--time",
-            CONTROL_TIME,
-            "--seed",
-            &seed,
-            "--workload",
-            "fenced-counter",
-            "--nemesis",
-            "worker-pause",
-            "--no-fencing",
-        ],
-    );
-    assert_eq!(output.status.code(), Some(1), "the unfenced control must fail its checks:\n{text}");
-    assert!(text.contains("\nvalid: false"), "{text}");
+    let (text, out) = run_control("fault-suite-control", "fenced-counter", "worker-pause", "--no-fencing");
     assert!(
         text.contains("acknowledged increment lost") || text.contains("stale write accepted"),
         "the control must list lost or stale writes:\n{text}"
@@ -238,25 +233,7 @@ fn without_fencing_worker_pauses_lose_writes() {
 /// naming that attack. (The run with the check on is `every_nemesis_...`.)
 #[test]
 fn a_stream_that_outlives_its_rotated_token_fails_the_attacks_check() {
-    let seed = FIXED_SEED.to_string();
-    let (output, text, out) = run_harness(
-        "fault-suite-control-rotation",
-        &[
-            "--nodes",
-            "3",
-            "--time",
-            CONTROL_TIME,
-            "--seed",
-            &seed,
-            "--workload",
-            "lock,attack",
-            "--nemesis",
-            "kill",
-            "--streams-outlive-rotation",
-        ],
-    );
-    assert_eq!(output.status.code(), Some(1), "the rotation control must fail its checks:\n{text}");
-    assert!(text.contains("\nvalid: false"), "{text}");
+    let (text, out) = run_control("fault-suite-control-rotation", "lock,attack", "kill", "--streams-outlive-rotation");
     assert!(
         text.contains("attack stream-after-rotation succeeded") && text.contains("after its token was rotated"),
         "the control must name the stream that outlived its token:\n{text}"
@@ -356,24 +333,7 @@ fn without_checkpoints_a_stopped_holder_blocks_a_ttl_past_the_bound() {
 /// expires, inside the delay the history claims, and (j) fails.
 #[test]
 fn a_lock_delay_not_asked_for_is_not_kept() {
-    let seed = FIXED_SEED.to_string();
-    let (output, text, out) = run_harness(
-        "fault-suite-control-lock-delay",
-        &[
-            "--nodes",
-            "3",
-            "--time",
-            CONTROL_TIME,
-            "--seed",
-            &seed,
-            "--workload",
-            "lock",
-            "--nemesis",
-            "worker-pause",
-            "--unrequested-lock-delay",
-        ],
-    );
-    assert_eq!(output.status.code(), Some(1), "the control must fail its checks:\n{text}");
+    let (text, out) = run_control("fault-suite-control-lock-delay", "lock", "worker-pause", "--unrequested-lock-delay");
     assert!(
         text.lines().any(|line| line.contains(&format!("[{LOCK_DELAY_CHECK_NAME}]")) && line.contains("lock-delay")),
         "the control must name the grant inside the delay:\n{text}"

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use openraft::ServerState;
 use tokio::net::TcpListener;
@@ -257,13 +257,7 @@ fn answer(
     per_tenant: bool,
     request: &Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let token = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .map(str::trim)
-        .unwrap_or("");
+    let token = http::bearer_token(request);
     let (status, body) = if !auth.may_scrape(token) {
         if refusals.allow() {
             let what = if token.is_empty() { "no credential" } else { "a token that is not the scrape token" };

@@ -42,6 +42,18 @@ pub struct HttpLimits {
     pub lifetime_ms: Option<u64>,
 }
 
+/// The bearer token a request carries (`Authorization: Bearer <token>`); empty when
+/// it carries none.
+pub fn bearer_token<B>(request: &Request<B>) -> &str {
+    request
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim)
+        .unwrap_or("")
+}
+
 /// A connection after its handshake, TLS or plain.
 trait Connection: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<S: AsyncRead + AsyncWrite + Send + Unpin> Connection for S {}

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -94,13 +94,7 @@ impl StatusPage {
     }
 
     async fn status(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
-        let token = request
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim)
-            .unwrap_or("");
+        let token = http::bearer_token(request);
         if !self.auth.is_admin_token(token) {
             if self.refusals.allow() {
                 tracing::warn!(
