@@ -1420,7 +1420,7 @@ pub fn node_exits(exits: &[NodeExit]) -> CheckResult {
 /// revoked (the token rotated, or the tenant removed), as its holder saw it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Revocation {
-    /// "rotate-token" or "remove-tenant".
+    /// "rotate-token", "remove-tenant" or "end-session" (the admin ended the session).
     pub how: &'static str,
     pub session: u64,
     /// When the revoking command was acknowledged: it took effect by then.

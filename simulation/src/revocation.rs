@@ -1,9 +1,11 @@
 //! A tenant whose token leaked: a holder with the tenant's token keeps a session and
 //! a lock, and at a time the seed draws the admin rotates the tenant's token (or, one
-//! seed in four, removes the tenant) while the holder's keepalive stream is open. The
+//! seed in four, removes the tenant; one in four, ends the holder's session with
+//! `leasehold session close`) while the holder's keepalive stream is open. The
 //! holder never learns the new token, as the one who found a leaked token would not:
 //! its stream must end within one keepalive interval, and its session expire as a
-//! silent one does (the fault suite's `revocations` check).
+//! silent one does; an ended session answers no keepalive alive after it either
+//! (the fault suite's `revocations` check).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,11 +28,29 @@ const CALL_DEADLINE: Duration = Duration::from_secs(3);
 /// The pause before a refused or unanswered command is sent again.
 const RETRY: Duration = Duration::from_millis(300);
 
-/// When and how the seed revokes the tenant's credential.
+/// When and how the seed revokes the tenant's credential (or its holder's session).
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {
     pub at: Duration,
-    pub remove: bool,
+    pub how: How,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum How {
+    RotateToken,
+    RemoveTenant,
+    /// The admin ends the holder's session (`Admin.EndSession`).
+    EndSession,
+}
+
+impl How {
+    pub fn name(self) -> &'static str {
+        match self {
+            How::RotateToken => "rotate-token",
+            How::RemoveTenant => "remove-tenant",
+            How::EndSession => "end-session",
+        }
+    }
 }
 
 impl Plan {
@@ -39,7 +59,13 @@ impl Plan {
     pub fn draw(seed: u64, faulty: Duration) -> Plan {
         let mut random = StdRng::seed_from_u64(seed.rotate_left(41));
         let latest = faulty.as_millis().max(2_001) as u64 - 1_000;
-        Plan { at: Duration::from_millis(random.random_range(1_000..latest)), remove: random.random_range(0..4) == 0 }
+        let at = Duration::from_millis(random.random_range(1_000..latest));
+        let how = match random.random_range(0..4) {
+            0 => How::RemoveTenant,
+            1 => How::EndSession,
+            _ => How::RotateToken,
+        };
+        Plan { at, how }
     }
 }
 
@@ -80,16 +106,27 @@ pub async fn run(nodes: u64, plan: Plan, stop_at: Duration, observed: Arc<Mutex<
         }
         tokio::time::sleep(RETRY.min(plan.at.saturating_sub(elapsed()))).await;
     }
-    let how = if plan.remove { "remove-tenant" } else { "rotate-token" };
     let revoked_ns = loop {
         if elapsed() >= stop_at {
             return Ok(());
         }
-        let done = if plan.remove {
-            let removed = tokio::time::timeout(CALL_DEADLINE, admin.remove_tenant(TENANT)).await;
-            matches!(removed, Ok(Ok(_)) | Ok(Err(leasehold::Error::NotFound(_))))
-        } else {
-            matches!(tokio::time::timeout(CALL_DEADLINE, admin.rotate_tenant_token(TENANT)).await, Ok(Ok(_)))
+        let done = match plan.how {
+            How::RemoveTenant => {
+                let removed = tokio::time::timeout(CALL_DEADLINE, admin.remove_tenant(TENANT)).await;
+                matches!(removed, Ok(Ok(_)) | Ok(Err(leasehold::Error::NotFound(_))))
+            }
+            How::RotateToken => {
+                matches!(tokio::time::timeout(CALL_DEADLINE, admin.rotate_tenant_token(TENANT)).await, Ok(Ok(_)))
+            }
+            // No session to end (it was never made): nothing to check.
+            How::EndSession => match &session {
+                None => return Ok(()),
+                Some(session) => {
+                    let ended = tokio::time::timeout(CALL_DEADLINE, admin.end_session(TENANT, session.id())).await;
+                    // A retry after a lost answer finds the session gone: ended.
+                    matches!(ended, Ok(Ok(())) | Ok(Err(leasehold::Error::NotFound(_))))
+                }
+            },
         };
         if done {
             break now_ns();
@@ -101,7 +138,7 @@ pub async fn run(nodes: u64, plan: Plan, stop_at: Duration, observed: Arc<Mutex<
     if let Some(session) = &session {
         let interval_ms = SESSION_TTL_MS / u64::from(leasehold::proto::lease::KEEPALIVES_PER_TTL);
         observed.lock().unwrap().push(Revocation {
-            how,
+            how: plan.how.name(),
             session: session.id(),
             revoked_ns,
             interval_ns: interval_ms * 1_000_000,

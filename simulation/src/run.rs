@@ -252,7 +252,11 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     outcome.faults.push(format!(
         "{:>6} ms {} of tenant {:?} planned, with a holder of its token",
         revocation.at.as_millis(),
-        if revocation.remove { "removal" } else { "token rotation" },
+        match revocation.how {
+            revocation::How::RemoveTenant => "removal",
+            revocation::How::RotateToken => "token rotation",
+            revocation::How::EndSession => "the admin's end of the holder's session",
+        },
         revocation::TENANT
     ));
 

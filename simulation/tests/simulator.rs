@@ -68,7 +68,7 @@ fn the_stale_incarnation_control_is_found_by_the_replacement_check() {
 /// rotated-away token keeps its session renewed.
 #[test]
 fn the_stream_outlives_rotation_control_is_found_by_the_revocation_check() {
-    control_is_found("stream-outlives-rotation", "1", "1", "revoked credentials: session");
+    control_is_found("stream-outlives-rotation", "4", "1", "revoked credentials: session");
 }
 
 /// Replays of a seed write the same bytes. Seed 4 (3 nodes) is one where the
