@@ -145,7 +145,7 @@ impl ServerTls {
                 port = self.port,
                 %peer,
                 %error,
-                "refused a connection (logged at most once a second per port)"
+                "refused a TLS handshake (logged at most once a second per port)"
             );
         }
     }
