@@ -21,3 +21,10 @@ LEASEHOLD_BIN="$CARGO_TARGET_DIR/release"
 leasehold_build() {
   (cd "$LEASEHOLD_ROOT" && cargo build --release --workspace --all-targets --locked "$@")
 }
+
+# Builds the simulator (simulation/, a workspace of its own so that turmoil's tokio
+# features stay out of the binaries above) into the same target directory:
+# `$LEASEHOLD_BIN/leasehold-sim` and its tests.
+leasehold_build_simulator() {
+  (cd "$LEASEHOLD_ROOT/simulation" && cargo build --release --workspace --all-targets --locked "$@")
+}

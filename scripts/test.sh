@@ -19,6 +19,7 @@ LEASEHOLD_PREVIOUS_SERVER="$("$LEASEHOLD_ROOT/scripts/previous-release.sh")"
 export LEASEHOLD_PREVIOUS_SERVER
 # Build first, with the same selection the test run uses, so the run below only runs.
 leasehold_build
+leasehold_build_simulator
 # The payments example's tests write to a real PostgreSQL: a private instance on
 # 127.0.0.1:55432, stopped again at the end if this run started it.
 if ! "$LEASEHOLD_ROOT/scripts/postgres.sh" status >/dev/null; then
@@ -33,6 +34,10 @@ if [ "$#" -eq 0 ]; then
   cargo test --release --workspace --locked --doc || status=$?
 fi
 cargo nextest run --release --workspace --locked --no-fail-fast "$@" || status=$?
+# The simulator's own workspace: its tests (the summary, the controls, replays).
+if [ "$#" -eq 0 ]; then
+  (cd simulation && cargo nextest run --release --workspace --locked --no-fail-fast) || status=$?
+fi
 # The simulator (simulation/README.md): a fixed block of seeds, then a block from a
 # first seed drawn at random and printed; any failing seed is named and replays with
 # `leasehold-sim run --seed S`.
