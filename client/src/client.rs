@@ -318,6 +318,16 @@ impl Client {
         Ok(channel)
     }
 
+    /// Forgets the connection to `endpoint` after an attempt on it went unanswered:
+    /// the next attempt there dials a new one. A connection can be black-holed (a
+    /// middlebox that lost its state, a partition that dropped what was in flight)
+    /// while the node itself is fine again; reusing it would lose every attempt until
+    /// the HTTP/2 keepalive gives up on it, seconds later. Calls still running on the
+    /// old connection keep it until they end.
+    fn forget_channel(&self, endpoint: &str) {
+        self.inner.channels.lock().unwrap().remove(endpoint);
+    }
+
     /// The connection to one node, with this client's TLS and credential, for calling
     /// the generated gRPC clients directly (`leasehold::proto::*_client`): no leader
     /// following, no retries.
@@ -454,6 +464,7 @@ impl Client {
                 Attempt::Lost(message) => {
                     last_error = message.clone();
                     sent_unanswered = Some(message);
+                    self.forget_channel(&endpoint);
                     self.prefer(None);
                     tokio::time::sleep(pause.next()).await;
                 }
