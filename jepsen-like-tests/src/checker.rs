@@ -1069,7 +1069,9 @@ fn stopped_holders<'a>(operations: &'a [Operation], faults: &[FaultRecord]) -> V
     for stop in faults.iter().filter(|fault| WORKER_STOPS.contains(&fault.fault) && fault.outcome == Outcome::Installed)
     {
         let Some(process) = stop.targets.first().copied() else { continue };
-        for held in grants.iter().filter(|grant| grant.process == process && grant.complete_ns < Some(stop.start_ns)) {
+        // Granted at or before the stop: under the simulator a grant and the stall
+        // that follows it can share an instant.
+        for held in grants.iter().filter(|grant| grant.process == process && grant.complete_ns <= Some(stop.start_ns)) {
             let Some(held_from) = held.complete_ns else { continue };
             if held.token.is_none() {
                 continue;

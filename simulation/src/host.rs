@@ -96,6 +96,9 @@ pub struct SimulatedNode {
     /// Tells the running node to read its admin token and certificates again (the
     /// simulator's SIGHUP).
     pub reloads: Arc<Notify>,
+    /// Tells the running node to stop as SIGTERM stops it: it shuts down and
+    /// reports code 0.
+    terminate: Notify,
     config: Mutex<Config>,
     seed: u64,
     /// Starts so far, so that each start draws other random choices.
@@ -143,6 +146,7 @@ impl SimulatedNode {
             replica: Mutex::new(None),
             exited: Mutex::new(None),
             reloads: Arc::new(Notify::new()),
+            terminate: Notify::new(),
             config: Mutex::new(config),
             seed,
             starts: AtomicU64::new(0),
@@ -184,11 +188,19 @@ impl SimulatedNode {
             .await
             .map_err(|error| format!("node {} did not start: {error}", self.id))?;
         *self.replica.lock().unwrap() = Some(running.replica.clone());
-        running.retired().await;
+        let why = tokio::select! {
+            _ = running.retired() => "removed from the cluster",
+            _ = self.terminate.notified() => "stopped as SIGTERM stops it",
+        };
         *self.replica.lock().unwrap() = None;
         running.shutdown().await;
-        self.stopped(0, "removed from the cluster");
+        self.stopped(0, why);
         Ok(())
+    }
+
+    /// Stops the running node as SIGTERM does (a rolling upgrade's stop).
+    pub fn terminate(&self) {
+        self.terminate.notify_one();
     }
 
     /// Keeps the first stop the node reports until the simulator takes it.

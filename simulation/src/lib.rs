@@ -14,7 +14,10 @@
 //!   permits, campaigns and an observer through the real client, recorded as the
 //!   fault suite's history.
 //! * `operator` — the README's admin commands (`member remove`, `member add`) from a
-//!   host of their own, when a replacement asks for them.
+//!   host of their own, when a replacement asks for them, and a node that never
+//!   answers, which the operator adds and takes out again.
+//! * `upgrade` — a rolling upgrade from the previous build's command level, one node
+//!   at a time, stopped as SIGTERM stops it.
 //! * `revocation` — a tenant's token rotated (or the tenant removed) while a holder
 //!   that knows only the old token keeps its session on an open stream.
 //! * `replicas` — the white-box checks between steps: invariants on every node, and
@@ -28,4 +31,5 @@ pub mod operator;
 pub mod replicas;
 pub mod revocation;
 pub mod run;
+pub mod upgrade;
 pub mod workload;

@@ -92,3 +92,44 @@ async fn run(
     }
     Ok(())
 }
+
+/// The id of a node the operator adds that never answers: its host accepts
+/// connections on both ports and never reads or writes a byte, as a machine whose
+/// process hangs, or a firewall that swallows the traffic, would.
+pub const SILENT_NODE: u64 = 9;
+
+/// The software of `SILENT_NODE`'s host.
+pub async fn silent_node() -> turmoil::Result {
+    let any = std::net::Ipv4Addr::UNSPECIFIED;
+    let client = turmoil::net::TcpListener::bind((any, CLIENT_PORT)).await?;
+    let peer = turmoil::net::TcpListener::bind((any, PEER_PORT)).await?;
+    let mut held = Vec::new();
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = client.accept() => accepted?,
+            accepted = peer.accept() => accepted?,
+        };
+        held.push(stream);
+    }
+}
+
+/// Where the operator's add of `SILENT_NODE` is: `member add`, which must be refused
+/// or given up (the node never catches up), then `member remove` until it is done,
+/// as the README says for a learner left by a refused add.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SilentAdd {
+    /// The add is sent at `at_ms` (simulated).
+    Planned {
+        at_ms: u64,
+    },
+    Adding,
+    Removing,
+    /// The removal is sent again at `at_ms`.
+    RetryRemove {
+        at_ms: u64,
+    },
+    /// Removed; `added`: the add was acknowledged (it must not be).
+    Done {
+        added: bool,
+    },
+}

@@ -2,7 +2,8 @@
 //! seed draws (a node isolated, its messages to or from its peers lost, its
 //! messages held and delivered late, a crash that loses the unsynced writes and a
 //! restart, a clock at another rate or jumped forward, a disk replaced by an empty
-//! one, also in the first second), then a healed final phase; the operator's
+//! one, also in the first second, a full disk, a slow disk), then a healed final
+//! phase; the operator's
 //! replacement of a wiped node as the README gives it; the white-box checks between
 //! steps and the fault suite's checks on the history and on the nodes' exits.
 
@@ -10,21 +11,23 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_jepsen::checker::{self, Anomaly, CheckResult, NodeExit, Refusal, Verdict};
+use leasehold_jepsen::checker::{self, Anomaly, CheckResult, LeaseBound, NodeExit, Refusal, Verdict};
 use leasehold_jepsen::history;
+use leasehold_jepsen::nemesis::{FaultRecord, Outcome as Installed};
 use leasehold_jepsen::workload::SEMAPHORE_LIMIT;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use leasehold_server::node::config::RawConfig;
+use leasehold_server::node::config::{RawConfig, ELECTION_TIMEOUT_MAX_MS_DEFAULT};
 use leasehold_server::node::running_node::EXIT_RAFT_FATAL;
 use leasehold_server::raft::incarnations::{COMMAND_LEVEL, EXIT_STALE_INCARNATION};
 use leasehold_server::shell::clock::RATE_PER_MILLE_NORMAL;
 
 use crate::host::{node_ip, operator_ip, tenant_ip, worker_ip, SimulatedNode};
-use crate::operator::{Operator, Step};
+use crate::operator::{self, Operator, SilentAdd, Step, SILENT_NODE};
 use crate::replicas::ReplicaChecks;
 use crate::revocation;
+use crate::upgrade::{Action, RollingUpgrade};
 use crate::workload::{self, Shared};
 
 /// What one seed runs.
@@ -38,6 +41,8 @@ pub struct Options {
     pub healed: Duration,
     /// A known bug planted for the controls.
     pub bug: Option<Bug>,
+    /// At most this many faults (None: as many as the faulty phase holds).
+    pub steps: Option<u64>,
 }
 
 /// The known bugs `--bug` plants, each of which a check must find.
@@ -77,7 +82,14 @@ impl Bug {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { nodes: 3, workers: 4, faulty: Duration::from_secs(10), healed: Duration::from_secs(3), bug: None }
+        Options {
+            nodes: 3,
+            workers: 4,
+            faulty: Duration::from_secs(10),
+            healed: Duration::from_secs(5),
+            bug: None,
+            steps: None,
+        }
     }
 }
 
@@ -123,8 +135,9 @@ enum Fault {
     Isolated(u64),
     /// The node's process is down (its unsynced writes lost).
     Crashed(u64),
-    /// The node's clock runs at another rate (per mille), after a jump forward.
-    Skewed(u64),
+    /// The node's clock runs at another rate, after a jump forward; `name` is the
+    /// fault suite's name for it (`checker::CLOCK_FAULTS`).
+    Skewed { node: u64, name: &'static str },
     /// The node's messages to its peers are lost (`outgoing`), or theirs to it.
     OneWay { node: u64, outgoing: bool },
     /// Every message to and from the node is held, and delivered when healed: a
@@ -135,6 +148,9 @@ enum Fault {
     /// is room. `refused_before`: the disk's refusals before; `exited`: the code the
     /// node stopped with meanwhile.
     DiskFull { node: u64, since_ns: u64, refused_before: usize, exited: Option<i32> },
+    /// Each sync of the node's log takes tens of milliseconds, as on a failing or
+    /// overloaded disk: the node stays a member and must not hold the others back.
+    SlowDisk(u64),
 }
 
 /// When a seed replaces a disk in the first moments of the cluster.
@@ -171,6 +187,8 @@ struct Nodes {
     /// The node's host is down and nothing will restart it but the replacement.
     stopped: Vec<bool>,
     replacing: Vec<Option<Replacement>>,
+    /// When the node's disk was replaced, until it is a member again (ns).
+    wiped_ns: Vec<Option<u64>>,
 }
 
 impl Nodes {
@@ -185,6 +203,66 @@ impl Nodes {
 
     fn replacing(&self) -> bool {
         self.replacing.iter().any(Option::is_some)
+    }
+
+    /// Node `id`, wiped, is a member again (re-added, or taken back as it was): the
+    /// wipe is recorded as the fault suite's `wipe-rejoin`, a node out of service.
+    fn rejoined(&mut self, id: u64, now: Duration, records: &mut Vec<FaultRecord>) {
+        if let Some(since_ns) = self.wiped_ns[id as usize - 1].take() {
+            records.push(fault_record("wipe-rejoin", id, since_ns, now.as_nanos() as u64));
+        }
+    }
+}
+
+/// One fault as the fault suite's checks read it.
+fn fault_record(fault: &'static str, target: u64, start_ns: u64, end_ns: u64) -> FaultRecord {
+    FaultRecord { fault, outcome: Installed::Installed, targets: vec![target], detail: String::new(), start_ns, end_ns }
+}
+
+impl Fault {
+    /// The node the fault is on.
+    fn node(&self) -> u64 {
+        match *self {
+            Fault::Isolated(node)
+            | Fault::Crashed(node)
+            | Fault::Skewed { node, .. }
+            | Fault::OneWay { node, .. }
+            | Fault::Held(node)
+            | Fault::DiskFull { node, .. }
+            | Fault::SlowDisk(node) => node,
+        }
+    }
+
+    /// The fault as the fault suite names it (`checker`'s lists of faults that make
+    /// the cluster unavailable, clock faults and worker stops), from `start_ns` to
+    /// `end_ns`.
+    fn record(&self, start_ns: u64, end_ns: u64) -> FaultRecord {
+        let name = match *self {
+            Fault::Isolated(_) => "partition-halves",
+            Fault::Crashed(_) => "kill-random",
+            Fault::Skewed { name, .. } => name,
+            Fault::OneWay { .. } => "partition-one-way",
+            Fault::Held(_) => "pause-node",
+            Fault::DiskFull { .. } => "disk-full",
+            Fault::SlowDisk(_) => "slow-disk",
+        };
+        fault_record(name, self.node(), start_ns, end_ns)
+    }
+}
+
+/// The nodes' election, from the leader's loss to a new leader's first applied entry:
+/// four of their longest election timeouts (the fault suite's reasoning,
+/// `harness::ELECTION_MS_MAX`, for the nodes' default timeouts).
+const ELECTION_MS_MAX: u64 = 4 * ELECTION_TIMEOUT_MAX_MS_DEFAULT;
+/// From a lease's end to the waiter's worker recording its grant.
+const HANDOVER_MS_MAX: u64 = 500;
+
+/// The bound check (i) holds the simulated cluster to.
+fn lease_bound(ttl: Duration) -> LeaseBound {
+    LeaseBound {
+        ttl,
+        election: Duration::from_millis(ELECTION_MS_MAX),
+        handover: Duration::from_millis(HANDOVER_MS_MAX),
     }
 }
 
@@ -224,6 +302,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         nodes: Vec::new(),
         stopped: vec![false; options.nodes as usize],
         replacing: vec![None; options.nodes as usize],
+        wiped_ns: vec![None; options.nodes as usize],
     };
     let bug = options.bug;
     for id in 1..=options.nodes {
@@ -242,10 +321,12 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     for process in 1..=options.workers {
         let shared = shared.clone();
         let (count, faulty) = (options.nodes, options.faulty);
-        sim.client(worker_ip(process), workload::run_worker(process, count, seed, faulty, stop_at, shared));
+        let healed = options.healed;
+        sim.client(worker_ip(process), workload::run_worker(process, count, seed, faulty, healed, shared));
     }
     let (mut operator, operator_host) = Operator::new(options.nodes);
     sim.client(operator_ip(), operator_host);
+    sim.host(node_ip(SILENT_NODE), operator::silent_node);
     let revocation = revocation::Plan::draw(seed, options.faulty);
     let revoked = Arc::new(std::sync::Mutex::new(Vec::new()));
     sim.client(tenant_ip(), revocation::run(options.nodes, revocation, stop_at, revoked.clone()));
@@ -271,11 +352,30 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         1 => Some(EarlyWipe::Unrecorded),
         _ => None,
     };
-    let mut in_effect: Option<(Fault, Duration)> = None;
-    // When each clock fault began and was healed (simulated ns).
-    let mut clock_faults: Vec<(u64, u64)> = Vec::new();
-    let mut clock_fault_since = 0u64;
+    // One seed in five, the operator adds a node that never answers, and takes the
+    // learner out again once the add is refused or given up.
+    let faulty_ms = options.faulty.as_millis() as u64;
+    let mut silent = (random.random_range(0..5) == 0)
+        .then(|| SilentAdd::Planned { at_ms: random.random_range(0..faulty_ms.max(1)) });
+    let mut silent_added = false;
+    // One seed in six is a rolling upgrade: every node starts on the previous build.
+    let mut upgrade = (random.random_range(0..6) == 0)
+        .then(|| RollingUpgrade::new(options.nodes, random.random_range(500..faulty_ms.max(501))));
+    if upgrade.is_some() {
+        for node in &nodes.nodes {
+            node.next_start(false, COMMAND_LEVEL - 1);
+        }
+        outcome
+            .faults
+            .push(format!("     0 ms every node on the previous build (command level {})", COMMAND_LEVEL - 1));
+    }
+    // The fault in effect, when it is due to be healed, and when it began (ns).
+    let mut in_effect: Option<(Fault, Duration, u64)> = None;
+    // Every fault healed, as the fault suite records them, for checks (i) and (j).
+    let mut fault_records: Vec<FaultRecord> = Vec::new();
+    let mut steps = 0u64;
     let mut healed = false;
+    let mut healed_ns = 0u64;
     let mut replicas = ReplicaChecks::default();
     let mut next_sample = Duration::ZERO;
     let mut exits: Vec<NodeExit> = Vec::new();
@@ -298,12 +398,18 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
             *nodes.node(id).replica.lock().unwrap() = None;
             nodes.stopped[id as usize - 1] = true;
             outcome.faults.push(format!("{now_ms:>6} ms node {id} stopped itself with code {code}: {message}"));
+            if let Some(rolling) = upgrade.as_mut().filter(|rolling| rolling.stopping() == Some(id)) {
+                if let Some(Action::Start(node)) = rolling.exited(code, now_ms) {
+                    start_upgraded(&mut sim, &mut nodes, node, &mut outcome);
+                }
+                continue;
+            }
             let waiting = awaiting_refusal.iter().position(|(node, _, _)| *node == id);
             if let Some(position) = waiting {
                 let (_, refusal, _) = awaiting_refusal.remove(position);
                 refusals[refusal].exit = Some(code);
             }
-            if let Some((Fault::DiskFull { node, exited, .. }, _)) = &mut in_effect {
+            if let Some((Fault::DiskFull { node, exited, .. }, _, _)) = &mut in_effect {
                 if *node == id {
                     *exited = Some(code);
                     continue;
@@ -330,6 +436,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
             }
             if nodes.replacing[*id as usize - 1] == Some(Replacement::Wiped) {
                 nodes.replacing[*id as usize - 1] = None;
+                nodes.rejoined(*id, now, &mut fault_records);
             }
             false
         });
@@ -340,6 +447,18 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                 Err(error) => format!("refused: {error}"),
             };
             outcome.faults.push(format!("{now_ms:>6} ms operator: {step:?}: {line}"));
+            if step_node(step) == SILENT_NODE {
+                silent = Some(match (step, answer) {
+                    (Step::Add(_), answer) => {
+                        silent_added |= answer.is_ok();
+                        operator.send(Step::Remove(SILENT_NODE));
+                        SilentAdd::Removing
+                    }
+                    (Step::Remove(_), Ok(())) => SilentAdd::Done { added: silent_added },
+                    (Step::Remove(_), Err(_)) => SilentAdd::RetryRemove { at_ms: now_ms + RETRY_MS },
+                });
+                continue;
+            }
             let (id, cut_off) = match (step, nodes.replacing[step_node(step) as usize - 1]) {
                 (_, Some(Replacement::Adding { cut_off })) => (step_node(step), cut_off),
                 (_, _) => (step_node(step), false),
@@ -350,6 +469,9 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                     // Empty the directory, start as a new incarnation, add it.
                     let cut_off = random.random_bool(0.3);
                     restart(&mut sim, &nodes, id, true, &mut outcome);
+                    if let Some(rolling) = &mut upgrade {
+                        rolling.replacing(id);
+                    }
                     nodes.stopped[index] = false;
                     // The operator adds it a moment later.
                     let at = now_ms + RETRY_MS;
@@ -362,6 +484,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                     // Run without --new-incarnation from then on.
                     nodes.node(id).next_start(false, COMMAND_LEVEL);
                     nodes.replacing[index] = None;
+                    nodes.rejoined(id, now, &mut fault_records);
                 }
                 (Step::Add(_), Err(_)) if cut_off && cut.contains(&id) => {
                     // Given up: the node is started again on an emptied directory, with
@@ -402,16 +525,55 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                 }
             }
         }
+        if let Some(rolling) = &mut upgrade {
+            let faulted = in_effect.as_ref().map(|(fault, _, _)| fault.node());
+            let ready = |id: u64| nodes.serving(id) && faulted != Some(id);
+            let goal = || leaders(&nodes).first().map(|leader| applied_index(leader));
+            let applied = |id: u64| nodes.node(id).replica.lock().unwrap().as_ref().map(applied_index);
+            let gap_ms = || random.random_range(200..1_500);
+            match rolling.next(now_ms, now.as_nanos() as u64, gap_ms, ready, goal, applied) {
+                Some(Action::Stop(id)) => {
+                    outcome.faults.push(format!("{now_ms:>6} ms upgrade node {id}: stop it as SIGTERM does"));
+                    nodes.node(id).terminate();
+                }
+                Some(Action::Start(id)) => {
+                    outcome.faults.push(format!("{now_ms:>6} ms node {id} did not stop in time: killed"));
+                    start_upgraded(&mut sim, &mut nodes, id, &mut outcome);
+                }
+                None => {}
+            }
+        }
+        match silent {
+            Some(SilentAdd::Planned { at_ms }) if now_ms >= at_ms => {
+                outcome
+                    .faults
+                    .push(format!("{now_ms:>6} ms operator: member add {SILENT_NODE}, a node that never answers"));
+                operator.send(Step::Add(SILENT_NODE));
+                silent = Some(SilentAdd::Adding);
+            }
+            Some(SilentAdd::RetryRemove { at_ms }) if now_ms >= at_ms => {
+                outcome.faults.push(format!("{now_ms:>6} ms operator: takes the learner {SILENT_NODE} out again"));
+                operator.send(Step::Remove(SILENT_NODE));
+                silent = Some(SilentAdd::Removing);
+            }
+            _ => {}
+        }
         match early_wipe {
             Some(EarlyWipe::At(at)) if now >= at && in_effect.is_none() => {
                 early_wipe = None;
-                let candidates: Vec<u64> = (1..=options.nodes).filter(|id| nodes.serving(*id)).collect();
+                let upgrading = upgrade.as_ref().and_then(RollingUpgrade::busy);
+                let candidates: Vec<u64> =
+                    (1..=options.nodes).filter(|id| nodes.serving(*id) && upgrading != Some(*id)).collect();
                 if !candidates.is_empty() && !nodes.replacing() {
                     let id = candidates[random.random_range(0..candidates.len())];
                     wipe(&mut sim, &mut nodes, id, now, &mut outcome, &mut refusals, &mut awaiting_refusal);
                 }
             }
-            Some(EarlyWipe::Unrecorded) if in_effect.is_none() && !nodes.replacing() => {
+            Some(EarlyWipe::Unrecorded)
+                if in_effect.is_none()
+                    && !nodes.replacing()
+                    && upgrade.as_ref().and_then(RollingUpgrade::busy).is_none() =>
+            {
                 if let Some(id) = heard_unrecorded(&nodes) {
                     early_wipe = None;
                     wipe(&mut sim, &mut nodes, id, now, &mut outcome, &mut refusals, &mut awaiting_refusal);
@@ -423,59 +585,67 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         }
         if !healed && now >= options.faulty {
             // A full disk the node wrote to is healed once it stopped (or could have).
-            let waiting =
-                in_effect.as_ref().is_some_and(|(fault, until)| !due(fault, (*until).min(options.faulty), now, &nodes));
+            let waiting = in_effect
+                .as_ref()
+                .is_some_and(|(fault, until, _)| !due(fault, (*until).min(options.faulty), now, &nodes));
             if !waiting {
-                if let Some((fault, _)) = in_effect.take() {
-                    if matches!(fault, Fault::Skewed(_)) {
-                        clock_faults.push((clock_fault_since, now.as_nanos() as u64));
-                    }
+                if let Some((fault, _, began_ns)) = in_effect.take() {
+                    fault_records.push(fault.record(began_ns, now.as_nanos() as u64));
                     heal(&mut sim, &mut nodes, &mut refusals, options, fault, &mut outcome.faults, now);
                 }
                 healed = true;
+                healed_ns = now.as_nanos() as u64;
+                shared.heal(healed_ns);
             }
         }
-        if healed && (!nodes.replacing() || now >= stop_at + REPLACEMENT_GRACE) {
+        let silent_ended = matches!(silent, None | Some(SilentAdd::Done { .. }));
+        let upgraded = upgrade.as_ref().is_none_or(RollingUpgrade::ended);
+        if healed && ((!nodes.replacing() && silent_ended && upgraded) || now >= stop_at + REPLACEMENT_GRACE) {
             operator.finish();
         }
         if !healed {
-            if let Some((fault, until)) = &in_effect {
+            if let Some((fault, until, _)) = &in_effect {
                 if due(fault, *until, now, &nodes) {
-                    let (fault, _) = in_effect.take().expect("checked");
-                    if matches!(fault, Fault::Skewed(_)) {
-                        clock_faults.push((clock_fault_since, now.as_nanos() as u64));
-                    }
+                    let (fault, _, began_ns) = in_effect.take().expect("checked");
+                    fault_records.push(fault.record(began_ns, now.as_nanos() as u64));
                     heal(&mut sim, &mut nodes, &mut refusals, options, fault, &mut outcome.faults, now);
                     next_fault = now + Duration::from_millis(random.random_range(200..1_500));
                 }
-            } else if now >= next_fault && now < options.faulty {
+            } else if now >= next_fault && now < options.faulty && options.steps.is_none_or(|most| steps < most) {
+                steps += 1;
                 let node = random.random_range(1..=options.nodes);
                 let lasting = Duration::from_millis(random.random_range(300..3_000));
-                let kind = random.random_range(0..14);
-                if !nodes.serving(node) {
+                let kind = random.random_range(0..15);
+                let upgrading = upgrade.as_ref().and_then(RollingUpgrade::busy);
+                if !nodes.serving(node) || upgrading == Some(node) {
                     next_fault = now + Duration::from_millis(random.random_range(200..1_500));
                 } else if kind < 4 {
                     for other in others(options, node) {
                         sim.partition(node_ip(node), other);
                     }
                     outcome.faults.push(format!("{now_ms:>6} ms isolate node {node}"));
-                    in_effect = Some((Fault::Isolated(node), now + lasting));
+                    in_effect = Some((Fault::Isolated(node), now + lasting, now.as_nanos() as u64));
                 } else if kind < 8 {
                     sim.crash(node_ip(node));
                     let crashed = nodes.node(node);
                     crashed.disk.crash();
                     *crashed.replica.lock().unwrap() = None;
                     outcome.faults.push(format!("{now_ms:>6} ms crash node {node}"));
-                    in_effect = Some((Fault::Crashed(node), now + lasting));
+                    in_effect = Some((Fault::Crashed(node), now + lasting, now.as_nanos() as u64));
                 } else if kind < 10 {
                     let rate_per_mille = random.random_range(500..=2_000);
                     let jump_ms = if random.random_bool(0.5) { random.random_range(0..=3_000) } else { 0 };
                     nodes.node(node).clock.skew(rate_per_mille, jump_ms);
-                    clock_fault_since = now.as_nanos() as u64;
                     outcome.faults.push(format!(
                         "{now_ms:>6} ms clock of node {node} at {rate_per_mille}/1000, jumped {jump_ms} ms"
                     ));
-                    in_effect = Some((Fault::Skewed(node), now + lasting));
+                    let name = match (jump_ms, rate_per_mille) {
+                        (1.., _) => "clock-jump",
+                        (0, ..RATE_PER_MILLE_NORMAL) => "clock-slow",
+                        (0, _) => "clock-fast",
+                    };
+                    let skewed = Fault::Skewed { node, name };
+                    in_effect = Some((skewed, now + lasting, now.as_nanos() as u64));
                 } else if kind == 11 {
                     let outgoing = random.random_bool(0.5);
                     for other in (1..=options.nodes).filter(|other| *other != node) {
@@ -487,13 +657,13 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                     }
                     let way = if outgoing { "to" } else { "from" };
                     outcome.faults.push(format!("{now_ms:>6} ms lose node {node}'s messages {way} its peers"));
-                    in_effect = Some((Fault::OneWay { node, outgoing }, now + lasting));
+                    in_effect = Some((Fault::OneWay { node, outgoing }, now + lasting, now.as_nanos() as u64));
                 } else if kind == 12 {
                     for other in others(options, node) {
                         sim.hold(node_ip(node), other);
                     }
                     outcome.faults.push(format!("{now_ms:>6} ms hold every message to and from node {node}"));
-                    in_effect = Some((Fault::Held(node), now + lasting));
+                    in_effect = Some((Fault::Held(node), now + lasting, now.as_nanos() as u64));
                 } else if kind == 13 {
                     let disk = &nodes.node(node).disk;
                     let refused_before = disk.refused_writes();
@@ -501,7 +671,12 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                     outcome.faults.push(format!("{now_ms:>6} ms fill node {node}'s disk"));
                     let since_ns = now.as_nanos() as u64;
                     let full = Fault::DiskFull { node, since_ns, refused_before, exited: None };
-                    in_effect = Some((full, now + lasting));
+                    in_effect = Some((full, now + lasting, now.as_nanos() as u64));
+                } else if kind == 14 {
+                    let latency_ms = random.random_range(10..=100);
+                    nodes.node(node).disk.slow(Duration::from_millis(latency_ms));
+                    outcome.faults.push(format!("{now_ms:>6} ms node {node}'s log syncs take {latency_ms} ms"));
+                    in_effect = Some((Fault::SlowDisk(node), now + lasting, now.as_nanos() as u64));
                 } else if nodes.replacing() {
                     next_fault = now + Duration::from_millis(random.random_range(200..1_500));
                 } else {
@@ -552,6 +727,11 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     }
     outcome.simulated = sim.elapsed();
     let records = shared.records.lock().unwrap().clone();
+    for (process, start_ns, end_ns) in shared.stalls.lock().unwrap().iter().copied() {
+        fault_records.push(fault_record("pause-worker", process, start_ns, end_ns));
+        let (from, to) = (start_ns / 1_000_000, end_ns / 1_000_000);
+        outcome.faults.push(format!("{from:>6} ms worker {process} stalled holding a lock, until {to} ms"));
+    }
     outcome.trace = outcome.faults.iter().map(|fault| format!("{{\"fault\":{fault:?}}}")).collect();
     outcome.trace.extend(records.iter().map(|record| serde_json::to_string(record).expect("a record encodes")));
     let operations = history::operations(&records);
@@ -569,15 +749,61 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     // for, so beliefs that overlap from a clock fault on (and two TTLs after) are
     // counted apart, as the fault suite counts them.
     let ttl = Duration::from_millis(workload::SESSION_TTL_MS);
-    let excused: Vec<(u64, u64)> =
-        clock_faults.iter().map(|(from, to)| (*from, to + 2 * ttl.as_nanos() as u64)).collect();
+    let excused = checker::clock_fault_windows(&fault_records, ttl);
     outcome.checks.push(checker::believed_at_once(&operations, ttl, &excused));
+    // Nodes still out of service at the end, as the fault suite records them.
+    for id in 1..=options.nodes {
+        nodes.rejoined(id, outcome.simulated, &mut fault_records);
+    }
+    fault_records.sort_by_key(|record| record.start_ns);
+    outcome.checks.push(checker::dead_holders(&operations, &fault_records, &lease_bound(ttl)));
+    outcome.checks.push(checker::lock_delays(&operations, &fault_records, ttl));
+    let processes: Vec<u64> = (1..=options.workers).collect();
+    outcome.checks.push(checker::liveness(&operations, &processes, healed_ns, options.healed));
     outcome.checks.push(replicas.result());
     outcome.checks.push(checker::refusals(&refusals));
     outcome.checks.push(checker::node_exits(&exits));
     outcome.checks.push(replacements);
     outcome.checks.push(checker::revocations(&revoked.lock().unwrap()));
+    outcome.checks.push(silent_add(silent, &nodes));
+    if let Some(rolling) = &upgrade {
+        outcome.checks.push(checker::upgrades(&rolling.upgrades, &rolling.upgraded_nodes(options.nodes)));
+    }
     outcome
+}
+
+/// The add of a node that never answers (`SILENT_NODE`) was refused or given up, never
+/// acknowledged, and the learner it left was taken out again: no leader's membership
+/// names it at the end.
+fn silent_add(silent: Option<SilentAdd>, nodes: &Nodes) -> CheckResult {
+    let name = "an add of a node that never answers";
+    let Some(silent) = silent else {
+        return CheckResult {
+            name,
+            verdict: Verdict::Skipped,
+            detail: "not drawn for this seed".into(),
+            anomalies: Vec::new(),
+        };
+    };
+    let mut anomalies = Vec::new();
+    let mut anomaly = |what: String| anomalies.push(Anomaly { what, operations: Vec::new() });
+    match silent {
+        SilentAdd::Done { added: true } => anomaly(format!("`member add {SILENT_NODE}` was acknowledged")),
+        SilentAdd::Done { added: false } => {}
+        other => anomaly(format!("the operator's add and removal did not end ({other:?})")),
+    }
+    for leader in leaders(nodes) {
+        let metrics = leader.raft.metrics().borrow().clone();
+        if metrics.membership_config.membership().get_node(&SILENT_NODE).is_some() {
+            anomaly(format!("leader {}'s membership still names node {SILENT_NODE}", metrics.id));
+        }
+    }
+    CheckResult {
+        name,
+        verdict: if anomalies.is_empty() { Verdict::Pass } else { Verdict::Fail },
+        detail: format!("refused or given up, then removed: {}", anomalies.is_empty()),
+        anomalies,
+    }
 }
 
 /// The leaders' replicas (a stale one may still think it leads).
@@ -659,6 +885,7 @@ fn wipe(
     }
     sim.bounce(node_ip(id));
     nodes.replacing[id as usize - 1] = Some(Replacement::Wiped);
+    nodes.wiped_ns[id as usize - 1].get_or_insert(now.as_nanos() as u64);
     let now_ms = now.as_millis() as u64;
     outcome.faults.push(format!("{now_ms:>6} ms wipe node {id} and start it again"));
     if applied {
@@ -692,6 +919,27 @@ fn restart(sim: &mut turmoil::Sim<'_>, nodes: &Nodes, id: u64, emptied: bool, ou
         "{now_ms:>6} ms start node {id}{}",
         if emptied { " on an emptied directory as a new incarnation" } else { " on its directory" }
     ));
+}
+
+/// Starts node `id` on this build (a rolling upgrade's step): it stopped as SIGTERM
+/// stops it, or is killed here if it did not.
+fn start_upgraded(sim: &mut turmoil::Sim<'_>, nodes: &mut Nodes, id: u64, outcome: &mut Outcome) {
+    let node = nodes.node(id).clone();
+    if !nodes.stopped[id as usize - 1] {
+        node.disk.crash();
+    }
+    sim.crash(node_ip(id));
+    *node.replica.lock().unwrap() = None;
+    node.next_start(false, COMMAND_LEVEL);
+    sim.bounce(node_ip(id));
+    nodes.stopped[id as usize - 1] = false;
+    let now_ms = sim.elapsed().as_millis();
+    outcome.faults.push(format!("{now_ms:>6} ms start node {id} on this build (command level {COMMAND_LEVEL})"));
+}
+
+/// The index `replica` applied up to.
+fn applied_index(replica: &Arc<leasehold_server::raft::replica::Replica>) -> u64 {
+    replica.shared.applied.read().unwrap().last_applied.map_or(0, |log_id| log_id.index)
 }
 
 /// Cuts node `id` off from its peers (a new incarnation that will not catch up).
@@ -774,9 +1022,13 @@ fn heal(
             sim.bounce(node_ip(node));
             log.push(format!("{:>6} ms restart node {node}", now.as_millis()));
         }
-        Fault::Skewed(node) => {
+        Fault::Skewed { node, .. } => {
             nodes[node as usize - 1].clock.skew(RATE_PER_MILLE_NORMAL, 0);
             log.push(format!("{:>6} ms clock of node {node} at the normal rate", now.as_millis()));
+        }
+        Fault::SlowDisk(node) => {
+            nodes[node as usize - 1].disk.slow(Duration::ZERO);
+            log.push(format!("{:>6} ms node {node}'s disk at its normal speed", now.as_millis()));
         }
         Fault::DiskFull { node, since_ns, refused_before, exited } => {
             let full = nodes[node as usize - 1].clone();

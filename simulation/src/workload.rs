@@ -5,13 +5,18 @@
 //! also observes the election). All of it is recorded as the fault suite's history
 //! (times are simulated nanoseconds). Now and then a worker stalls while it holds a
 //! lock, as a process in a long GC pause does: cut off from every node for longer
-//! than its session's TTL, then it writes what it was about to.
+//! than its session's TTL, then it writes what it was about to. One acquire in three
+//! asks for a lock-delay. Workers run until the healed phase after the last fault
+//! has lasted its time.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_jepsen::fenced_store::FencedStore;
-use leasehold_jepsen::history::{Function, Kind, Phase, Record, NOT_ACQUIRED, NOT_ELECTED, SEMAPHORE_FULL};
+use leasehold_jepsen::history::{
+    lock_delay_value, Function, Kind, Phase, Record, LOCK_DELAYED, NOT_ACQUIRED, NOT_ELECTED, SEMAPHORE_FULL,
+};
 use leasehold_jepsen::workload::{outcome_of, release_outcome, SEMAPHORE_LIMIT};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -40,18 +45,41 @@ const HOLD_MS_MAX: u64 = 150;
 pub const STALL_ONE_IN: u64 = 12;
 /// How long a stall lasts: past the session's TTL and its drift allowance.
 pub const STALL_MS: u64 = SESSION_TTL_MS + 1_000;
+/// One acquire in this many asks for `LOCK_DELAY_MS` of lock-delay.
+const LOCK_DELAY_ONE_IN: u64 = 3;
+pub const LOCK_DELAY_MS: u64 = 500;
 
-/// What every worker of a run shares: the history and the fenced store.
+/// What every worker of a run shares: the history, the fenced store, the stalls, and
+/// when the faults were healed.
 #[derive(Clone)]
 pub struct Shared {
     pub records: Arc<Mutex<Vec<Record>>>,
     pub store: FencedStore,
+    /// Each stall: (worker, simulated ns it began, ns it ended).
+    pub stalls: Arc<Mutex<Vec<(u64, u64, u64)>>>,
+    /// When the last fault was healed (simulated ns; `u64::MAX` until then): the
+    /// workers' final phase begins, and they stop `healed` later.
+    healed_ns: Arc<AtomicU64>,
 }
 
 impl Shared {
     /// `fencing` off is the control: the store takes every write.
     pub fn new(fencing: bool) -> Shared {
-        Shared { records: Arc::default(), store: FencedStore::new(fencing) }
+        Shared {
+            records: Arc::default(),
+            store: FencedStore::new(fencing),
+            stalls: Arc::default(),
+            healed_ns: Arc::new(AtomicU64::new(u64::MAX)),
+        }
+    }
+
+    /// The faults were healed at `at_ns` (simulated).
+    pub fn heal(&self, at_ns: u64) {
+        self.healed_ns.store(at_ns, Ordering::SeqCst);
+    }
+
+    fn healed_ns(&self) -> u64 {
+        self.healed_ns.load(Ordering::SeqCst)
     }
 }
 
@@ -132,6 +160,10 @@ impl Worker {
     }
 
     fn invoke(&mut self, function: Function, key: &str, session: u64, token: Option<u64>) -> u64 {
+        // An operation invoked after the heal belongs to the final phase (check (g)).
+        if now_ns() >= self.shared.healed_ns() {
+            self.phase = Phase::Final;
+        }
         self.sequence += 1;
         let sequence = self.sequence;
         self.record(sequence, Kind::Invoke, function, key, session, token, None);
@@ -139,14 +171,15 @@ impl Worker {
     }
 }
 
-/// One worker's life: until `stop_at` (simulated time), with the final phase from
-/// `final_at` on.
+/// One worker's life: its final phase begins when the faults are healed (`Shared::heal`,
+/// at `faulty` or later) and it stops `healed` after that. No stall begins unless it
+/// ends before `faulty`, so that the final phase shows whether every worker is served.
 pub async fn run_worker(
     process: u64,
     nodes: u64,
     seed: u64,
-    final_at: Duration,
-    stop_at: Duration,
+    faulty: Duration,
+    healed: Duration,
     shared: Shared,
 ) -> turmoil::Result {
     let mut random = StdRng::seed_from_u64(seed ^ (process << 40));
@@ -157,15 +190,13 @@ pub async fn run_worker(
         .with_client_name(format!("worker-{process}"))
         .with_request_deadline(Duration::from_secs(3));
     if process == 1 {
-        tokio::spawn(observe(client.clone(), observer_process(process), stop_at, shared.clone()));
+        tokio::spawn(observe(client.clone(), observer_process(process), faulty + healed, shared.clone()));
     }
     let mut worker = Worker { value: None, alive_ns: None, process, sequence: 0, shared, phase: Phase::Main };
     let mut session: Option<leasehold::Session> = None;
     let elapsed = || turmoil::sim_elapsed().unwrap_or_default();
-    while elapsed() < stop_at {
-        if elapsed() >= final_at {
-            worker.phase = Phase::Final;
-        }
+    let healed_ns = healed.as_nanos() as u64;
+    while now_ns() < worker.shared.healed_ns().saturating_add(healed_ns) {
         if session.as_ref().is_none_or(|session| session.state() == leasehold::SessionState::Lost) {
             let sequence = worker.invoke(Function::Session, "", 0, None);
             match client.session(Duration::from_millis(SESSION_TTL_MS)).await {
@@ -203,22 +234,21 @@ pub async fn run_worker(
             continue;
         }
         let key = KEYS[random.random_range(0..KEYS.len())];
+        let lock_delay = (random.random_range(0..LOCK_DELAY_ONE_IN) == 0).then_some(LOCK_DELAY_MS);
+        worker.value = lock_delay.map(lock_delay_value);
         let sequence = worker.invoke(Function::Acquire, key, current.id(), None);
-        let guard = match current.acquire(key, Duration::from_millis(ACQUIRE_WAIT_MS)).await {
+        let wait = Duration::from_millis(ACQUIRE_WAIT_MS);
+        let guard = match current.acquire_with_delay(key, wait, lock_delay.map(Duration::from_millis)).await {
             Ok(leasehold::Acquired::Granted(guard)) => {
                 worker.record(sequence, Kind::Ok, Function::Acquire, key, current.id(), Some(guard.token()), None);
                 guard
             }
-            Ok(leasehold::Acquired::NotAcquired(_)) => {
-                worker.record(
-                    sequence,
-                    Kind::Fail,
-                    Function::Acquire,
-                    key,
-                    current.id(),
-                    None,
-                    Some(NOT_ACQUIRED.into()),
-                );
+            Ok(leasehold::Acquired::NotAcquired(not_acquired)) => {
+                // In a lock-delay the holder fields name the expired grant, which holds
+                // nothing: a refusal of its own kind (checks (i) and (j) read both).
+                let error = if not_acquired.delay_until_unix_ms.is_some() { LOCK_DELAYED } else { NOT_ACQUIRED };
+                worker.value = Some(format!("holder-token={}", not_acquired.holder_token));
+                worker.record(sequence, Kind::Fail, Function::Acquire, key, current.id(), None, Some(error.into()));
                 continue;
             }
             Err(error) => {
@@ -237,8 +267,10 @@ pub async fn run_worker(
         // increment: a fenced read and a write, which the store refuses if a newer
         // grant has read or written since.
         let token = guard.token();
-        if random.random_range(0..STALL_ONE_IN) == 0 && elapsed() < final_at {
+        if random.random_range(0..STALL_ONE_IN) == 0 && elapsed() + Duration::from_millis(STALL_MS) < faulty {
+            let began = now_ns();
             stall(process, nodes).await;
+            worker.shared.stalls.lock().unwrap().push((process, began, now_ns()));
         } else {
             tokio::time::sleep(Duration::from_millis(random.random_range(0..40))).await;
         }

@@ -21,6 +21,29 @@ fn a_block_of_seeds_is_valid_and_the_summary_says_what_ran() {
     assert!(summary.contains("operations checked") && summary.contains("seeds per minute"), "{summary}");
 }
 
+/// `--steps K` bounds the faults a seed draws: with 1, at most one of the drawn
+/// kinds shows in the run's faults (the operator's steps and early wipes aside).
+#[test]
+fn steps_bound_the_faults_a_seed_draws() {
+    let drawn = [
+        "isolate node",
+        "crash node",
+        "clock of node",
+        "lose node",
+        "hold every message",
+        "fill node",
+        "log syncs take",
+    ];
+    let count = |arguments: &[&str]| {
+        let output = sim(arguments);
+        assert!(output.status.success(), "{}", stdout(&output));
+        stdout(&output).lines().filter(|line| drawn.iter().any(|kind| line.contains(kind))).count()
+    };
+    assert!(count(&["run", "--seed", "3"]) > 1, "seed 3 draws several faults");
+    assert!(count(&["run", "--seed", "3", "--steps", "1"]) <= 1);
+    assert_eq!(count(&["run", "--seed", "3", "--steps", "0"]), 0);
+}
+
 /// A store that takes any token: a stalled holder's late write lands.
 #[test]
 fn the_no_fencing_control_is_found_and_its_seed_fails_again() {
@@ -53,7 +76,7 @@ fn control_is_found(bug: &str, seeds: &str, first: &str, check: &str) {
 /// the first-heard rule off it is taken back instead of stopping with code 4.
 #[test]
 fn the_unrecorded_incarnation_control_is_found_by_the_refusal_check() {
-    control_is_found("unrecorded-incarnation", "1", "3", "refused-nodes: wipe: node");
+    control_is_found("unrecorded-incarnation", "1", "26", "refused-nodes: wipe: node");
 }
 
 /// A replacement whose first add is given up, retried on an emptied directory: with
@@ -61,7 +84,7 @@ fn the_unrecorded_incarnation_control_is_found_by_the_refusal_check() {
 /// out for good.
 #[test]
 fn the_stale_incarnation_control_is_found_by_the_replacement_check() {
-    control_is_found("stale-incarnation", "2", "13", "replacements: node");
+    control_is_found("stale-incarnation", "2", "16", "replacements: node");
 }
 
 /// Keepalive streams that keep the credential they opened with: a holder of a

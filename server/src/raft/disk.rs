@@ -119,6 +119,14 @@ pub trait Disk: Send + Sync + 'static {
     /// Makes every write so far durable.
     fn sync(&self) -> Result<(), DiskError>;
 
+    /// How long the log's next sync takes beyond the call itself: zero for a real
+    /// disk, whose syncs take their own time; a simulated slow disk sets it, and the
+    /// flusher task (`Blocking::Inline`) waits that long on the runtime's clock before
+    /// it syncs, while appends queue behind it.
+    fn sync_latency(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// Puts one value.
     fn put(&self, family: Family, key: &[u8], value: Vec<u8>, durability: Durability) -> Result<(), DiskError> {
         let mut batch = Batch::default();

@@ -263,6 +263,10 @@ fn run_flusher(disk: Arc<dyn Disk>, queue: mpsc::Receiver<LogFlushed<TypeConfig>
 /// waited are synced together, as on the thread.
 async fn run_flusher_task(disk: Arc<dyn Disk>, mut queue: tokio::sync::mpsc::Receiver<LogFlushed<TypeConfig>>) {
     while let Some(first) = queue.recv().await {
+        let latency = disk.sync_latency();
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         let mut callbacks = vec![first];
         while let Ok(more) = queue.try_recv() {
             callbacks.push(more);

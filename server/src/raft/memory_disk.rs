@@ -31,6 +31,8 @@ struct State {
     failing: Option<String>,
     /// Writes and syncs refused so far.
     refused: usize,
+    /// How long each sync of the log takes (`slow`).
+    sync_latency: std::time::Duration,
 }
 
 /// A key and the value it had before a change (None: it did not exist).
@@ -124,6 +126,11 @@ impl MemoryDisk {
         self.state().failing = reason;
     }
 
+    /// From now on each sync of the log takes `latency` (a slow disk; zero heals it).
+    pub fn slow(&self, latency: std::time::Duration) {
+        self.state().sync_latency = latency;
+    }
+
     /// Writes and syncs refused so far (`fail_writes`).
     pub fn refused_writes(&self) -> usize {
         self.state().refused
@@ -188,6 +195,10 @@ impl Disk for MemoryDisk {
         }
         state.sync();
         Ok(())
+    }
+
+    fn sync_latency(&self) -> std::time::Duration {
+        self.state().sync_latency
     }
 }
 
