@@ -59,6 +59,10 @@ enum Command {
         /// At most this many faults a seed (default: as many as its faulty phase holds).
         #[arg(long, value_parser = clap::value_parser!(u64).range(0..))]
         steps: Option<u64>,
+        /// Every crash also loses the node's last synced write (a disk that lies about
+        /// its flushes). Leasehold does not survive it yet: seeds fail.
+        #[arg(long)]
+        lying_disks: bool,
         /// Plants a known bug (a control): its seeds must fail.
         #[arg(long, value_enum)]
         bug: Option<Bug>,
@@ -69,7 +73,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let Command::Run { seeds, first_seed, seed, nodes, seconds, steps, bug, trace } = Arguments::parse().command;
+    let Command::Run { seeds, first_seed, seed, nodes, seconds, steps, lying_disks, bug, trace } =
+        Arguments::parse().command;
     if !cfg!(tokio_unstable) {
         // Without it tokio draws its runtimes' random choices (the branch order of
         // `select!`) from the operating system, and a seed does not replay.
@@ -83,7 +88,8 @@ fn main() -> ExitCode {
         eprintln!("leasehold-sim: --nodes is 3 or 5");
         return ExitCode::from(2);
     }
-    let options = Options { nodes, faulty: Duration::from_secs(seconds), bug, steps, ..Options::default() };
+    let options =
+        Options { nodes, faulty: Duration::from_secs(seconds), bug, steps, lying_disks, ..Options::default() };
     let (first, count, verbose) = match seed {
         Some(seed) => (seed, 1, true),
         None => (first_seed.unwrap_or_else(|| u64::from(rand::random::<u32>())), seeds, false),

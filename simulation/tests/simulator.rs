@@ -94,6 +94,20 @@ fn the_stream_outlives_rotation_control_is_found_by_the_revocation_check() {
     control_is_found("stream-outlives-rotation", "4", "1", "revoked credentials: session");
 }
 
+/// A disk that lost the entries its leader had replicated: seed 2 with every crash
+/// losing its last synced write is the one where node 1, leader of term 1, lost
+/// entries 100-101 that node 3 held, took its term back on restart and wrote other
+/// entries under the same log ids, so that the two applied different states at the
+/// same index. A restarted leader now campaigns for a new term, which node 3 refuses.
+#[test]
+fn a_restarted_leader_that_lost_replicated_entries_writes_none_under_their_ids() {
+    let output = sim(&["run", "--seed", "2", "--lying-disks"]);
+    let text = stdout(&output);
+    assert!(text.contains("node 1's disk lost its last synced write"), "the seed still loses a write: {text}");
+    let replicas = text.lines().find(|line| line.starts_with("check ") && line.contains("replicas (white-box)"));
+    assert!(replicas.is_some_and(|line| line.starts_with("check Pass")), "{text}");
+}
+
 /// Replays of a seed write the same bytes. Seed 4 (3 nodes) is one where the
 /// branch order of tokio's `select!` decided which of two first sessions the leader
 /// got first, in 3 runs of 8, until the runtimes were seeded (`tokio_unstable`).

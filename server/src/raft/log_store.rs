@@ -348,8 +348,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|error| io_error(ErrorSubject::Vote, ErrorVerb::Write, error))
     }
 
+    /// The vote as saved, but never as a committed one: openraft 0.9 restores a node
+    /// whose saved vote is its own committed leadership as the leader of that term at
+    /// once, without an election. If its disk lost writes it had acknowledged (a
+    /// flush the device claimed and did not make), it would then write other entries
+    /// under log ids its followers already hold, and each side would apply its own.
+    /// Read as not committed, the vote still binds the node to its term's candidate,
+    /// and a restarted leader campaigns for a new term like any node, which a
+    /// follower holding a longer log refuses (simulation/README.md, "What it found").
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        self.get_meta(KEY_VOTE)
+        let vote: Option<Vote> = self.get_meta(KEY_VOTE)?;
+        Ok(vote.map(|vote| Vote { committed: false, ..vote }))
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
