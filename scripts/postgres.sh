@@ -3,6 +3,7 @@
 #
 #   scripts/postgres.sh start    initialise (once) and start it; wait until it answers
 #   scripts/postgres.sh stop     stop it (the postmaster's recorded process id)
+#   scripts/postgres.sh restart  stop it, then start it on the same data
 #   scripts/postgres.sh status   exit 0 when it is running
 #   scripts/postgres.sh url      print the URL the tests use (LEASEHOLD_TEST_DATABASE_URL)
 #
@@ -85,7 +86,8 @@ synchronous_commit = off
 full_page_writes = off
 EOF
   fi
-  as_owner "$bin/pg_ctl" --pgdata "$DATA" --log "$LOG" --wait --timeout 60 start >/dev/null ||
+  # The port on the command line wins over the one written at initialisation.
+  as_owner "$bin/pg_ctl" --pgdata "$DATA" --log "$LOG" --wait --timeout 60 -o "-p $PORT" start >/dev/null ||
     die "PostgreSQL did not start; see $LOG"
   pid=$(running_pid) || die "PostgreSQL exited right after starting; see $LOG"
   echo "postgres.sh: started (pid $pid) on 127.0.0.1:$PORT, data $DATA"
@@ -106,9 +108,10 @@ stop() {
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
+  restart) stop && start ;;
   status)
     if pid=$(running_pid); then echo "postgres.sh: running (pid $pid) on 127.0.0.1:$PORT"; else echo "postgres.sh: not running"; exit 1; fi
     ;;
   url) url ;;
-  *) echo "usage: $0 start|stop|status|url" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|restart|status|url" >&2; exit 2 ;;
 esac

@@ -4,9 +4,10 @@
 # semaphores, elections, trust, metrics, bad configurations, the CLI and its exit
 # codes); the fault suite's short runs, a rolling upgrade from the previous release
 # among them; the benchmark tool's smoke test; the payments stories against a real
-# PostgreSQL; the documentation examples; and the Python client's tests against real
-# clusters, the status page's in headless Chromium among them; and blocks of seeds of
-# the simulator. Installs what it needs.
+# PostgreSQL; every fenced-write adapter against its real store (PostgreSQL, SQLite,
+# MariaDB, Redis, etcd, HTTP); the documentation examples; and the Python client's
+# tests against real clusters and stores, the status page's in headless Chromium
+# among them; and blocks of seeds of the simulator. Installs what it needs.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 "$LEASEHOLD_ROOT/scripts/setup.sh"
@@ -20,12 +21,24 @@ export LEASEHOLD_PREVIOUS_SERVER
 # Build first, with the same selection the test run uses, so the run below only runs.
 leasehold_build
 leasehold_build_simulator
-# The payments example's tests write to a real PostgreSQL: a private instance on
-# 127.0.0.1:55432, stopped again at the end if this run started it.
-if ! "$LEASEHOLD_ROOT/scripts/postgres.sh" status >/dev/null; then
-  "$LEASEHOLD_ROOT/scripts/postgres.sh" start
-  trap '"$LEASEHOLD_ROOT/scripts/postgres.sh" stop' EXIT
-fi
+# The payments example and the fenced-write adapters are tested against real
+# stores: private instances on 127.0.0.1 (scripts/stores.sh: PostgreSQL 55432,
+# MariaDB 13306, Redis 16379, etcd 12379), stopped again at the end if this run
+# started them.
+started_stores=()
+stop_stores() {
+  local name
+  for name in "${started_stores[@]}"; do
+    "$LEASEHOLD_ROOT/scripts/stores.sh" stop "$name" || true
+  done
+}
+trap stop_stores EXIT
+for name in postgres mariadb redis etcd; do
+  if ! "$LEASEHOLD_ROOT/scripts/stores.sh" status "$name" >/dev/null; then
+    "$LEASEHOLD_ROOT/scripts/stores.sh" start "$name"
+    started_stores+=("$name")
+  fi
+done
 LEASEHOLD_TEST_DATABASE_URL="$("$LEASEHOLD_ROOT/scripts/postgres.sh" url)"
 export LEASEHOLD_TEST_DATABASE_URL
 status=0
