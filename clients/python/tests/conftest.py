@@ -21,6 +21,7 @@ import leasehold  # noqa: E402
 from cluster import REPOSITORY, LocalCluster  # noqa: E402
 
 POSTGRES_SCRIPT = REPOSITORY / "scripts" / "postgres.sh"
+STORES_SCRIPT = REPOSITORY / "scripts" / "stores.sh"
 
 
 @pytest.fixture(scope="session")
@@ -74,3 +75,37 @@ def postgres_url() -> Iterator[str]:
     finally:
         if started:
             subprocess.run([str(POSTGRES_SCRIPT), "stop"], capture_output=True, timeout=60)
+
+
+def _shared_store(name: str) -> Iterator[str]:
+    """Instance 0 of a test store (scripts/stores.sh), shared with concurrent runs: started
+    unless it runs, and then stopped again at the end of the run."""
+    started = False
+    if subprocess.run([str(STORES_SCRIPT), "status", name], capture_output=True).returncode != 0:
+        made = subprocess.run([str(STORES_SCRIPT), "start", name], capture_output=True, text=True, timeout=180)
+        assert made.returncode == 0, f"scripts/stores.sh start {name} failed:\n{made.stdout}{made.stderr}"
+        started = True
+    url = subprocess.run([str(STORES_SCRIPT), "url", name], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        yield url
+    finally:
+        if started:
+            subprocess.run([str(STORES_SCRIPT), "stop", name], capture_output=True, timeout=90)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """The tests' Redis (scripts/stores.sh, instance 0: redis://127.0.0.1:16379/)."""
+    yield from _shared_store("redis")
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    """The tests' MariaDB (scripts/stores.sh, instance 0: mysql://root@127.0.0.1:13306/leasehold)."""
+    yield from _shared_store("mariadb")
+
+
+@pytest.fixture(scope="session")
+def etcd_url() -> Iterator[str]:
+    """The tests' etcd (scripts/stores.sh, instance 0: http://127.0.0.1:12379)."""
+    yield from _shared_store("etcd")
