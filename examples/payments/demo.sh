@@ -171,7 +171,7 @@ paused_story() {
 }
 
 echo
-echo "== 1a. a worker paused past its lease, with the fence (… AND fence_token < \$token) =="
+echo "== 1a. a worker paused past its lease, with the fence (leasehold::fence::postgres::guard: … WHERE token < \$token) =="
 paused_story fenced "$FENCED_URL"
 echo
 echo "== 1b. the same without the fence check (--no-fencing) =="

@@ -71,8 +71,8 @@ enum Command {
         /// How long to wait for the lock; exit 75 when it runs out.
         #[arg(long, default_value = "30s")]
         wait: String,
-        /// Drop the `fence_token < $token` check: the control that shows the
-        /// double write the fence prevents.
+        /// Skip the fence (`leasehold::fence::postgres::guard`): the control that
+        /// shows the double write the fence prevents.
         #[arg(long)]
         no_fencing: bool,
         /// Stop at this point and wait for a line on stdin (so a test can pause or

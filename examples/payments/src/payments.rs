@@ -2,17 +2,20 @@
 //!
 //! In one transaction of the payments database:
 //!
-//! 1. the conditional update takes the order's row — `fence_token < $token` — or
-//!    matches nothing because a newer holder already wrote: then stop;
+//! 1. `leasehold::fence::postgres::guard` advances the fence of `orders/<id>` to the
+//!    worker's token in the same transaction — one statement, `… WHERE token < $token`
+//!    — or refuses because a newer holder already wrote: then stop. On success the
+//!    fence row stays locked until this transaction ends, so the updates below are
+//!    fenced with it;
 //! 2. the provider is asked to charge, with the idempotency key `order-<id>` (the
 //!    provider commits on its own: it is another system);
 //! 3. the charge id is recorded and the transaction commits.
 //!
 //! A worker killed between 2 and 3 leaves the provider's charge and no payments
-//! write. The next holder's update succeeds (the killed worker's never committed),
+//! write. The next holder's guard succeeds (the killed worker's never committed),
 //! and the provider answers its request with the stored response instead of
 //! charging again. A worker paused past its lease before step 1 finds, when it
-//! wakes, a row carrying a newer token: its update matches no row.
+//! wakes, a fence carrying a newer token: its guard is refused.
 //!
 //! The worker does not ask whether its session is still alive before writing: such
 //! a check is stale the moment it returns (the pause can fall right after it). The
@@ -21,19 +24,16 @@
 use std::future::Future;
 
 use anyhow::Context;
+use leasehold::fence::{postgres, Mode, Outcome};
 use leasehold::FencingToken;
 use tokio_postgres::Client;
 
 use crate::provider::{self, ChargeOutcome, ChargeRequest};
 
-/// The fenced write. `charged_by` only feeds the report; the `WHERE` clause is the
-/// whole safety argument.
-pub const FENCED_UPDATE_SQL: &str = "UPDATE payments SET status = 'charged', fence_token = $2, \
-     charged_by = $3 WHERE order_id = $1 AND fence_token < $2 RETURNING amount_cents";
-
-/// The same write without the check (`--no-fencing`): what a worker that trusts its
-/// lock does. A stale holder overwrites the row of a newer one.
-pub const UNFENCED_UPDATE_SQL: &str = "UPDATE payments SET status = 'charged', fence_token = $2, \
+/// The charging write, run after the fence admitted the worker (or without it for
+/// `--no-fencing`: what a worker that trusts its lock does, where a stale holder
+/// overwrites the row of a newer one). `fence_token` and `charged_by` feed the report.
+pub const CHARGE_SQL: &str = "UPDATE payments SET status = 'charged', fence_token = $2, \
      charged_by = $3 WHERE order_id = $1 RETURNING amount_cents";
 
 /// One worker's request to charge an order.
@@ -52,8 +52,8 @@ pub struct ChargeOrder {
 pub enum ChargeOrderOutcome {
     /// The fenced update took the row and the provider answered.
     Charged(ChargeOutcome),
-    /// The update matched no row: the row carries `highest_token`, written by a
-    /// newer holder. Nothing was charged.
+    /// The fence refused the worker: `highest_token` is the newer holder's token
+    /// that wrote the order. Nothing was charged.
     Superseded { highest_token: i64 },
 }
 
@@ -84,23 +84,22 @@ where
 {
     let token = order.token.to_sql_bigint().context("bind the fencing token")?;
     let transaction = payments.transaction().await?;
-    let update = if order.fencing { FENCED_UPDATE_SQL } else { UNFENCED_UPDATE_SQL };
-    let taken = transaction
-        .query_opt(update, &[&order.order_id, &token, &order.worker])
+    if order.fencing {
+        let fence = postgres::guard(&transaction, &lock_name(order.order_id), order.token, Mode::OncePerGrant)
+            .await
+            .context("the fence")?;
+        if let Outcome::Superseded { seen, .. } = fence {
+            let highest_token = seen.to_sql_bigint().context("the fence's token")?;
+            record_attempt(&transaction, order, token, "superseded").await?;
+            transaction.commit().await?;
+            return Ok(ChargeOrderOutcome::Superseded { highest_token });
+        }
+    }
+    let row = transaction
+        .query_opt(CHARGE_SQL, &[&order.order_id, &token, &order.worker])
         .await
-        .context("the charging update")?;
-    let Some(row) = taken else {
-        let highest: Option<i64> = transaction
-            .query_opt("SELECT fence_token FROM payments WHERE order_id = $1", &[&order.order_id])
-            .await?
-            .map(|row| row.get(0));
-        let Some(highest_token) = highest else {
-            anyhow::bail!("order {} has no payment row", order.order_id);
-        };
-        record_attempt(&transaction, order, token, "superseded").await?;
-        transaction.commit().await?;
-        return Ok(ChargeOrderOutcome::Superseded { highest_token });
-    };
+        .context("the charging update")?
+        .with_context(|| format!("order {} has no payment row", order.order_id))?;
     let request = ChargeRequest { order_id: order.order_id, amount_cents: row.get(0) };
     let outcome = provider::charge(provider_database, &idempotency_key(order.order_id), &request)
         .await

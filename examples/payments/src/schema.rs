@@ -85,10 +85,14 @@ CREATE TABLE IF NOT EXISTS report_runs (
 
 /// Drops the example's tables (for `setup --fresh`).
 pub const DROP_SQL: &str = "DROP TABLE IF EXISTS payments, charge_attempts, charges, \
-    idempotency_keys, email_sends, report_runs, users";
+    idempotency_keys, email_sends, report_runs, users, leasehold_fence";
 
-pub async fn create(client: &Client) -> Result<(), tokio_postgres::Error> {
-    client.batch_execute(SCHEMA_SQL).await
+/// The example's tables, and the fence table of `leasehold::fence::postgres`
+/// (`leasehold_fence`: the newest token per resource, `orders/<id>` here).
+pub async fn create(client: &Client) -> anyhow::Result<()> {
+    client.batch_execute(SCHEMA_SQL).await?;
+    leasehold::fence::postgres::create_table_in(client, leasehold::fence::postgres::DEFAULT_TABLE).await?;
+    Ok(())
 }
 
 pub async fn drop_all(client: &Client) -> Result<(), tokio_postgres::Error> {
