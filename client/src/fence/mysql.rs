@@ -6,13 +6,13 @@
 //! check) matched, whatever the flag:
 //!
 //! ```sql
-//! INSERT IGNORE INTO leasehold_fence (resource, token) VALUES (?, 0);   -- a row to check
 //! UPDATE leasehold_fence SET token = ?, value = ?, writes = writes + 1
 //!  WHERE resource = ? AND token < ?;                                    -- <= for many
 //! ```
 //!
-//! Token 0 is older than every grant, so the row the first statement may add changes
-//! nothing a reader sees ([`FencedStore::read`] treats it as absent). InnoDB locks the
+//! When it matched nothing (no row yet, or a newer token), an `INSERT IGNORE` adds a
+//! row with token 0 if there is none, and the `UPDATE` runs again. Token 0 is older
+//! than every grant, so that row changes nothing a reader sees ([`FencedStore::read`] treats it as absent). InnoDB locks the
 //! row for the `UPDATE`, so racing writers serialize on it. The resource column is
 //! `VARBINARY(512)`: names compare as bytes (a `utf8mb4_bin` `VARCHAR` pads spaces,
 //! so `a` and `a ` would share one fence).
@@ -93,30 +93,38 @@ impl MysqlFence {
     ) -> Result<Outcome, FenceError> {
         let ours = check_write(resource, token)?;
         let table = &self.table;
-        connection
-            .exec_drop(format!("INSERT IGNORE INTO {table} (resource, token) VALUES (?, 0)"), (resource,))
-            .await
-            .map_err(store_error)?;
         let admits = match mode {
             Mode::OncePerGrant => "<",
             Mode::ManyPerGrant => "<=",
         };
-        let result = match value {
-            Some(value) => connection.exec_iter(
-                format!("UPDATE {table} SET token = ?, value = ?, writes = writes + 1 WHERE resource = ? AND token {admits} ?"),
-                (ours, value, resource, ours),
-            ),
-            None => connection.exec_iter(
-                format!("UPDATE {table} SET token = ?, writes = writes + 1 WHERE resource = ? AND token {admits} ?"),
-                (ours, resource, ours),
-            ),
-        }
-        .await
-        .map_err(store_error)?;
-        let updated = result.affected_rows();
-        result.drop_result().await.map_err(store_error)?;
-        if updated == 1 {
-            return Ok(Outcome::Accepted);
+        let update = match value {
+            Some(_) => {
+                format!("UPDATE {table} SET token = ?, value = ?, writes = writes + 1 WHERE resource = ? AND token {admits} ?")
+            }
+            None => {
+                format!("UPDATE {table} SET token = ?, writes = writes + 1 WHERE resource = ? AND token {admits} ?")
+            }
+        };
+        for attempt in 0..2 {
+            if attempt == 1 {
+                // The UPDATE matched nothing: no row yet, or a newer token. Make sure
+                // there is a row (token 0 is older than every grant), then check again.
+                connection
+                    .exec_drop(format!("INSERT IGNORE INTO {table} (resource, token) VALUES (?, 0)"), (resource,))
+                    .await
+                    .map_err(store_error)?;
+            }
+            let result = match value {
+                Some(value) => connection.exec_iter(update.as_str(), (ours, value, resource, ours)),
+                None => connection.exec_iter(update.as_str(), (ours, resource, ours)),
+            }
+            .await
+            .map_err(store_error)?;
+            let updated = result.affected_rows();
+            result.drop_result().await.map_err(store_error)?;
+            if updated == 1 {
+                return Ok(Outcome::Accepted);
+            }
         }
         let seen: Option<i64> = connection
             // A locking read sees the newest committed row, not the snapshot of the

@@ -337,7 +337,7 @@ class PostgresKit(Kit):
 
 class MysqlKit(Kit):
     kind = "mysql"
-    requests_per_write = 2  # INSERT IGNORE, then UPDATE
+    requests_per_write = 3  # a first write: UPDATE (no row yet), INSERT IGNORE, UPDATE
 
     def __init__(self, url: str, instance: Optional[int] = None) -> None:
         super().__init__()

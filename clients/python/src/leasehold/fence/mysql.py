@@ -4,15 +4,16 @@
                      token BIGINT NOT NULL, value LONGBLOB NULL, writes BIGINT UNSIGNED NOT NULL DEFAULT 0)
 
 There is no `RETURNING` on an update, and the affected-row count depends on a
-connection flag (`CLIENT_FOUND_ROWS`), so a write is two statements::
+connection flag (`CLIENT_FOUND_ROWS`), so a write is::
 
-    INSERT IGNORE INTO leasehold_fence (resource, token) VALUES (%s, 0)
     UPDATE leasehold_fence SET token = %s, value = %s, writes = writes + 1
      WHERE resource = %s AND token < %s                   -- <= many per grant
 
-The first makes sure there is a row (token 0: never written, older than every grant);
-`writes` changes on every accepted write, so the `UPDATE` affects one row exactly
-when its token check matched. InnoDB locks the row for the `UPDATE`: racing writers
+and, when it matched nothing (no row yet, or a newer token), an
+`INSERT IGNORE INTO leasehold_fence (resource, token) VALUES (%s, 0)` (token 0:
+never written, older than every grant) and the same `UPDATE` again. `writes`
+changes on every accepted write, so the `UPDATE` affects one row exactly when its
+token check matched. InnoDB locks the row for the `UPDATE`: racing writers
 serialize on it. On a refusal a `SELECT` reads `seen`.
 """
 
@@ -198,11 +199,17 @@ class MysqlFence:
         locking: bool = False,
     ) -> Outcome:
         bigint = token.to_sql_bigint()
-        cursor.execute(self._ensure_row, (resource,))
-        if value is None:
-            affected = cursor.execute(self._advance[mode], (bigint, resource, bigint))
-        else:
-            affected = cursor.execute(self._write[mode], (bigint, value, resource, bigint))
+
+        def update() -> int:
+            if value is None:
+                return int(cursor.execute(self._advance[mode], (bigint, resource, bigint)))
+            return int(cursor.execute(self._write[mode], (bigint, value, resource, bigint)))
+
+        affected = update()
+        if affected == 0:
+            # No row, or a newer token: make sure there is a row, then check again.
+            cursor.execute(self._ensure_row, (resource,))
+            affected = update()
         if affected == 1:
             return Accepted()
         if affected != 0:
