@@ -22,6 +22,7 @@
 
 pub mod etcd_target;
 pub mod etcd_wire;
+pub mod fence_cost;
 pub mod leasehold_target;
 pub mod redis_target;
 pub mod report;

@@ -70,6 +70,21 @@ enum Command {
         #[arg(long, value_parser = parse_duration, default_value = "10s")]
         ttl: Duration,
     },
+    /// What a fenced write costs against the plain write of the same layout, per
+    /// store, in one run: sequential writes by one client to one resource, rounds
+    /// alternating which goes first. The stores are `scripts/stores.sh`'s instances
+    /// (started if needed; SQLite is a file in a temporary directory).
+    FenceCost {
+        #[arg(long, value_delimiter = ',', default_value = "postgres,sqlite,mariadb,redis,etcd")]
+        stores: Vec<String>,
+        /// Writes per store, kind and round.
+        #[arg(long, default_value_t = 2_000)]
+        writes: usize,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        #[arg(long, default_value_t = 64)]
+        value_bytes: usize,
+    },
     /// Reads JSON lines of several runs and prints medians and ratios as Markdown.
     Summarize {
         /// Files of JSON lines written by `run --json-out`.
@@ -336,6 +351,10 @@ fn main() -> anyhow::Result<()> {
             println!("tenant {name}: token in {}", token_file.display());
             runtime.shutdown_timeout(Duration::from_secs(5));
         }
+        Command::FenceCost { stores, writes, rounds, value_bytes } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(fence_cost(&stores, writes, rounds, value_bytes))?;
+        }
         Command::Summarize { files } => {
             let mut reports = Vec::new();
             for path in files {
@@ -346,6 +365,76 @@ fn main() -> anyhow::Result<()> {
             }
             print!("{}", report::summarize(&reports));
         }
+    }
+    Ok(())
+}
+
+/// `scripts/stores.sh start NAME` then its URL (the repository is the current directory
+/// or the one this binary was built from).
+fn store_url(name: &str) -> anyhow::Result<String> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/stores.sh");
+    for command in ["start", "url"] {
+        let output = std::process::Command::new("bash").arg(&script).args([command, name]).output()?;
+        anyhow::ensure!(
+            output.status.success(),
+            "stores.sh {command} {name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if command == "url" {
+            return Ok(String::from_utf8_lossy(&output.stdout).trim().lines().last().unwrap_or_default().to_string());
+        }
+    }
+    unreachable!()
+}
+
+async fn fence_cost(stores: &[String], writes: usize, rounds: usize, value_bytes: usize) -> anyhow::Result<()> {
+    use leasehold_bench::fence_cost::{Pair, Round};
+    let directory = tempfile::tempdir()?;
+    let value = vec![b'v'; value_bytes];
+    let median = |mut values: Vec<f64>| {
+        values.sort_by(|a, b| a.total_cmp(b));
+        values[values.len() / 2]
+    };
+    println!("| store | plain writes/s | fenced writes/s | fenced/plain | plain p50 / p99 | fenced p50 / p99 |");
+    println!("|---|---|---|---|---|---|");
+    for store in stores {
+        let url = match store.as_str() {
+            "sqlite" => directory.path().join("fence.db").display().to_string(),
+            other => store_url(other)?,
+        };
+        let pair = Pair::open(store, &url).await.with_context(|| format!("open {store} at {url}"))?;
+        let resource = format!("bench/fence-cost/{}-{}", std::process::id(), leasehold_bench::fence_cost::nanos());
+        let (mut plain, mut fenced): (Vec<Round>, Vec<Round>) = (Vec::new(), Vec::new());
+        // Warm both paths (connections, prepared plans) before the measured rounds.
+        pair.plain(&resource, 1, writes / 10 + 1, &value).await?;
+        pair.fenced(&resource, writes as u64 + 1, writes / 10 + 1, &value).await?;
+        let mut token = 1_000_000u64;
+        for round in 0..rounds {
+            // Tokens keep growing across rounds so that every fenced write is admitted
+            // after the plain writes (which set the token too).
+            token += 10 * writes as u64;
+            if round % 2 == 0 {
+                plain.push(pair.plain(&resource, token, writes, &value).await?);
+                fenced.push(pair.fenced(&resource, token + 2 * writes as u64, writes, &value).await?);
+            } else {
+                fenced.push(pair.fenced(&resource, token, writes, &value).await?);
+                plain.push(pair.plain(&resource, token + 2 * writes as u64, writes, &value).await?);
+            }
+        }
+        let rate = |rounds: &[Round]| median(rounds.iter().map(|round| round.writes_per_second).collect());
+        let ms = |rounds: &[Round], pick: fn(&Round) -> Duration| {
+            median(rounds.iter().map(|round| pick(round).as_secs_f64() * 1e3).collect())
+        };
+        let ratio = median(plain.iter().zip(&fenced).map(|(p, f)| f.writes_per_second / p.writes_per_second).collect());
+        println!(
+            "| {store} | {:.0} | {:.0} | {ratio:.2} | {:.2} / {:.2} ms | {:.2} / {:.2} ms |",
+            rate(&plain),
+            rate(&fenced),
+            ms(&plain, |round| round.p50),
+            ms(&plain, |round| round.p99),
+            ms(&fenced, |round| round.p50),
+            ms(&fenced, |round| round.p99),
+        );
     }
     Ok(())
 }
