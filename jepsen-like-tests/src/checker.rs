@@ -6,6 +6,8 @@
 //!   real-time order.
 //! * (b) `fenced_store` — the store accepted no stale token and only issued ones;
 //!   no acknowledged increment was lost or applied twice, no failed one applied.
+//! * `store_read_back` — a real store behind the counter (`--fenced-store`) holds
+//!   at the end what the record of its answers says.
 //! * (c) `semaphore_holders` — at no instant more than K permits of a name
 //!   certainly held (black-box, lease-aware: see the function).
 //! * (d) `elections` — one session per election token, tokens increase in
@@ -263,6 +265,47 @@ pub fn fenced_store(
         result.verdict = Verdict::Skipped;
     }
     result
+}
+
+pub const STORE_READ_BACK_CHECK_NAME: &str = "fenced store read back";
+
+/// The real store behind the fenced counter (`--fenced-store`) holds at the end what
+/// the record of its answers says: per resource, the last accepted write's value, or
+/// that of a later write whose answer was lost (`expected`, in that order). `found`
+/// is what was read back: None for the in-memory store, which is the record itself
+/// (skipped); an error when the store could not be read (unknown).
+pub fn store_read_back(
+    store: &str,
+    expected: &BTreeMap<String, Vec<String>>,
+    found: Option<&Result<BTreeMap<String, String>, String>>,
+) -> CheckResult {
+    let undecided =
+        |verdict, detail| CheckResult { name: STORE_READ_BACK_CHECK_NAME, verdict, detail, anomalies: vec![] };
+    let found = match found {
+        None => return undecided(Verdict::Skipped, format!("the {store} store is its own record")),
+        Some(Err(error)) => return undecided(Verdict::Unknown, format!("cannot read the {store} store back: {error}")),
+        Some(Ok(found)) => found,
+    };
+    let describe = |list: &str| {
+        let ids: Vec<&str> = list.split(',').filter(|id| !id.is_empty()).collect();
+        format!("{} ids, ending {:?}", ids.len(), ids[ids.len().saturating_sub(3)..].join(","))
+    };
+    let mut anomalies = Vec::new();
+    for (resource, values) in expected {
+        let held = found.get(resource).map(String::as_str).unwrap_or_default();
+        if !values.iter().any(|value| value == held) {
+            anomalies.push(Anomaly {
+                what: format!(
+                    "{store} holds {} for {resource}; the record expects {}",
+                    describe(held),
+                    values.iter().map(|value| describe(value)).collect::<Vec<_>>().join(" or ")
+                ),
+                operations: Vec::new(),
+            });
+        }
+    }
+    let detail = format!("{} of {} resources as recorded ({store})", expected.len() - anomalies.len(), expected.len());
+    CheckResult::from_anomalies(STORE_READ_BACK_CHECK_NAME, detail, anomalies)
 }
 
 /// What the harness saw right after every node was killed and restarted (workers
@@ -1787,6 +1830,33 @@ mod tests {
         assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("stale")));
         let result = fenced_store(&counter_history(), &[accepted(5), accepted(77)], &finals);
         assert!(result.anomalies.iter().any(|anomaly| anomaly.what.contains("no ok grant issued")));
+    }
+
+    #[test]
+    fn a_real_store_that_differs_from_the_record_is_caught() {
+        let expected = BTreeMap::from([
+            ("counter/0".to_string(), vec!["1.2,2.2".to_string()]),
+            ("counter/1".to_string(), vec!["3.1".to_string(), "3.1,4.1".to_string()]),
+        ]);
+        let read = |zero: &str, one: &str| -> Result<BTreeMap<String, String>, String> {
+            Ok(BTreeMap::from([
+                ("counter/0".to_string(), zero.to_string()),
+                ("counter/1".to_string(), one.to_string()),
+            ]))
+        };
+        // The write whose answer was lost may or may not have landed.
+        for one in ["3.1", "3.1,4.1"] {
+            let result = store_read_back("postgres", &expected, Some(&read("1.2,2.2", one)));
+            assert_eq!(result.verdict, Verdict::Pass, "{:?}", result.anomalies);
+        }
+        let result = store_read_back("postgres", &expected, Some(&read("1.2", "3.1")));
+        assert_eq!(result.verdict, Verdict::Fail);
+        assert!(result.anomalies[0].what.contains("postgres holds 1 ids"), "{}", result.anomalies[0].what);
+        let result = store_read_back("postgres", &expected, Some(&read("1.2,2.2", "")));
+        assert_eq!(result.verdict, Verdict::Fail);
+        let unreadable = Err("counter/0: connection refused".to_string());
+        assert_eq!(store_read_back("redis", &expected, Some(&unreadable)).verdict, Verdict::Unknown);
+        assert_eq!(store_read_back("memory", &expected, None).verdict, Verdict::Skipped);
     }
 
     #[test]

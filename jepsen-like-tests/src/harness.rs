@@ -6,6 +6,13 @@
 //! on 127.0.0.11…) and a private pid namespace in which the harness is process 1.
 //! When it exits or crashes, the kernel kills every process it started and the
 //! namespace with its firewall rules disappears; the host keeps nothing.
+//!
+//! With a store server behind the fenced counter (`--fenced-store postgres|mariadb|
+//! redis|etcd`) the first process stays outside instead of exec'ing: the store listens
+//! on the host's loopback, which the namespace cannot reach, so that process relays
+//! connections from a Unix socket (a file, which both sides reach) to the store, and
+//! the harness inside relays its loopback port to that socket. The nemesis never
+//! touches either (its rules match node addresses only).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
@@ -22,7 +29,7 @@ use rand::{Rng, SeedableRng};
 use crate::attack::{node_certificate_files, Attack, INTRUDER_TENANT, NON_MEMBER_NODE_ID};
 use crate::checker::{self, CheckResult, NodeExit, Refusal, ReplicaState, RestartObservation, Upgrade, Verdict};
 use crate::cluster::{binary, Addressing, ClusterOptions, TestCluster};
-use crate::fenced_store::FencedStore;
+use crate::fenced_store::{self, FencedStore, StoreKind, STORE_SOCKET_ENV, STORE_URL_ENV};
 use crate::flood::FLOOD_TENANT;
 use crate::history::{self, monotonic_ns, Kind, Record};
 use crate::nemesis::{self, Fault, FaultRecord, NemesisKind, Outcome};
@@ -137,9 +144,18 @@ pub struct RunArguments {
     /// Where the history, the summary and (on failure) node logs and data go.
     #[arg(long)]
     pub out: PathBuf,
-    /// The control: the fenced store accepts every write.
+    /// The control: the fenced store accepts every write (the in-memory store only).
     #[arg(long)]
     pub no_fencing: bool,
+    /// Where the fenced counter's writes are decided: the harness's own map, or a
+    /// real store through `leasehold::fence`'s adapter (many per grant).
+    #[arg(long, value_enum, default_value_t = StoreKind::Memory)]
+    pub fenced_store: StoreKind,
+    /// The store's URL (for sqlite, the database file). By default the shared
+    /// instance 0 of `scripts/stores.sh` (started if it is not running), and for
+    /// sqlite a file in --out.
+    #[arg(long)]
+    pub fenced_store_url: Option<String>,
     /// Session TTL of the workers.
     #[arg(long, default_value_t = 3_000)]
     pub ttl_ms: u64,
@@ -255,6 +271,21 @@ pub async fn run(mut arguments: RunArguments) -> anyhow::Result<i32> {
     if arguments.previous_server.is_some() && parse_workloads(&arguments.workload)?.contains(&Workload::Flood) {
         bail!("the flood workload's rate quota needs every node at this build: leave it out with --previous-server");
     }
+    match arguments.fenced_store {
+        StoreKind::Memory if arguments.fenced_store_url.is_some() => {
+            bail!("--fenced-store-url needs --fenced-store (postgres, sqlite, mariadb, redis or etcd)")
+        }
+        StoreKind::Memory => {}
+        store if arguments.no_fencing => bail!(
+            "--no-fencing is the control of the in-memory store: the {} adapter has no unfenced write \
+             (leave out --fenced-store)",
+            store.name()
+        ),
+        _ if !parse_workloads(&arguments.workload)?.contains(&Workload::FencedCounter) => {
+            bail!("--fenced-store needs the fenced-counter workload (--workload fenced-counter or all)")
+        }
+        _ => {}
+    }
     let seed = *arguments.seed.get_or_insert_with(rand::random);
     if std::env::var(NAMESPACE_ENV).as_deref() != Ok("1") {
         println!("leasehold-jepsen: seed {seed}");
@@ -267,13 +298,16 @@ pub async fn run(mut arguments: RunArguments) -> anyhow::Result<i32> {
             // inside the namespace only.
             unshare.args(["--user", "--map-root-user"]);
         }
-        let error = unshare
+        unshare
             .args(["--net", "--pid", "--fork", "--kill-child", "--mount-proc"])
             .arg(executable)
             .args(std::env::args_os().skip(1))
             .env(NAMESPACE_ENV, "1")
-            .env("LEASEHOLD_JEPSEN_SEED", seed.to_string())
-            .exec();
+            .env("LEASEHOLD_JEPSEN_SEED", seed.to_string());
+        if arguments.fenced_store.is_server() {
+            return run_beside_store_relay(unshare, &arguments).await;
+        }
+        let error = unshare.exec();
         bail!("cannot run unshare (util-linux) to enter a private namespace: {error}");
     }
     let status = Command::new("ip").args(["link", "set", "lo", "up"]).status().context("run ip (iproute2)")?;
@@ -284,6 +318,78 @@ pub async fn run(mut arguments: RunArguments) -> anyhow::Result<i32> {
     let result = harness.run().await;
     harness.cleanup();
     result
+}
+
+/// Runs the harness (`unshare`, built by `run`) as a child and relays its connections
+/// to the store server of `--fenced-store` from a Unix socket: the store listens in
+/// this, the host's, network namespace. Returns the harness's exit code.
+async fn run_beside_store_relay(mut unshare: Command, arguments: &RunArguments) -> anyhow::Result<i32> {
+    let kind = arguments.fenced_store;
+    let url = match &arguments.fenced_store_url {
+        Some(url) => url.clone(),
+        None => fenced_store::shared_instance_url(kind)?,
+    };
+    let (_, address, _) = fenced_store::split_url(&url)?;
+    // The relay would hide why: the harness inside would only see it close.
+    let give_up = Instant::now() + Duration::from_millis(fenced_store::STORE_OPEN_MS_MAX);
+    loop {
+        let reach = tokio::net::TcpStream::connect(address);
+        let error = match tokio::time::timeout(Duration::from_millis(fenced_store::STORE_ATTEMPT_MS_MAX), reach).await {
+            Ok(Ok(_)) => break,
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => "no answer".to_string(),
+        };
+        if Instant::now() >= give_up {
+            bail!("cannot reach the {} store at {address}: {error}", kind.name());
+        }
+        tokio::time::sleep(Duration::from_millis(fenced_store::STORE_RETRY_MS)).await;
+    }
+    let socket = std::env::temp_dir().join(format!("leasehold-jepsen-store-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&socket);
+    let listener = tokio::net::UnixListener::bind(&socket)
+        .with_context(|| format!("listen on {} for the store relay", socket.display()))?;
+    fenced_store::relay_to_store(listener, address.to_string());
+    println!("leasehold-jepsen: the fenced store is {} at {address}", kind.name());
+    unshare.env(STORE_URL_ENV, &url).env(STORE_SOCKET_ENV, &socket);
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl and getppid only, which are async-signal-safe, between fork and
+    // exec. Should this process die, unshare is killed, and with it (--kill-child)
+    // the harness and everything it started, as when this process was unshare.
+    unsafe {
+        unshare.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("leasehold-jepsen exited while starting unshare"));
+            }
+            Ok(())
+        });
+    }
+    let mut child = unshare.spawn().context("cannot run unshare (util-linux) to enter a private namespace")?;
+    let status = tokio::task::spawn_blocking(move || child.wait()).await?.context("wait for the harness")?;
+    let _ = std::fs::remove_file(&socket);
+    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// The fenced counter's store for a run: the in-memory map, or a real store on
+/// resources of the run's own (`leasehold-jepsen/<seed>-<random>/`).
+async fn open_fenced_store(arguments: &RunArguments, seed: u64) -> anyhow::Result<FencedStore> {
+    let kind = arguments.fenced_store;
+    if kind == StoreKind::Memory {
+        return Ok(FencedStore::new(!arguments.no_fencing));
+    }
+    let prefix = format!("leasehold-jepsen/{seed}-{:016x}/", rand::random::<u64>());
+    if kind.is_server() {
+        let url = std::env::var(STORE_URL_ENV).with_context(|| format!("{STORE_URL_ENV} is not set"))?;
+        let socket = std::env::var_os(STORE_SOCKET_ENV).with_context(|| format!("{STORE_SOCKET_ENV} is not set"))?;
+        return fenced_store::open(kind, &url, Some(Path::new(&socket)), prefix).await;
+    }
+    let path = match &arguments.fenced_store_url {
+        Some(path) => path.clone(),
+        None => arguments.out.join("fenced-store.sqlite").to_str().context("--out is not UTF-8")?.to_string(),
+    };
+    fenced_store::open(kind, &path, None, prefix).await
 }
 
 /// As an operator who learnt that tenant `stolen`'s token leaked: rotates it every
@@ -352,6 +458,10 @@ struct Harness {
     refusals: Vec<Refusal>,
     /// Nodes whose clock was skewed (reset at the final heal).
     skewed: BTreeSet<u64>,
+    /// When the fault being injected stopped its worker: a worker stop first waits
+    /// up to 3 s for a holder (`choose_holder`), and checks (i) and (j) take the
+    /// fault's start for the stop.
+    worker_stopped_ns: Option<u64>,
     /// Nodes still on `--previous-server`, and the upgrades done so far.
     previous: BTreeSet<u64>,
     upgrades: Vec<Upgrade>,
@@ -370,6 +480,8 @@ impl Harness {
         let out = arguments.out.clone();
         std::fs::create_dir_all(out.join("workers"))?;
         let workloads = parse_workloads(&arguments.workload)?;
+        let store = open_fenced_store(&arguments, seed).await?;
+        println!("leasehold-jepsen: fenced store: {}", store.describe());
         let kinds = NemesisKind::parse_list(&arguments.nemesis).map_err(anyhow::Error::msg)?;
         let mut faults_enabled: Vec<Fault> = Vec::new();
         // The upgrades and the early wipe run on a schedule of their own (see
@@ -398,7 +510,6 @@ impl Harness {
         });
         let previous: BTreeSet<u64> =
             if arguments.previous_server.is_some() { cluster.nodes.keys().copied().collect() } else { BTreeSet::new() };
-        let store = FencedStore::new(!arguments.no_fencing);
         let mut harness = Harness {
             random: StdRng::seed_from_u64(seed),
             seed,
@@ -413,6 +524,7 @@ impl Harness {
             restarts: Vec::new(),
             replica_states: Vec::new(),
             skewed: BTreeSet::new(),
+            worker_stopped_ns: None,
             previous,
             upgrades: Vec::new(),
             node_exits: Vec::new(),
@@ -616,14 +728,16 @@ impl Harness {
             tokio::spawn(rotate_stolen_token(admin, file, rotations_stopped))
         });
         self.log(&format!(
-            "seed {}: {} nodes ({} worker thread(s) per node), workloads {:?}, faults {:?}, {} workers, {:?}",
+            "seed {}: {} nodes ({} worker thread(s) per node), workloads {:?}, faults {:?}, {} workers, {:?}, \
+             fenced store {}",
             self.seed,
             self.arguments.nodes,
             self.cluster.options.worker_threads_per_node(),
             self.workloads,
             self.faults_enabled.iter().map(|fault| fault.name()).collect::<Vec<_>>(),
             self.workers.len(),
-            self.arguments.time
+            self.arguments.time,
+            self.store.kind().name()
         ));
         let begin = Instant::now();
         let end = begin + self.arguments.time;
@@ -640,6 +754,7 @@ impl Harness {
                 if upgrade { Fault::RollingUpgrade } else { *self.faults_enabled.choose(&mut self.random).unwrap() };
             let start_ns = monotonic_ns();
             let (outcome, targets, detail) = self.inject(fault).await;
+            let start_ns = self.worker_stopped_ns.take().unwrap_or(start_ns);
             // A node fault's targets may be down by the fault's design; any other node
             // that is down ended on its own.
             let excused = if fault.stops_its_targets() { targets.clone() } else { Vec::new() };
@@ -1022,6 +1137,7 @@ impl Harness {
         let (index, holding_lock) = self.choose_holder(false).await;
         let ttl = self.arguments.ttl_ms;
         let hold_ms = self.random.random_range(ttl * 3 / 2..=ttl * 2);
+        self.worker_stopped_ns = Some(monotonic_ns());
         self.signal_worker(index, libc::SIGSTOP);
         tokio::time::sleep(Duration::from_millis(hold_ms)).await;
         self.signal_worker(index, libc::SIGCONT);
@@ -1050,6 +1166,7 @@ impl Harness {
             return (Outcome::Skipped, vec![], "no worker held a lock".into());
         }
         let ttl = self.arguments.ttl_ms;
+        self.worker_stopped_ns = Some(monotonic_ns());
         self.signal_worker(index, libc::SIGSTOP);
         tokio::time::sleep(Duration::from_millis(ttl * 3 / 4)).await;
         let killed = self.cluster.leader().await;
@@ -1432,10 +1549,17 @@ impl Harness {
         let operations = history::operations(&records);
         let counter_keys: Vec<String> =
             if self.workloads.contains(&Workload::FencedCounter) { Workload::FencedCounter.keys() } else { Vec::new() };
-        let final_values: BTreeMap<String, String> = counter_keys
-            .iter()
-            .map(|key| (key.clone(), self.store.read(key).map(|(_, value)| value).unwrap_or_default()))
-            .collect();
+        // A real store's counters are read back from it (and must be what the record
+        // of its answers says); the in-memory store's are the record's.
+        let expected_values = self.store.expected_values(&counter_keys);
+        let read_back = self.store.read_back(&counter_keys).await;
+        let final_values: BTreeMap<String, String> = match &read_back {
+            Some(Ok(values)) => values.clone(),
+            _ => counter_keys
+                .iter()
+                .map(|key| (key.clone(), self.store.read(key).map(|(_, value)| value).unwrap_or_default()))
+                .collect(),
+        };
         // The intruder takes no grant after the final heal: the liveness check is the
         // workloads' business.
         let processes: Vec<u64> = self
@@ -1448,6 +1572,7 @@ impl Harness {
         let mut checks: Vec<CheckResult> = vec![
             checker::tokens(&operations),
             checker::fenced_store(&operations, &self.store.writes(), &final_values),
+            checker::store_read_back(self.store.kind().name(), &expected_values, read_back.as_ref()),
             checker::durability(&operations, &self.restarts),
             checker::linearizability(&operations, budget),
             checker::semaphore_holders(&operations, SEMAPHORE_LIMIT as usize),
@@ -1552,6 +1677,7 @@ impl Harness {
                 if self.arguments.unrequested_lock_delay { " (recorded, not asked for)" } else { "" }
             ),
         );
+        line(&mut text, format!("fenced store: {}", self.store.describe()));
         if let Some(server) = &self.arguments.previous_server {
             line(
                 &mut text,

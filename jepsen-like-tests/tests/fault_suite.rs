@@ -17,7 +17,9 @@
 //! see the lock handed on inside it; with streams keeping a rotated-away token, the
 //! intruder's `stream-after-rotation` must succeed. A cluster started on the previous release's
 //! build and upgraded one node at a time to this one, under every workload and
-//! kills and pauses, must end `valid: true` with every node upgraded cleanly.
+//! kills and pauses, must end `valid: true` with every node upgraded cleanly. The
+//! fenced counter writing through PostgreSQL (`--fenced-store postgres`) under pauses
+//! and kills must end `valid: true`, the store holding what the harness recorded.
 //!
 //! The harness runs in its own network and pid namespaces (it re-executes itself
 //! under `unshare`): nothing it starts outlives it.
@@ -27,7 +29,7 @@ use std::process::{Command, Output};
 
 use leasehold_jepsen::checker::{
     ATTACKS_CHECK_NAME, DEAD_HOLDER_CHECK_NAME, FLOOD_CHECK_NAME, INTRUDER_LATENCY_CHECK_NAME, LOCK_DELAY_CHECK_NAME,
-    NODE_EXITS_CHECK_NAME, UPGRADE_CHECK_NAME,
+    NODE_EXITS_CHECK_NAME, STORE_READ_BACK_CHECK_NAME, UPGRADE_CHECK_NAME,
 };
 use leasehold_jepsen::cluster::{binary, previous_release, previous_server};
 
@@ -224,6 +226,48 @@ fn without_fencing_worker_pauses_lose_writes() {
         "the control must list lost or stale writes:\n{text}"
     );
     println!("{text}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The fenced counter through a real store: PostgreSQL, `scripts/stores.sh`'s shared
+/// instance (started if it is not running), outside the harness's namespace. Under
+/// pauses (workers stopped mid-increment among them) and kills the store decides
+/// every write, the history stays valid, and the counters read back from the store
+/// are what the record of its answers says.
+#[test]
+fn the_fenced_counter_through_postgres_stays_valid_under_pauses_and_kills() {
+    let seed = FIXED_SEED.to_string();
+    let arguments = [
+        "--nodes",
+        "3",
+        "--time",
+        "20s",
+        "--seed",
+        &seed,
+        "--workload",
+        "fenced-counter",
+        "--nemesis",
+        "pause,kill",
+        "--fenced-store",
+        "postgres",
+    ];
+    let (output, text, out) = run_harness("fault-suite-fenced-postgres", &arguments);
+    expect_valid(&output, &text, &out, "with the fenced counter through PostgreSQL");
+    assert!(text.contains("\nfenced store: postgres at "), "the summary must name the store:\n{text}");
+    expect_passed(
+        &text,
+        STORE_READ_BACK_CHECK_NAME,
+        "the counters read back from PostgreSQL must be the recorded ones",
+    );
+    let line = text.lines().find(|line| line.contains("fenced store (b)")).expect("check (b)'s line");
+    let accepted: u64 = line
+        .split(" writes accepted")
+        .next()
+        .and_then(|before| before.rsplit(' ').next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("check (b) names no accepted writes: {line}"));
+    assert!(line.contains(" pass ") && accepted > 0, "PostgreSQL must have accepted writes: {line}");
+    print_checks(&text);
     let _ = std::fs::remove_dir_all(&out);
 }
 
