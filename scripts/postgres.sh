@@ -9,14 +9,14 @@
 #
 # Its data directory is /var/cache/leasehold/postgres when that is writable (shared by
 # every checkout on the machine, like the target directory), else .postgres/ in the
-# checkout; LEASEHOLD_POSTGRES_DIR overrides it. Port 55432 (LEASEHOLD_POSTGRES_PORT),
+# checkout; LEASEHOLD_POSTGRES_DIR overrides it. Port 15432 (LEASEHOLD_POSTGRES_PORT),
 # trust authentication for 127.0.0.1, no Unix socket. It runs as the `postgres` user
 # when started by root (initdb refuses root), else as the caller. A throwaway instance:
 # fsync is off.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
-PORT="${LEASEHOLD_POSTGRES_PORT:-55432}"
+PORT="${LEASEHOLD_POSTGRES_PORT:-15432}"
 if [ -n "${LEASEHOLD_POSTGRES_DIR:-}" ]; then
   BASE="$LEASEHOLD_POSTGRES_DIR"
 elif mkdir -p /var/cache/leasehold/postgres 2>/dev/null && [ -w /var/cache/leasehold/postgres ]; then

@@ -15,7 +15,7 @@
 #   redis     port 16379+I   redis://127.0.0.1:PORT/                  appendonly, appendfsync always
 #   mariadb   port 13306+I   mysql://root@127.0.0.1:PORT/leasehold    database `leasehold`
 #   etcd      port 12379+I   http://127.0.0.1:PORT                    peer port 12479+I
-#   postgres  port 15432+I   scripts/postgres.sh's URL                instance 0 is scripts/postgres.sh's (55432)
+#   postgres  port 15432+I   scripts/postgres.sh's URL                instance 0 is scripts/postgres.sh's
 #
 # The ports lie below 32768, outside the kernel's range for outgoing connections'
 # local ports (32768-60999): a client socket that happened to take a store's port

@@ -22,7 +22,7 @@ export LEASEHOLD_PREVIOUS_SERVER
 leasehold_build
 leasehold_build_simulator
 # The payments example and the fenced-write adapters are tested against real
-# stores: private instances on 127.0.0.1 (scripts/stores.sh: PostgreSQL 55432,
+# stores: private instances on 127.0.0.1 (scripts/stores.sh: PostgreSQL 15432,
 # MariaDB 13306, Redis 16379, etcd 12379), stopped again at the end if this run
 # started them.
 started_stores=()

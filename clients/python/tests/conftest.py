@@ -1,6 +1,6 @@
 """Fixtures: a real three-node cluster for the whole run (started from the project's
 binaries, see `cluster.py`), clients of it, and the tests' private PostgreSQL
-(`scripts/postgres.sh`, on 127.0.0.1:55432)."""
+(`scripts/postgres.sh`, on 127.0.0.1:15432)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ use tokio_postgres::Config;
 /// The administrative URL of the test PostgreSQL (any database on it will do).
 pub const DATABASE_URL_ENV: &str = "LEASEHOLD_TEST_DATABASE_URL";
 /// `scripts/postgres.sh url`, used when the variable is not set.
-pub const DATABASE_URL_DEFAULT: &str = "postgres://postgres@127.0.0.1:55432/postgres";
+pub const DATABASE_URL_DEFAULT: &str = "postgres://postgres@127.0.0.1:15432/postgres";
 /// How long a child process may take to print its next line or to exit.
 pub const PROCESS_DEADLINE: Duration = Duration::from_secs(30);
 /// How long a cluster may take to elect its first leader.
