@@ -32,6 +32,8 @@
 //! # }
 //! ```
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient};
 
@@ -42,46 +44,56 @@ const STORE: &str = "postgres";
 /// The default fence table.
 pub const DEFAULT_TABLE: &str = "leasehold_fence";
 
-/// The fence table of one PostgreSQL database, through one connection.
+/// The fence table of one PostgreSQL database, through one connection. A fence made
+/// with [`PostgresFence::connect`] opens a new connection when its connection closed
+/// (a restarted server, a dropped link); the call that met the broken one fails, and
+/// its retry, with the same token, goes over the new one.
 pub struct PostgresFence {
-    client: Client,
+    client: Mutex<Arc<Client>>,
+    url: Option<String>,
     table: String,
 }
 
 impl PostgresFence {
-    /// The default table, [`DEFAULT_TABLE`].
+    /// The caller's connection and the default table, [`DEFAULT_TABLE`].
     pub fn new(client: Client) -> Self {
-        PostgresFence { client, table: DEFAULT_TABLE.to_string() }
+        PostgresFence { client: Mutex::new(Arc::new(client)), url: None, table: DEFAULT_TABLE.to_string() }
     }
 
     /// Another table (`name` or `schema.name`).
     pub fn with_table(client: Client, table: &str) -> Result<Self, FenceError> {
         check_table(table)?;
-        Ok(PostgresFence { client, table: table.to_string() })
+        Ok(PostgresFence { table: table.to_string(), ..PostgresFence::new(client) })
     }
 
-    /// Connects without TLS (`postgres://user@host:port/db`) and drives the
-    /// connection on a task of its own.
+    /// Connects without TLS (`postgres://user@host:port/db`), drives the connection
+    /// on a task of its own, and connects again when it closes.
     pub async fn connect(url: &str) -> Result<Self, FenceError> {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .map_err(|error| FenceError::store(STORE, error))?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "fence: the PostgreSQL connection ended");
-            }
-        });
-        Ok(PostgresFence::new(client))
+        let client = open(url).await?;
+        Ok(PostgresFence { url: Some(url.to_string()), ..PostgresFence::new(client) })
     }
 
     /// The connection, for the caller's other statements.
-    pub fn client(&self) -> &Client {
-        &self.client
+    pub fn client(&self) -> Arc<Client> {
+        self.client.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The connection, opened again first if it closed and the URL is known.
+    async fn current(&self) -> Result<Arc<Client>, FenceError> {
+        let client = self.client();
+        match &self.url {
+            Some(url) if client.is_closed() => {
+                let fresh = Arc::new(open(url).await?);
+                *self.client.lock().unwrap_or_else(PoisonError::into_inner) = fresh.clone();
+                Ok(fresh)
+            }
+            _ => Ok(client),
+        }
     }
 
     /// Creates the table if it is missing.
     pub async fn create_table(&self) -> Result<(), FenceError> {
-        create_table_in(&self.client, &self.table).await
+        create_table_in(&*self.current().await?, &self.table).await
     }
 
     /// [`guard`] with this fence's table.
@@ -108,6 +120,18 @@ impl PostgresFence {
     ) -> Result<Outcome, FenceError> {
         outcome(client, &self.table, refused, resource, ours).await
     }
+}
+
+/// A connection without TLS, driven on a task of its own.
+async fn open(url: &str) -> Result<Client, FenceError> {
+    let (client, connection) =
+        tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|error| FenceError::store(STORE, error))?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "fence: the PostgreSQL connection ended");
+        }
+    });
+    Ok(client)
 }
 
 /// Creates the fence table `table` if it is missing, through the caller's client.
@@ -206,23 +230,24 @@ impl FencedStore for PostgresFence {
     ) -> Result<Outcome, FenceError> {
         let ours = check_write(resource, token)?;
         let statement = self.upsert(mode, true);
-        let rows = self
-            .client
+        let client = self.current().await?;
+        let rows = client
             .query_typed(&statement, &[(&resource, Type::TEXT), (&ours, Type::INT8), (&value, Type::BYTEA)])
             .await
             .map_err(|error| FenceError::store(STORE, error))?;
-        self.outcome(&self.client, rows.is_empty(), resource, token).await
+        self.outcome(&*client, rows.is_empty(), resource, token).await
     }
 
     async fn advance(&self, resource: &str, token: FencingToken, mode: Mode) -> Result<Outcome, FenceError> {
-        self.guard(&self.client, resource, token, mode).await
+        self.guard(&*self.current().await?, resource, token, mode).await
     }
 
     async fn read(&self, resource: &str) -> Result<Option<Record>, FenceError> {
         check_resource(resource)?;
         let statement = format!("SELECT token, value FROM {} WHERE resource = $1", self.table);
         let rows = self
-            .client
+            .current()
+            .await?
             .query_typed(&statement, &[(&resource, Type::TEXT)])
             .await
             .map_err(|error| FenceError::store(STORE, error))?;

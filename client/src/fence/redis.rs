@@ -13,6 +13,8 @@
 //! accepted write survives a restart; a failover to an asynchronous replica can lose
 //! the fence.
 
+use std::sync::{Mutex, PoisonError};
+
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 
@@ -44,10 +46,13 @@ fn store_error(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Fe
     FenceError::store(STORE, error)
 }
 
-/// Fenced hashes in one Redis.
-#[derive(Clone)]
+/// Fenced hashes in one Redis. A fence made with [`RedisFence::connect`] opens a new
+/// connection after its connection dropped (a restarted server, a broken link); the
+/// call that met the broken one fails, and its retry, with the same token, goes over
+/// the new one.
 pub struct RedisFence {
-    connection: MultiplexedConnection,
+    connection: Mutex<MultiplexedConnection>,
+    client: Option<redis::Client>,
     prefix: String,
     script: Script,
 }
@@ -59,14 +64,34 @@ impl RedisFence {
     }
 
     pub fn with_prefix(connection: MultiplexedConnection, prefix: &str) -> Self {
-        RedisFence { connection, prefix: prefix.to_string(), script: Script::new(FENCE_SCRIPT) }
+        RedisFence {
+            connection: Mutex::new(connection),
+            client: None,
+            prefix: prefix.to_string(),
+            script: Script::new(FENCE_SCRIPT),
+        }
     }
 
-    /// Connects to `redis://host:port/`.
+    /// Connects to `redis://host:port/`, and again when the connection drops.
     pub async fn connect(url: &str) -> Result<Self, FenceError> {
         let client = redis::Client::open(url).map_err(store_error)?;
         let connection = client.get_multiplexed_async_connection().await.map_err(store_error)?;
-        Ok(RedisFence::new(connection))
+        Ok(RedisFence { client: Some(client), ..RedisFence::new(connection) })
+    }
+
+    fn connection(&self) -> MultiplexedConnection {
+        self.connection.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The error of a call; when it dropped the connection, a new one replaces it for
+    /// the next call (if it cannot be opened now, the next call fails the same way).
+    async fn failed(&self, error: redis::RedisError) -> FenceError {
+        if let (Some(client), true) = (&self.client, error.is_connection_dropped() || error.is_io_error()) {
+            if let Ok(fresh) = client.get_multiplexed_async_connection().await {
+                *self.connection.lock().unwrap_or_else(PoisonError::into_inner) = fresh;
+            }
+        }
+        store_error(error)
     }
 
     fn key(&self, resource: &str) -> String {
@@ -86,8 +111,11 @@ impl RedisFence {
         if let Some(value) = value {
             invocation.arg(value);
         }
-        let mut connection = self.connection.clone();
-        let answer: Vec<redis::Value> = invocation.invoke_async(&mut connection).await.map_err(store_error)?;
+        let mut connection = self.connection();
+        let answer: Vec<redis::Value> = match invocation.invoke_async(&mut connection).await {
+            Ok(answer) => answer,
+            Err(error) => return Err(self.failed(error).await),
+        };
         match answer.as_slice() {
             [redis::Value::Int(1)] => Ok(Outcome::Accepted),
             [redis::Value::Int(0), redis::Value::BulkString(stored)] => {
@@ -115,14 +143,13 @@ impl FencedStore for RedisFence {
 
     async fn read(&self, resource: &str) -> Result<Option<Record>, FenceError> {
         check_resource(resource)?;
-        let mut connection = self.connection.clone();
-        let (token, value): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::cmd("HMGET")
-            .arg(self.key(resource))
-            .arg("token")
-            .arg("value")
-            .query_async(&mut connection)
-            .await
-            .map_err(store_error)?;
+        let mut connection = self.connection();
+        let answer =
+            redis::cmd("HMGET").arg(self.key(resource)).arg("token").arg("value").query_async(&mut connection).await;
+        let (token, value): (Option<Vec<u8>>, Option<Vec<u8>>) = match answer {
+            Ok(answer) => answer,
+            Err(error) => return Err(self.failed(error).await),
+        };
         match token {
             None => Ok(None),
             Some(token) => Ok(Some(Record { token: parse_stored(STORE, &token)?, value })),
