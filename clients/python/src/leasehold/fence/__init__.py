@@ -263,6 +263,24 @@ def validate_value(value: bytes) -> bytes:
     raise FenceError(f"a value is bytes, not {type(value).__name__}")
 
 
+class _Adapter:
+    """What every adapter shares: `write` and `advance` check their input before the
+    store is touched, then hand it to the adapter's `_fence` (`value` None: advance)."""
+
+    def write(self, resource: str, token: Union[FencingToken, int], mode: Mode, value: bytes) -> Outcome:
+        """Stores `value` with `token` unless the fence refuses it."""
+        return self._fence(
+            validate_resource(resource), validate_token(token), validate_mode(mode), validate_value(value)
+        )
+
+    def advance(self, resource: str, token: Union[FencingToken, int], mode: Mode) -> Outcome:
+        """Moves the fence to `token` and leaves the value alone (a new resource has none)."""
+        return self._fence(validate_resource(resource), validate_token(token), validate_mode(mode), None)
+
+    def _fence(self, resource: str, token: FencingToken, mode: Mode, value: Optional[bytes]) -> Outcome:
+        raise NotImplementedError
+
+
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 from leasehold.fence import (
+    _Adapter,
     Accepted,
     FenceError,
     FencingToken,
@@ -35,10 +36,7 @@ from leasehold.fence import (
     Superseded,
     _padded,
     _unpadded,
-    validate_mode,
     validate_resource,
-    validate_token,
-    validate_value,
 )
 
 #: The prefix of the fences' keys (docs/fenced-writes.md).
@@ -57,7 +55,7 @@ def _range(key: str) -> Dict[str, Any]:
     return {"request_range": {"key": _b64(key)}}
 
 
-class EtcdFence:
+class EtcdFence(_Adapter):
     """Fenced writes to etcd keys, through the gRPC gateway at `url`
     (`http://host:2379`; https too). `prefix` goes before the resource in the keys;
     `headers` are sent with every request (an `Authorization` token, say). Each call
@@ -86,21 +84,6 @@ class EtcdFence:
         """The resource's token key and value key."""
         resource = validate_resource(resource)
         return f"{self._prefix}{resource}/token", f"{self._prefix}{resource}/value"
-
-    def write(self, resource: str, token: Union[FencingToken, int], mode: Mode, value: bytes) -> Outcome:
-        """Stores `value` with `token` unless the fence refuses it (one transaction)."""
-        resource, token, mode, value = (
-            validate_resource(resource),
-            validate_token(token),
-            validate_mode(mode),
-            validate_value(value),
-        )
-        return self._fence(resource, token, mode, value)
-
-    def advance(self, resource: str, token: Union[FencingToken, int], mode: Mode) -> Outcome:
-        """Moves the fence to `token` and leaves the value alone (puts only the token key)."""
-        resource, token, mode = validate_resource(resource), validate_token(token), validate_mode(mode)
-        return self._fence(resource, token, mode, None)
 
     def _fence(self, resource: str, token: FencingToken, mode: Mode, value: Optional[bytes]) -> Outcome:
         token_key, value_key = self.keys(resource)

@@ -34,6 +34,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Muta
 from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 from leasehold.fence import (
+    _Adapter,
     Accepted,
     FencedStore,
     FenceError,
@@ -46,7 +47,6 @@ from leasehold.fence import (
     validate_mode,
     validate_resource,
     validate_token,
-    validate_value,
 )
 
 #: The request header that carries the token (`FencingToken.HEADER_NAME`).
@@ -469,7 +469,7 @@ async def _lifespan(receive: AsgiReceive, send: AsgiSend) -> None:
 # The client.
 
 
-class HttpFence:
+class HttpFence(_Adapter):
     """A `FencedStore` over the fenced key-value service at `base_url` (the service's
     root: `PUT {base_url}/fenced/<resource>`). `write` is a PUT, `advance` a POST,
     `read` a GET; every request is a connection of its own (urllib), with `headers`
@@ -489,22 +489,15 @@ class HttpFence:
         """The resource's URL: its name percent-encoded (a `/` too) under `/fenced/`."""
         return self._base + FENCED_PATH + quote(validate_resource(resource), safe="")
 
-    def write(self, resource: str, token: Union[FencingToken, int], mode: Mode, value: bytes) -> Outcome:
-        """`PUT` the value with the token and mode headers: `204` accepted, `409` superseded."""
-        resource, token, mode, value = (
-            validate_resource(resource),
-            validate_token(token),
-            validate_mode(mode),
-            validate_value(value),
+    def _fence(self, resource: str, token: FencingToken, mode: Mode, value: Optional[bytes]) -> Outcome:
+        """A `PUT` of the value, or for `advance` a `POST`: `204` accepted, `409` superseded."""
+        return (
+            self._send("PUT", resource, token, mode, value)
+            if value is not None
+            else self._send("POST", resource, token, mode, b"")
         )
-        return self._fence("PUT", resource, token, mode, value)
 
-    def advance(self, resource: str, token: Union[FencingToken, int], mode: Mode) -> Outcome:
-        """`POST` with the token and mode headers: `204` accepted, `409` superseded."""
-        resource, token, mode = validate_resource(resource), validate_token(token), validate_mode(mode)
-        return self._fence("POST", resource, token, mode, b"")
-
-    def _fence(self, method: str, resource: str, token: FencingToken, mode: Mode, body: bytes) -> Outcome:
+    def _send(self, method: str, resource: str, token: FencingToken, mode: Mode, body: bytes) -> Outcome:
         sent = {**headers(token, mode), "Content-Type": "application/octet-stream"}
         status, answer_headers, answer = self._request(method, self.url(resource), body, sent)
         if status in (200, 204):

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from leasehold.fence import (
+    _Adapter,
     Accepted,
     FenceError,
     FencingToken,
@@ -35,7 +36,6 @@ from leasehold.fence import (
     validate_mode,
     validate_resource,
     validate_token,
-    validate_value,
 )
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def connection_arguments(url: str) -> Dict[str, Any]:
     return arguments
 
 
-class MysqlFence:
+class MysqlFence(_Adapter):
     """Fenced writes to a MySQL or MariaDB (InnoDB) table.
 
     `connection_or_url` is a PyMySQL connection in autocommit mode, which `write`,
@@ -145,22 +145,7 @@ class MysqlFence:
             except driver.err.MySQLError as error:
                 raise FenceError(f"could not create the fence table: {error}") from error
 
-    def write(self, resource: str, token: Union[FencingToken, int], mode: Mode, value: bytes) -> Outcome:
-        """Stores `value` with `token` unless the fence refuses it (two statements)."""
-        resource, token, mode, value = (
-            validate_resource(resource),
-            validate_token(token),
-            validate_mode(mode),
-            validate_value(value),
-        )
-        return self._autocommit(resource, token, mode, value)
-
-    def advance(self, resource: str, token: Union[FencingToken, int], mode: Mode) -> Outcome:
-        """Moves the fence to `token` and leaves the value alone (a new row has none)."""
-        resource, token, mode = validate_resource(resource), validate_token(token), validate_mode(mode)
-        return self._autocommit(resource, token, mode, None)
-
-    def _autocommit(self, resource: str, token: FencingToken, mode: Mode, value: Optional[bytes]) -> Outcome:
+    def _fence(self, resource: str, token: FencingToken, mode: Mode, value: Optional[bytes]) -> Outcome:
         driver = _driver()
         with self._lock:
             try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from leasehold.fence import (
+    _Adapter,
     Accepted,
     FenceError,
     FencingToken,
@@ -28,7 +29,6 @@ from leasehold.fence import (
     validate_mode,
     validate_resource,
     validate_token,
-    validate_value,
 )
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def _driver() -> Any:
     return psycopg
 
 
-class PostgresFence:
+class PostgresFence(_Adapter):
     """Fenced writes to a PostgreSQL table.
 
     `connection` is a psycopg 3 connection in autocommit mode, which `write`, `advance`
@@ -131,21 +131,6 @@ class PostgresFence:
                 raise FenceError(f"could not create the fence table: {error}") from error
         except driver.Error as error:
             raise FenceError(f"could not create the fence table: {error}") from error
-
-    def write(self, resource: str, token: Union[FencingToken, int], mode: Mode, value: bytes) -> Outcome:
-        """Stores `value` with `token` unless the fence refuses it (one statement)."""
-        resource, token, mode, value = (
-            validate_resource(resource),
-            validate_token(token),
-            validate_mode(mode),
-            validate_value(value),
-        )
-        return self._fence(resource, token, mode, value)
-
-    def advance(self, resource: str, token: Union[FencingToken, int], mode: Mode) -> Outcome:
-        """Moves the fence to `token` and leaves the value alone (a new row has none)."""
-        resource, token, mode = validate_resource(resource), validate_token(token), validate_mode(mode)
-        return self._fence(resource, token, mode, None)
 
     def _fence(self, resource: str, token: FencingToken, mode: Mode, value: Optional[bytes]) -> Outcome:
         driver = _driver()

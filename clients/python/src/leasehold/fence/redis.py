@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, List, Optional, Union
 
 from leasehold.fence import (
+    _Adapter,
     Accepted,
     FenceError,
     FencingToken,
@@ -25,10 +26,7 @@ from leasehold.fence import (
     Superseded,
     _padded,
     _unpadded,
-    validate_mode,
     validate_resource,
-    validate_token,
-    validate_value,
 )
 
 if TYPE_CHECKING:
@@ -75,7 +73,7 @@ def _driver() -> Any:
     return redis
 
 
-class RedisFence:
+class RedisFence(_Adapter):
     """Fenced writes to Redis hashes.
 
     `client` is a `redis.Redis` that does not decode responses (values are bytes), or
@@ -106,20 +104,8 @@ class RedisFence:
         """The hash that holds the resource's fence."""
         return self._prefix + validate_resource(resource)
 
-    def write(self, resource: str, token: Union[FencingToken, int], mode: Mode, value: bytes) -> Outcome:
-        """Stores `value` with `token` unless the fence refuses it (one EVALSHA)."""
-        resource, token, mode, value = (
-            validate_resource(resource),
-            validate_token(token),
-            validate_mode(mode),
-            validate_value(value),
-        )
-        return self._run(resource, token, mode, [value])
-
-    def advance(self, resource: str, token: Union[FencingToken, int], mode: Mode) -> Outcome:
-        """Moves the fence to `token` and leaves the value alone (sets only `token`)."""
-        resource, token, mode = validate_resource(resource), validate_token(token), validate_mode(mode)
-        return self._run(resource, token, mode, [])
+    def _fence(self, resource: str, token: FencingToken, mode: Mode, value: Optional[bytes]) -> Outcome:
+        return self._run(resource, token, mode, [] if value is None else [value])
 
     def _run(self, resource: str, token: FencingToken, mode: Mode, value: List[bytes]) -> Outcome:
         driver = _driver()

@@ -15,6 +15,7 @@ import threading
 from typing import Optional, Union
 
 from leasehold.fence import (
+    _Adapter,
     Accepted,
     FenceError,
     FencingToken,
@@ -26,7 +27,6 @@ from leasehold.fence import (
     validate_mode,
     validate_resource,
     validate_token,
-    validate_value,
 )
 
 #: The table of the fences (docs/fenced-writes.md).
@@ -49,7 +49,7 @@ def _would_autocommit(connection: sqlite3.Connection) -> bool:
     return connection.isolation_level is None
 
 
-class SqliteFence:
+class SqliteFence(_Adapter):
     """Fenced writes to a table of an SQLite database.
 
     `path_or_connection` is the database's path, which the adapter opens itself (in
@@ -110,22 +110,7 @@ class SqliteFence:
             except sqlite3.Error as error:
                 raise FenceError(f"could not create the fence table: {error}") from error
 
-    def write(self, resource: str, token: Union[FencingToken, int], mode: Mode, value: bytes) -> Outcome:
-        """Stores `value` with `token` unless the fence refuses it."""
-        resource, token, mode, value = (
-            validate_resource(resource),
-            validate_token(token),
-            validate_mode(mode),
-            validate_value(value),
-        )
-        return self._in_transaction(resource, token, mode, value)
-
-    def advance(self, resource: str, token: Union[FencingToken, int], mode: Mode) -> Outcome:
-        """Moves the fence to `token` and leaves the value alone (a new row has none)."""
-        resource, token, mode = validate_resource(resource), validate_token(token), validate_mode(mode)
-        return self._in_transaction(resource, token, mode, None)
-
-    def _in_transaction(self, resource: str, token: FencingToken, mode: Mode, value: Optional[bytes]) -> Outcome:
+    def _fence(self, resource: str, token: FencingToken, mode: Mode, value: Optional[bytes]) -> Outcome:
         with self._lock:
             connection = self._connection
             try:
