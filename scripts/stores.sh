@@ -62,6 +62,16 @@ else
   STORES="$LEASEHOLD_ROOT/.stores"
 fi
 
+# One command at a time per instance: tests that share instance 0 start it from
+# several processes at once, and two first starts would initialise one data
+# directory twice. flock -o keeps the lock in flock's own process, so the servers a
+# start leaves running do not hold it.
+if [ "$COMMAND" != url ] && [ -z "${LEASEHOLD_STORES_LOCKED:-}" ]; then
+  command -v flock >/dev/null || die "flock is missing (util-linux; scripts/setup.sh installs it)"
+  mkdir -p "$STORES"
+  LEASEHOLD_STORES_LOCKED=1 exec flock -o "$STORES/$NAME-$INSTANCE.lock" "$0" "$@"
+fi
+
 # PostgreSQL already has a script of its own.
 if [ "$NAME" = postgres ]; then
   if [ "$INSTANCE" -ne 0 ]; then
