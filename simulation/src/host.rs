@@ -161,6 +161,11 @@ impl SimulatedNode {
         config.command_level = level;
     }
 
+    /// The command level of the build the node's next start speaks for.
+    pub fn level(&self) -> u32 {
+        self.config.lock().unwrap().command_level
+    }
+
     /// The node's data directory and disk emptied (the host is down): a replaced disk.
     pub fn wipe(&self) -> std::io::Result<()> {
         self.disk.wipe();

@@ -486,8 +486,9 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
                     if cut.contains(&id) {
                         rejoin(&mut sim, options.nodes, id, &mut cut, &mut outcome);
                     }
-                    // Run without --new-incarnation from then on.
-                    nodes.node(id).next_start(false, COMMAND_LEVEL);
+                    // Run without --new-incarnation from then on, on the same build.
+                    let node = nodes.node(id);
+                    node.next_start(false, node.level());
                     nodes.replacing[index] = None;
                     nodes.rejoined(id, now, &mut fault_records);
                 }
@@ -908,8 +909,8 @@ fn wipe(
     }
 }
 
-/// Starts node `id` again (its host is down, or is taken down here): on an emptied
-/// directory as a new incarnation when `emptied`.
+/// Starts node `id` again (its host is down, or is taken down here) on the build it
+/// ran: on an emptied directory as a new incarnation when `emptied`.
 fn restart(sim: &mut turmoil::Sim<'_>, nodes: &Nodes, id: u64, emptied: bool, outcome: &mut Outcome) {
     let node = nodes.node(id);
     sim.crash(node_ip(id));
@@ -920,7 +921,9 @@ fn restart(sim: &mut turmoil::Sim<'_>, nodes: &Nodes, id: u64, emptied: bool, ou
             outcome.error = Some(format!("cannot empty node {id}'s data directory: {error}"));
         }
     }
-    node.next_start(emptied, COMMAND_LEVEL);
+    // The host starts the build it has: one a rolling upgrade has not reached yet
+    // comes back on the previous build.
+    node.next_start(emptied, node.level());
     sim.bounce(node_ip(id));
     let now_ms = sim.elapsed().as_millis();
     outcome.faults.push(format!(

@@ -19,7 +19,7 @@ use tonic::Status;
 
 use crate::machine::COMMAND_LEVEL_LOCK_DELAY;
 use crate::raft::incarnations::Incarnations;
-use crate::raft::replica::Replica;
+use crate::raft::replica::{not_leader_status, Replica};
 use crate::raft::types::NodeId;
 
 /// How long a leader waits to hear every member at the lock-delay level before it
@@ -57,8 +57,7 @@ impl LockDelayPolicy {
         requested.unwrap_or_else(|| self.defaults.for_name(name))
     }
 
-    /// Ok once a command of the lock-delay level may be proposed; on a node that does
-    /// not lead, Ok too (the proposal itself answers `NOT_LEADER`).
+    /// Ok once a command of the lock-delay level may be proposed (see `level_ready`).
     pub async fn admit(&self, replica: &Replica) -> Result<(), Status> {
         level_ready(replica, &self.incarnations, COMMAND_LEVEL_LOCK_DELAY, "lock-delay", "or acquire without a delay")
             .await
@@ -67,9 +66,14 @@ impl LockDelayPolicy {
 
 /// Ok once a command of `level` may be proposed: the log used that level, or this
 /// leader heard every member at it (waiting `LOCK_DELAY_LEVEL_WAIT_MS` for a leader
-/// that took office a moment ago); on a node that does not lead, Ok too (the proposal
-/// itself answers `NOT_LEADER`). Otherwise `MEMBERS_TOO_OLD`, naming `feature` and
+/// that took office a moment ago). Otherwise `MEMBERS_TOO_OLD`, naming `feature` and
 /// what the caller may do instead (`instead`).
+///
+/// A node that does not lead answers `NOT_LEADER` here rather than leave that to the
+/// proposal: a command waits in the admission queue for its batch, and a candidate
+/// that let it through could win its election meanwhile and write it without having
+/// heard the members' levels. A node whose own build is below `level` (an older build
+/// emulated in tests) refuses at once, as that build would.
 pub async fn level_ready(
     replica: &Replica,
     incarnations: &Incarnations,
@@ -77,31 +81,40 @@ pub async fn level_ready(
     feature: &str,
     instead: &str,
 ) -> Result<(), Status> {
+    let too_old = |node: NodeId| {
+        error_status(
+            ErrorReason::MembersTooOld,
+            format!(
+                "{feature} needs every member's build at command level {level}, and node {node} was not heard at \
+                 it; upgrade every member, {instead}"
+            ),
+            &[("command_level", level.to_string()), ("node", node.to_string())],
+        )
+    };
     let deadline = replica.clock.now_ms() + LOCK_DELAY_LEVEL_WAIT_MS;
     loop {
         if replica.shared.applied.read().unwrap().machine.command_level() >= level {
             return Ok(());
         }
-        let (leading, members) = {
+        let (me, members) = {
             let metrics = replica.raft.metrics();
             let metrics = metrics.borrow();
+            if metrics.state != ServerState::Leader {
+                let membership = metrics.membership_config.membership();
+                let leader_addr =
+                    metrics.current_leader.and_then(|id| membership.get_node(&id).map(|node| node.client_addr.clone()));
+                return Err(not_leader_status(metrics.id, metrics.current_leader, leader_addr));
+            }
             let members: Vec<NodeId> = metrics.membership_config.membership().nodes().map(|(id, _)| *id).collect();
-            (metrics.state == ServerState::Leader, members)
+            (metrics.id, members)
         };
-        if !leading {
-            return Ok(());
+        if incarnations.level() < level {
+            return Err(too_old(me));
         }
         let behind = incarnations.member_below(level, &members);
         let Some(node) = behind else { return Ok(()) };
         if replica.clock.now_ms() >= deadline {
-            return Err(error_status(
-                ErrorReason::MembersTooOld,
-                format!(
-                    "{feature} needs every member's build at command level {level}, and node {node} was not heard \
-                     at it; upgrade every member, {instead}"
-                ),
-                &[("command_level", level.to_string()), ("node", node.to_string())],
-            ));
+            return Err(too_old(node));
         }
         tokio::time::sleep(Duration::from_millis(LEVEL_POLL_MS)).await;
     }
