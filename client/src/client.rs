@@ -340,26 +340,38 @@ impl Client {
         self.inner.endpoints[preferred % self.inner.endpoints.len()].clone()
     }
 
-    fn prefer(&self, endpoint: Option<&str>) {
-        let mut preferred = self.inner.preferred.lock().unwrap();
-        match endpoint.and_then(|endpoint| self.inner.endpoints.iter().position(|known| known == endpoint)) {
-            Some(position) => *preferred = position,
-            None => *preferred = (*preferred + 1) % self.inner.endpoints.len(),
+    fn prefer(&self, endpoint: &str) {
+        if let Some(position) = self.inner.endpoints.iter().position(|known| known == endpoint) {
+            *self.inner.preferred.lock().unwrap() = position;
         }
     }
 
-    /// Points the next attempt at the leader a status names, or at the next node.
-    pub(crate) fn follow_hint(&self, status: &Status) {
+    /// After an attempt on `failed` that named no leader: points the next attempt at
+    /// the node after it, unless the preference has moved off `failed` meanwhile. The
+    /// preference is shared by every clone of the client (requests, the keepalive task,
+    /// observers); another caller that moved it (to a leader a node named, or on from
+    /// another failure) knows something newer than this failure, which began earlier.
+    fn move_off(&self, failed: &str) {
+        let count = self.inner.endpoints.len();
+        let mut preferred = self.inner.preferred.lock().unwrap();
+        if self.inner.endpoints[*preferred % count] == failed {
+            *preferred = (*preferred % count + 1) % count;
+        }
+    }
+
+    /// After a failure on `failed`: points the next attempt at the leader the status
+    /// names, or off `failed` (`move_off`).
+    pub(crate) fn follow_hint(&self, failed: &str, status: &Status) {
         let leader = leader_named(status);
         match leader.as_deref().and_then(|leader| self.learn_endpoint(leader)) {
-            Some(leader) => self.prefer(Some(&leader)),
-            None => self.prefer(None),
+            Some(leader) if leader != failed => self.prefer(&leader),
+            _ => self.move_off(failed),
         }
     }
 
-    /// Points the next attempt at the next node.
-    pub(crate) fn rotate(&self) {
-        self.prefer(None);
+    /// Points the next attempt off `failed` (`move_off`).
+    pub(crate) fn rotate(&self, failed: &str) {
+        self.move_off(failed);
     }
 
     /// A leader named by a follower that is not among the configured endpoints is
@@ -416,7 +428,7 @@ impl Client {
             };
             match attempt {
                 Attempt::Done(value) => {
-                    self.prefer(Some(&endpoint));
+                    self.prefer(&endpoint);
                     return Ok(value);
                 }
                 // A refusal of a retry as a reused request id means an earlier attempt
@@ -445,18 +457,14 @@ impl Client {
                     last_error = format!("{endpoint} is not the leader");
                     match leader.as_deref().and_then(|leader| self.learn_endpoint(leader)) {
                         Some(leader) if leader != endpoint => {
-                            self.prefer(Some(&leader));
+                            self.prefer(&leader);
                             redirect = Some(leader);
                         }
-                        Some(leader) => {
-                            // A stale hint that names the node itself: wait for a new leader.
+                        // No leader named, or a stale hint that names the node itself:
+                        // another node, after a pause for a new leader.
+                        _ => {
                             redirect = None;
-                            self.prefer(Some(&leader));
-                            self.prefer(None);
-                            tokio::time::sleep(pause.next()).await;
-                        }
-                        None => {
-                            self.prefer(None);
+                            self.move_off(&endpoint);
                             tokio::time::sleep(pause.next()).await;
                         }
                     }
@@ -465,7 +473,7 @@ impl Client {
                     last_error = message.clone();
                     sent_unanswered = Some(message);
                     self.forget_channel(&endpoint);
-                    self.prefer(None);
+                    self.move_off(&endpoint);
                     tokio::time::sleep(pause.next()).await;
                 }
             }
@@ -838,6 +846,21 @@ mod tests {
     use super::*;
 
     const OWN_SESSION: u64 = 7;
+
+    #[test]
+    fn a_failure_does_not_move_the_preference_off_a_leader_another_caller_learned() {
+        let client = Client::lazy(["n1:1", "n2:1", "n3:1"]).unwrap();
+        // A request's attempt on n1 is under way; meanwhile an observer hears that n3 leads.
+        client.prefer("n3:1");
+        // The request's attempt on n1 then fails: n3 stays preferred (it used to become n1).
+        client.move_off("n1:1");
+        assert_eq!(client.preferred_endpoint(), "n3:1");
+        // A failure on the preferred node itself moves on to the next one.
+        client.move_off("n3:1");
+        assert_eq!(client.preferred_endpoint(), "n1:1");
+        client.rotate("n1:1");
+        assert_eq!(client.preferred_endpoint(), "n2:1");
+    }
 
     #[test]
     fn retry_pauses_grow_to_their_bound_and_are_spread_at_random() {

@@ -244,13 +244,13 @@ impl Client {
                                 }
                                 Ok(None) => break,
                                 Err(status) => {
-                                    client.follow_hint(&status);
+                                    client.follow_hint(&endpoint, &status);
                                     break;
                                 }
                             }
                         }
                     }
-                    Err(status) => client.follow_hint(&status),
+                    Err(status) => client.follow_hint(&endpoint, &status),
                 }
                 if sender.is_closed() {
                     return;

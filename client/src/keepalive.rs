@@ -128,18 +128,19 @@ pub(crate) fn deregister(client: &Client, session_id: u64) {
 }
 
 struct Stream {
+    /// The node the stream is open to.
+    endpoint: String,
     requests: mpsc::Sender<pb::KeepAliveRequest>,
     answers: tonic::Streaming<pb::KeepAliveResponse>,
 }
 
-async fn open(client: &Client) -> Result<Stream, tonic::Status> {
-    let endpoint = client.preferred_endpoint();
+async fn open(client: &Client, endpoint: String) -> Result<Stream, tonic::Status> {
     let channel = client.channel(&endpoint).map_err(|error| tonic::Status::unavailable(error.to_string()))?;
     let (requests, outgoing) = mpsc::channel(KEEPALIVE_REQUESTS_QUEUED_MAX);
     let mut leasehold = Client::leasehold(channel);
     let opening = leasehold.keep_alive(ReceiverStream::new(outgoing));
     match tokio::time::timeout(Duration::from_millis(ATTEMPT_TIMEOUT_MS), opening).await {
-        Ok(Ok(response)) => Ok(Stream { requests, answers: response.into_inner() }),
+        Ok(Ok(response)) => Ok(Stream { endpoint, requests, answers: response.into_inner() }),
         Ok(Err(status)) => Err(status),
         Err(_) => Err(tonic::Status::unavailable(format!("{endpoint} did not open a keepalive stream in time"))),
     }
@@ -218,10 +219,11 @@ async fn run(client: Client, mut commands: mpsc::UnboundedReceiver<Command>) {
             }
         }
         if stream.is_none() {
-            match open(&client).await {
+            let endpoint = client.preferred_endpoint();
+            match open(&client, endpoint.clone()).await {
                 Ok(opened) => stream = Some(opened),
                 Err(status) => {
-                    client.follow_hint(&status);
+                    client.follow_hint(&endpoint, &status);
                     // Keep publishing states (a session may run out meanwhile).
                     expire_due(&mut schedule, Instant::now());
                     tokio::select! {
@@ -257,12 +259,12 @@ async fn run(client: Client, mut commands: mpsc::UnboundedReceiver<Command>) {
                     }
                 }
                 Ok(None) => {
-                    client.rotate();
+                    client.rotate(&open_stream.endpoint);
                     stream = None;
                     schedule.forget_in_flight();
                 }
                 Err(status) => {
-                    client.follow_hint(&status);
+                    client.follow_hint(&open_stream.endpoint, &status);
                     stream = None;
                     schedule.forget_in_flight();
                 }
@@ -270,7 +272,7 @@ async fn run(client: Client, mut commands: mpsc::UnboundedReceiver<Command>) {
             _ = tokio::time::sleep_until(next_due) => {
                 if !process_due(&mut schedule, stream.as_ref().expect("open")) {
                     // A keepalive went unanswered for a whole interval: another node.
-                    client.rotate();
+                    client.rotate(&stream.as_ref().expect("open").endpoint);
                     stream = None;
                     schedule.forget_in_flight();
                 }

@@ -39,6 +39,26 @@ def test_a_follower_sends_the_request_to_the_leader_it_names(client: leasehold.C
     assert client._preferred_endpoint() == "127.0.0.1:3", "the next request goes to the leader at once"
 
 
+def test_a_failed_attempt_keeps_the_leader_another_user_of_the_client_learned(client: leasehold.Client) -> None:
+    tried: List[str] = []
+
+    def call(node: Node, timeout: float) -> str:
+        tried.append(node.endpoint)
+        if node.endpoint == "127.0.0.1:1":
+            # While this attempt hangs on a dead node, the client's observer (or its
+            # keepalive thread) hears from node 2 that node 3 leads.
+            client._follow_hint("127.0.0.1:2", refusal("NOT_LEADER", metadata={"leader": "127.0.0.1:3"}))
+            raise FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        if node.endpoint == "127.0.0.1:3":
+            return "answered"
+        raise AssertionError(f"sent to {node.endpoint}")
+
+    assert client._with_leader("test", 2.0, call) == "answered"
+    assert tried == ["127.0.0.1:1", "127.0.0.1:3"], "the failure on node 1 did not move the client off node 3"
+    client._rotate("127.0.0.1:3")
+    assert client._preferred_endpoint() == "127.0.0.1:1", "a failure on the preferred node itself moves on"
+
+
 def test_a_lost_answer_is_retried_with_the_same_request(client: leasehold.Client) -> None:
     request_id = client._next_request_id()
     sent: List[object] = []

@@ -91,6 +91,8 @@ class RetryPauses:
         step_ms = self._step_ms
         self._step_ms = min(step_ms * 2, RETRY_PAUSE_MS_MAX)
         return random.uniform(step_ms / 2, step_ms) / 1_000
+
+
 #: How long a connection attempt to one node may take.
 CONNECT_TIMEOUT_MS = 500
 #: The longest pause gRPC makes between attempts to reconnect to a node that was
@@ -394,25 +396,38 @@ class Client:
         with self._preferred_lock:
             return self._endpoints[self._preferred % len(self._endpoints)]
 
-    def _prefer(self, endpoint: Optional[str]) -> None:
+    def _prefer(self, endpoint: str) -> None:
         with self._preferred_lock:
-            if endpoint is not None and endpoint in self._endpoints:
+            if endpoint in self._endpoints:
                 self._preferred = self._endpoints.index(endpoint)
-            else:
-                self._preferred = (self._preferred + 1) % len(self._endpoints)
+
+    def _move_off(self, failed: str) -> None:
+        """After an attempt on `failed` that named no leader: points the next attempt
+        at the node after it, unless the preference moved off `failed` meanwhile. The
+        preference is shared by every user of the client (requests, the keepalive
+        thread, observers); one that moved it (to a leader a node named, or on from
+        another failure) knows something newer than this failure, which began earlier."""
+        with self._preferred_lock:
+            count = len(self._endpoints)
+            if self._endpoints[self._preferred % count] == failed:
+                self._preferred = (self._preferred % count + 1) % count
 
     def _learn_endpoint(self, endpoint: Optional[str]) -> Optional[str]:
         """A leader named by a follower, if it is among the configured endpoints."""
         return endpoint if endpoint is not None and endpoint in self._endpoints else None
 
-    def _follow_hint(self, error: Optional[grpc.RpcError]) -> None:
-        """Points the next attempt at the leader a status names, or at the next node."""
+    def _follow_hint(self, failed: str, error: Optional[grpc.RpcError]) -> None:
+        """After a failure on `failed`: points the next attempt at the leader the
+        status names, or off `failed` (`_move_off`)."""
         leader = self._learn_endpoint(_leader_named(error)) if error is not None else None
-        self._prefer(leader)
+        if leader is not None and leader != failed:
+            self._prefer(leader)
+        else:
+            self._move_off(failed)
 
-    def _rotate(self) -> None:
-        """Points the next attempt at the next node."""
-        self._prefer(None)
+    def _rotate(self, failed: str) -> None:
+        """Points the next attempt off `failed` (`_move_off`)."""
+        self._move_off(failed)
 
     # ------------------------------------------------------------------ the retry loop
 
@@ -475,18 +490,15 @@ class Client:
                 if leader is not None and leader != endpoint:
                     self._prefer(leader)
                     redirect = leader
-                elif leader is not None:
-                    # A stale hint that names the node itself: wait for a new leader.
-                    self._prefer(leader)
-                    self._prefer(None)
-                    time.sleep(pauses.next())
                 else:
-                    self._prefer(None)
+                    # No leader named, or a stale hint that names the node itself:
+                    # another node, after a pause for a new leader.
+                    self._move_off(endpoint)
                     time.sleep(pauses.next())
             else:
                 assert outcome == _LOST
                 last_error = sent_unanswered = str(payload)
-                self._prefer(None)
+                self._move_off(endpoint)
                 time.sleep(pauses.next())
             if time.monotonic() >= give_up:
                 if sent_unanswered is not None:

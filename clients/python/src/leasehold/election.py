@@ -98,7 +98,7 @@ class Observation(Iterator[Optional[Leader]]):
             except grpc.RpcError as error:
                 if self._closed:
                     return
-                client._follow_hint(error)
+                client._follow_hint(endpoint, error)
             except Exception:  # The client was closed under it, say.
                 if not self._closed:
                     _log.exception("observing election %r failed", self._name)

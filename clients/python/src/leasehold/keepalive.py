@@ -330,14 +330,14 @@ class Keepalive:
             now = time.monotonic()
             if not stream.opened and now >= stream.open_deadline:
                 _log.debug("%s did not open a keepalive stream in time", stream.endpoint)
-                client._rotate()
+                client._rotate(stream.endpoint)
                 stream = self._drop(stream, schedule)
                 reopen_at = now + _PAUSE_S
                 continue
             due = schedule.next_due()
             if due is not None and due <= now and not self._process_due(schedule, stream):
                 # A keepalive went unanswered for a whole interval: another node.
-                client._rotate()
+                client._rotate(stream.endpoint)
                 stream = self._drop(stream, schedule)
 
     @staticmethod
@@ -363,9 +363,9 @@ class Keepalive:
         elif isinstance(message, _Ended) and current:
             assert stream is not None
             if message.error is None:
-                self._client._rotate()
+                self._client._rotate(stream.endpoint)
             else:
-                self._client._follow_hint(message.error)
+                self._client._follow_hint(stream.endpoint, message.error)
             # A stream that never answered (the node is down or not the leader) is
             # not reopened at once, so that a cluster without a leader is not spun on.
             reopen_at = time.monotonic() + (0.0 if stream.answered else _PAUSE_S)
