@@ -29,7 +29,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -39,13 +39,13 @@ use http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE,
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Body, Incoming};
-use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tower::{Layer, Service, ServiceExt};
 
+use super::wire::{Answer, Connection};
 use super::{check_resource, check_write, FenceError, FencedStore, FencingToken, Mode, Outcome, Record};
 
 /// [`FencingToken::HEADER_NAME`] in lowercase, as [`HeaderName`] needs it.
@@ -619,25 +619,16 @@ pub struct HttpFence {
     base: String,
     /// The `Host` header.
     authority: HeaderValue,
-    /// `host:port` to connect to.
-    address: String,
     /// The base URL's path without its trailing `/`.
     prefix: String,
     timeout: Duration,
-    idle: Mutex<Option<SendRequest<Full<Bytes>>>>,
+    connection: Connection,
 }
 
 impl fmt::Debug for HttpFence {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter.debug_struct("HttpFence").field("base", &self.base).field("timeout", &self.timeout).finish()
     }
-}
-
-/// What a service answered.
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
 }
 
 impl HttpFence {
@@ -664,10 +655,9 @@ impl HttpFence {
             base: format!("http://{}{}", authority, prefix),
             authority: HeaderValue::from_str(authority.as_str())
                 .map_err(|_| invalid("its host is not a header value"))?,
-            address,
             prefix,
             timeout: DEFAULT_TIMEOUT,
-            idle: Mutex::new(None),
+            connection: Connection::new(address, MAX_ANSWER_BYTES),
         })
     }
 
@@ -722,7 +712,7 @@ impl HttpFence {
         *request.uri_mut() = uri;
         *request.headers_mut() = headers;
         request.headers_mut().insert(HOST, self.authority.clone());
-        match tokio::time::timeout(self.timeout, self.send(request)).await {
+        match tokio::time::timeout(self.timeout, self.connection.send(request)).await {
             Ok(answer) => answer.map_err(|error| {
                 FenceError::store("http", format!("{method} {}{path}: {error}", self.base_without_prefix()))
             }),
@@ -735,44 +725,6 @@ impl HttpFence {
 
     fn base_without_prefix(&self) -> &str {
         &self.base[..self.base.len() - self.prefix.len()]
-    }
-
-    async fn send(&self, mut request: Request<Full<Bytes>>) -> Result<Answer, Box<dyn StdError + Send + Sync>> {
-        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take();
-        if let Some(mut sender) = idle.filter(|sender| !sender.is_closed()) {
-            if sender.ready().await.is_ok() {
-                match sender.try_send_request(request).await {
-                    Ok(response) => return self.finish(sender, response).await,
-                    // Not sent: the idle connection was closed under us.
-                    Err(mut error) => match error.take_message() {
-                        Some(unsent) => request = unsent,
-                        None => return Err(error.into_error().into()),
-                    },
-                }
-            }
-        }
-        let stream = TcpStream::connect(self.address.as_str()).await?;
-        let _ = stream.set_nodelay(true);
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        let response = sender.send_request(request).await?;
-        self.finish(sender, response).await
-    }
-
-    /// Reads the answer's body and keeps the connection for the next request.
-    async fn finish(
-        &self,
-        sender: SendRequest<Full<Bytes>>,
-        response: Response<Incoming>,
-    ) -> Result<Answer, Box<dyn StdError + Send + Sync>> {
-        let (parts, body) = response.into_parts();
-        let body = Limited::new(body, MAX_ANSWER_BYTES).collect().await?.to_bytes();
-        if !sender.is_closed() {
-            *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender);
-        }
-        Ok(Answer { status: parts.status, headers: parts.headers, body })
     }
 
     fn unexpected(&self, method: &Method, resource: &str, answer: &Answer, what: &str) -> FenceError {
@@ -829,6 +781,9 @@ mod tests {
     use std::collections::HashMap;
     use std::net::SocketAddr;
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    use tokio::net::TcpStream;
 
     use super::*;
 
@@ -1214,10 +1169,10 @@ mod tests {
         assert!(matches!(HttpFence::new("http://user@fence.example"), Err(FenceError::Invalid(_))));
         assert!(matches!(HttpFence::new("http://fence.example/?x=1"), Err(FenceError::Invalid(_))));
         let fence = HttpFence::new("http://[::1]:8080/api/").unwrap();
-        assert_eq!((fence.address.as_str(), fence.prefix.as_str()), ("[::1]:8080", "/api"));
+        assert_eq!((fence.connection.address(), fence.prefix.as_str()), ("[::1]:8080", "/api"));
         let fence = HttpFence::new("http://fence.example").unwrap();
         assert_eq!(
-            (fence.address.as_str(), fence.prefix.as_str(), fence.base.as_str()),
+            (fence.connection.address(), fence.prefix.as_str(), fence.base.as_str()),
             ("fence.example:80", "", "http://fence.example")
         );
     }
@@ -1228,7 +1183,7 @@ mod tests {
         let fence = HttpFence::new(&format!("http://{address}")).unwrap();
         for value in 1..=3 {
             assert_eq!(fence.advance("r", token(value), Mode::OncePerGrant).await.unwrap(), Outcome::Accepted);
-            assert!(fence.idle.lock().unwrap().is_some(), "the connection is kept");
+            assert!(fence.connection.has_idle(), "the connection is kept");
         }
         // The idle connection does not hold the server up.
         stop.send(()).unwrap();

@@ -289,6 +289,8 @@ pub mod postgres;
 pub mod redis;
 #[cfg(feature = "fence-sqlite")]
 pub mod sqlite;
+#[cfg(feature = "fence-http")]
+mod wire;
 
 /// A fencing token: the Raft log index of the entry that granted a lock. Tokens of
 /// one lock strictly increase and are never reused; a grant's token is at least 1,
