@@ -909,8 +909,8 @@ fn wipe(
     }
 }
 
-/// Starts node `id` again (its host is down, or is taken down here) on the build it
-/// ran: on an emptied directory as a new incarnation when `emptied`.
+/// Starts node `id` again (its host is down, or is taken down here): on the build it
+/// ran, or on an emptied directory as a new incarnation on this build when `emptied`.
 fn restart(sim: &mut turmoil::Sim<'_>, nodes: &Nodes, id: u64, emptied: bool, outcome: &mut Outcome) {
     let node = nodes.node(id);
     sim.crash(node_ip(id));
@@ -921,9 +921,11 @@ fn restart(sim: &mut turmoil::Sim<'_>, nodes: &Nodes, id: u64, emptied: bool, ou
             outcome.error = Some(format!("cannot empty node {id}'s data directory: {error}"));
         }
     }
-    // The host starts the build it has: one a rolling upgrade has not reached yet
-    // comes back on the previous build.
-    node.next_start(emptied, node.level());
+    // A restarted host runs the build it has: one a rolling upgrade has not reached
+    // yet comes back on the previous build. A replaced one is set up with this build,
+    // as an operator would set up a new host during an upgrade (an older build could
+    // not join once the log used a newer command level).
+    node.next_start(emptied, if emptied { COMMAND_LEVEL } else { node.level() });
     sim.bounce(node_ip(id));
     let now_ms = sim.elapsed().as_millis();
     outcome.faults.push(format!(
