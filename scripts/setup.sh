@@ -6,7 +6,7 @@ set -euo pipefail
 need_apt=()
 have_package() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for package in libclang-dev build-essential pkg-config nftables iproute2 util-linux procps postgresql \
-  redis-server mariadb-server etcd-server etcd-client chromium chromium-driver; do
+  redis-server mariadb-server etcd-server etcd-client chromium chromium-driver python3 python3-venv; do
   have_package "$package" || need_apt+=("$package")
 done
 

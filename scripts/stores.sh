@@ -16,6 +16,8 @@
 #   mariadb   port 13306+I   mysql://root@127.0.0.1:PORT/leasehold    database `leasehold`
 #   etcd      port 12379+I   http://127.0.0.1:PORT                    peer port 12479+I
 #   postgres  port 15432+I   scripts/postgres.sh's URL                instance 0 is scripts/postgres.sh's
+#   s3        port 19000+I   http://KEY:SECRET@127.0.0.1:PORT/leasehold?region=us-east-1
+#                            moto's S3 server (PyPI `moto[server]`), bucket `leasehold`
 #
 # The ports lie below 32768, outside the kernel's range for outgoing connections'
 # local ports (32768-60999): a client socket that happened to take a store's port
@@ -36,13 +38,20 @@
 # user, no password. Acceptable for a throwaway instance that listens on 127.0.0.1
 # only; never point it at data that matters. As root, mariadbd runs as the `mysql`
 # user (it refuses to run as root), redis and etcd as root.
+#
+# S3 is moto's server, installed from PyPI into a virtual environment beside the data
+# (moto-venv/) on first use; Debian packages no S3 server. It checks every request's
+# SigV4 signature: the first three requests after a start (moto's
+# INITIAL_NO_AUTH_ACTION_COUNT) create an IAM user with S3 rights and its access key,
+# which the URL carries; the key is new at every start. moto keeps everything in
+# memory: a restarted instance is empty, with a new key.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 die() { echo "stores.sh: $*" >&2; exit 1; }
 
 usage() {
-  echo "usage: $0 start|stop|restart|status|url redis|mariadb|etcd|postgres [INSTANCE 0-9]" >&2
+  echo "usage: $0 start|stop|restart|status|url redis|mariadb|etcd|postgres|s3 [INSTANCE 0-9]" >&2
   exit 2
 }
 
@@ -51,7 +60,7 @@ COMMAND="$1"
 NAME="$2"
 INSTANCE="${3:-0}"
 case "$COMMAND" in start | stop | restart | status | url) ;; *) usage ;; esac
-case "$NAME" in redis | mariadb | etcd | postgres) ;; *) usage ;; esac
+case "$NAME" in redis | mariadb | etcd | postgres | s3) ;; *) usage ;; esac
 [[ "$INSTANCE" =~ ^[0-9]$ ]] || usage
 
 if [ -n "${LEASEHOLD_STORES_DIR:-}" ]; then
@@ -102,6 +111,12 @@ case "$NAME" in
     PROGRAM=etcd
     DATA="$DIR/data"
     ;;
+  s3)
+    PORT=$((19000 + INSTANCE))
+    PROGRAM=moto_server
+    MOTO_VENV="$STORES/moto-venv"
+    MOTO_VERSION=5.2.6
+    ;;
 esac
 WHAT="$NAME-$INSTANCE"
 
@@ -114,6 +129,10 @@ url() {
     redis) echo "redis://127.0.0.1:$PORT/" ;;
     mariadb) echo "mysql://root@127.0.0.1:$PORT/leasehold" ;;
     etcd) echo "http://127.0.0.1:$PORT" ;;
+    s3)
+      running_pid >/dev/null && [ -f "$DIR/url" ] || die "$WHAT is not running: scripts/stores.sh start s3 $INSTANCE"
+      cat "$DIR/url"
+      ;;
   esac
 }
 
@@ -150,6 +169,8 @@ answers() {
       ETCDCTL_API=3 etcdctl --endpoints="$(url)" --dial-timeout=2s --command-timeout=3s \
         endpoint health >/dev/null 2>&1
       ;;
+    # moto's own API, which does not count as one of the unauthenticated requests.
+    s3) "$MOTO_VENV/bin/python" -c "import urllib.request as r; r.urlopen('http://127.0.0.1:$PORT/moto-api/', timeout=2)" >/dev/null 2>&1 ;;
   esac
 }
 
@@ -178,6 +199,43 @@ init_mariadb() {
     --auth-root-authentication-method=normal --skip-test-db >"$DIR/install.log" 2>&1 ||
     die "mariadb-install-db failed; see $DIR/install.log"
   touch "$DIR/initialised"
+}
+
+# moto's server in a virtual environment of its own, made once for every instance.
+install_moto() {
+  [ -x "$MOTO_VENV/bin/moto_server" ] && return 0
+  need python3 python3-venv
+  (
+    flock 9
+    [ -x "$MOTO_VENV/bin/moto_server" ] && exit 0
+    echo "stores.sh: installing moto[server]==$MOTO_VERSION into $MOTO_VENV (PyPI)"
+    rm -rf "$MOTO_VENV"
+    python3 -m venv "$MOTO_VENV" && "$MOTO_VENV/bin/pip" install --quiet "moto[server]==$MOTO_VERSION"
+  ) 9>"$STORES/moto-venv.lock" || die "could not install moto into $MOTO_VENV"
+}
+
+# The IAM user, its key and the bucket, in the first requests after a start, and the
+# URL with the key.
+setup_s3() {
+  "$MOTO_VENV/bin/python" - "$PORT" "$DIR/url" <<'PY' || die "could not set up $WHAT's user and bucket; see $LOG"
+import json, sys, urllib.parse
+import boto3
+port, url_file = sys.argv[1], sys.argv[2]
+endpoint = f"http://127.0.0.1:{port}"
+anonymous = dict(endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup", aws_secret_access_key="setup")
+iam = boto3.client("iam", **anonymous)
+iam.create_user(UserName="leasehold")
+policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+iam.put_user_policy(UserName="leasehold", PolicyName="s3", PolicyDocument=json.dumps(policy))
+key = iam.create_access_key(UserName="leasehold")["AccessKey"]
+s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                  aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"])
+s3.create_bucket(Bucket="leasehold")
+quote = lambda text: urllib.parse.quote(text, safe="")
+with open(url_file + ".new", "w") as out:
+    out.write(f"http://{quote(key['AccessKeyId'])}:{quote(key['SecretAccessKey'])}@127.0.0.1:{port}/leasehold?region=us-east-1\n")
+PY
+  mv "$DIR/url.new" "$DIR/url"
 }
 
 start() {
@@ -227,6 +285,11 @@ start() {
         --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
         --initial-cluster "leasehold-test=$peer" --logger zap --log-level warn
       ;;
+    s3)
+      install_moto
+      rm -f "$DIR/url"
+      launch env INITIAL_NO_AUTH_ACTION_COUNT=3 "$MOTO_VENV/bin/moto_server" -H 127.0.0.1 --port="$PORT"
+      ;;
   esac
 
   deadline=$((SECONDS + 60))
@@ -246,6 +309,7 @@ start() {
     mariadb --no-defaults --socket="$SOCKET" -e 'CREATE DATABASE IF NOT EXISTS leasehold' ||
       die "could not create the database leasehold in $WHAT"
   fi
+  [ "$NAME" != s3 ] || setup_s3
   echo "stores.sh: $WHAT started (pid $pid) on 127.0.0.1:$PORT, data $DIR"
 }
 

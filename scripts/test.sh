@@ -23,8 +23,8 @@ leasehold_build
 leasehold_build_simulator
 # The payments example and the fenced-write adapters are tested against real
 # stores: private instances on 127.0.0.1 (scripts/stores.sh: PostgreSQL 15432,
-# MariaDB 13306, Redis 16379, etcd 12379), stopped again at the end if this run
-# started them.
+# MariaDB 13306, Redis 16379, etcd 12379, S3 19000 (moto, installed from PyPI on
+# first use)), stopped again at the end if this run started them.
 started_stores=()
 stop_stores() {
   local name
@@ -33,7 +33,7 @@ stop_stores() {
   done
 }
 trap stop_stores EXIT
-for name in postgres mariadb redis etcd; do
+for name in postgres mariadb redis etcd s3; do
   if ! "$LEASEHOLD_ROOT/scripts/stores.sh" status "$name" >/dev/null; then
     "$LEASEHOLD_ROOT/scripts/stores.sh" start "$name"
     started_stores+=("$name")

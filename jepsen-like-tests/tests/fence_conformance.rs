@@ -1,9 +1,9 @@
 //! Every fenced-write adapter (`leasehold::fence::*`) passes the same cases, unchanged,
-//! against its real store: PostgreSQL, SQLite, MariaDB, Redis, etcd, and an HTTP
-//! service fenced by the tower layer. The servers are the private instances of
-//! `scripts/stores.sh` (instance 0, shared by the tests and started if it is not
-//! running); the restart case starts, restarts and stops an instance of its own
-//! (instance 1), so that it disturbs no other test.
+//! against its real store: PostgreSQL, SQLite, MariaDB, Redis, etcd, S3 (moto's
+//! server), and an HTTP service fenced by the tower layer. The servers are the
+//! private instances of `scripts/stores.sh` (instance 0, shared by the tests and
+//! started if it is not running); the restart case starts, restarts and stops an
+//! instance of its own (instance 1), so that it disturbs no other test.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -527,6 +527,45 @@ mod etcd {
         let url = store_url("etcd", 1);
         super::survives_a_restart(Open(url), || drop(stores("restart", "etcd", 1))).await;
         stores("stop", "etcd", 1);
+    }
+}
+
+/// An S3 bucket with conditional writes: the tests' server is moto's, which checks
+/// every request's signature. It keeps everything in memory and makes a new access
+/// key when it starts, so there is no restart case: what survives a restart of S3 is
+/// S3's to keep.
+mod s3 {
+    use super::*;
+    use leasehold::fence::s3::S3Fence;
+
+    struct Open(String);
+    impl Opener for Open {
+        type Store = S3Fence;
+        async fn open(&self) -> S3Fence {
+            S3Fence::connect(&self.0).expect("an S3 URL")
+        }
+        fn proxied(&self, proxy: SocketAddr) -> Option<Self> {
+            Some(Open(through(&self.0, proxy)))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance() {
+        let url = store_url("s3", 0);
+        super::conformance(Open(url.clone()), Some(address_of(&url))).await;
+    }
+
+    /// A request signed with another secret is refused by the store, and the refusal
+    /// is an error, not an outcome.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wrong_secret_is_refused_by_the_store() {
+        let url = store_url("s3", 0);
+        let (user, rest) = url.split_once('@').unwrap();
+        let access = user.rsplit_once(':').unwrap().0;
+        let store = S3Fence::connect(&format!("{access}:not-the-secret@{rest}")).unwrap();
+        let error = store.write(&resource("wrong-secret"), token(1), ONCE, b"x").await.unwrap_err();
+        assert!(matches!(error, FenceError::Store { .. }), "{error}");
+        assert!(error.to_string().contains("403"), "the store's answer is named: {error}");
     }
 }
 

@@ -36,8 +36,11 @@
 //! parses it with [`FencingToken::from_header_value`] and applies the same rule to its
 //! own storage.
 //!
-//! **Storage that cannot keep a column** (an object store, a legacy API) can ask the
-//! cluster with [`Client::check_fence`](crate::Client::check_fence) (or
+//! An object store with conditional writes (S3) can keep one too: the `s3` adapter
+//! (feature `fence-s3`) keeps the token in the object and puts on its ETag.
+//!
+//! **Storage that cannot keep a column** (a legacy API) can ask the cluster with
+//! [`Client::check_fence`](crate::Client::check_fence) (or
 //! `leasehold fence check NAME TOKEN`) whether the token is still the current grant.
 //! This is weaker: the answer can be stale by the time the write lands, so a check
 //! immediately before the write narrows the window but does not close it. Prefer a
@@ -287,9 +290,11 @@ pub mod mysql;
 pub mod postgres;
 #[cfg(feature = "fence-redis")]
 pub mod redis;
+#[cfg(feature = "fence-s3")]
+pub mod s3;
 #[cfg(feature = "fence-sqlite")]
 pub mod sqlite;
-#[cfg(feature = "fence-http")]
+#[cfg(any(feature = "fence-http", feature = "fence-s3"))]
 mod wire;
 
 /// A fencing token: the Raft log index of the entry that granted a lock. Tokens of
