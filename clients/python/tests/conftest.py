@@ -109,3 +109,10 @@ def mariadb_url() -> Iterator[str]:
 def etcd_url() -> Iterator[str]:
     """The tests' etcd (scripts/stores.sh, instance 0: http://127.0.0.1:12379)."""
     yield from _shared_store("etcd")
+
+
+@pytest.fixture(scope="session")
+def s3_url() -> Iterator[str]:
+    """The tests' S3, moto's server (scripts/stores.sh, instance 0:
+    http://KEY:SECRET@127.0.0.1:19000/leasehold?region=us-east-1, bucket `leasehold`)."""
+    yield from _shared_store("s3")

@@ -1,8 +1,8 @@
 """The fenced-write contract (docs/fenced-writes.md), one body of cases run unchanged
-against every adapter: PostgreSQL, SQLite, MariaDB, Redis and etcd (the tests' stores,
-scripts/stores.sh), and `HttpFence` against the fenced key-value service served by
-wsgiref and by uvicorn. Each test names resources of its own: the stores are shared
-by concurrent runs and keep their data."""
+against every adapter: PostgreSQL, SQLite, MariaDB, Redis, etcd and S3 (the tests'
+stores, scripts/stores.sh; S3 is moto's server), and `HttpFence` against the fenced
+key-value service served by wsgiref and by uvicorn. Each test names resources of its
+own: the stores are shared by concurrent runs and keep their data."""
 
 from __future__ import annotations
 
@@ -86,8 +86,9 @@ def resource(request: pytest.FixtureRequest) -> Callable[[str], str]:
 
 def test_importing_the_fence_needs_no_driver() -> None:
     code = (
-        "import sys, leasehold.fence, leasehold.fence.sqlite, leasehold.fence.etcd, leasehold.fence.http;"
-        "print(sorted(m for m in ('psycopg', 'pymysql', 'redis', 'uvicorn') if m in sys.modules))"
+        "import sys, leasehold.fence, leasehold.fence.sqlite, leasehold.fence.etcd, leasehold.fence.http,"
+        " leasehold.fence.s3;"
+        "print(sorted(m for m in ('psycopg', 'pymysql', 'redis', 'uvicorn', 'boto3', 'botocore') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
@@ -478,3 +479,165 @@ def test_guard_reports_the_token_that_refused_it_not_its_snapshot(
         assert fence.read(name) == Record(T(20), b"newer grant")
     finally:
         transactions.close()
+
+
+# S3: the object layout shared with the Rust adapter, and what only S3 has.
+
+
+def _s3_client(url: str) -> Any:
+    """A boto3 client of the tests' S3 that bypasses the adapter (path-style)."""
+    import boto3  # type: ignore[import-untyped,unused-ignore]
+    from botocore.config import Config  # type: ignore[import-untyped,unused-ignore]
+
+    from leasehold.fence.s3 import client_arguments
+
+    arguments = client_arguments(url)
+    arguments.pop("bucket")
+    return boto3.session.Session().client("s3", config=Config(s3={"addressing_style": "path"}), **arguments)
+
+
+def test_s3_urls_are_checked() -> None:
+    from leasehold.fence.s3 import S3Fence, client_arguments
+
+    assert client_arguments("https://AK%2F1:s%2Bcr%40t@s3.example:9000/fences?region=eu-west-3") == {
+        "bucket": "fences",
+        "endpoint_url": "https://s3.example:9000",
+        "region_name": "eu-west-3",
+        "aws_access_key_id": "AK/1",
+        "aws_secret_access_key": "s+cr@t",
+    }
+    assert client_arguments("http://k:s@[::1]:19000/b")["endpoint_url"] == "http://[::1]:19000"
+    assert client_arguments("http://k:s@127.0.0.1:19000/b")["region_name"] == "us-east-1"
+    for bad in [
+        "s3://k:s@127.0.0.1:19000/b",
+        "http://127.0.0.1:19000/b",
+        "http://k@127.0.0.1:19000/b",
+        "http://k:s@127.0.0.1:19000/",
+        "http://k:s@127.0.0.1:19000/b/c",
+        "http://k:s@127.0.0.1:19000/b?region=",
+        "http://k:s@127.0.0.1:19000/b?endpoint=x",
+        "http://k:s@127.0.0.1:19000/b#x",
+        "http://k:s@127.0.0.1:port/b",
+    ]:
+        with pytest.raises(FenceError):
+            S3Fence.from_url(bad)
+    with pytest.raises(FenceError, match="boto3 S3 client"):
+        S3Fence(object(), "b")
+
+
+@pytest.mark.fence
+def test_s3_objects_have_the_shared_layout(s3_url: str, resource: Callable[[str], str]) -> None:
+    """Key `leasehold/fence/<resource>`; body `LHF1`, 20 digits, `v` or `-`, a newline,
+    the value: what the Rust adapter writes and reads too."""
+    from leasehold.fence.s3 import S3Fence
+
+    raw = _s3_client(s3_url)
+    written, advanced, by_hand = resource("written"), resource("advanced"), resource("by hand")
+
+    def body(name: str) -> bytes:
+        return bytes(raw.get_object(Bucket="leasehold", Key="leasehold/fence/" + name)["Body"].read())
+
+    with S3Fence(raw, "leasehold") as store:
+        assert store.key(written) == "leasehold/fence/" + written
+        assert store.write(written, 12345, ONCE, b"v\n-") == Accepted()
+        assert body(written) == b"LHF100000000000000012345v\nv\n-"
+        assert store.advance(written, TOP, ONCE) == Accepted()
+        assert body(written) == b"LHF1" + str(TOP).zfill(20).encode() + b"v\nv\n-"
+        assert store.advance(advanced, 7, ONCE) == Accepted()
+        assert body(advanced) == b"LHF100000000000000000007-\n"
+        assert store.advance(advanced, 8, MANY) == Accepted()
+        assert body(advanced) == b"LHF100000000000000000008-\n"
+        raw.put_object(Bucket="leasehold", Key="leasehold/fence/" + by_hand, Body=b"LHF100000000000000000042v\n")
+        assert store.read(by_hand) == Record(T(42), b"")
+        assert store.write(by_hand, 41, MANY, b"stale") == Superseded(seen=T(42), ours=T(41))
+    with S3Fence(raw, "leasehold", prefix="elsewhere/") as other:
+        assert other.key(written) == "elsewhere/" + written and other.read(written) is None
+
+
+@pytest.mark.fence
+def test_s3_objects_that_are_not_fences_are_store_errors(s3_url: str, resource: Callable[[str], str]) -> None:
+    from leasehold.fence.s3 import S3Fence
+
+    raw = _s3_client(s3_url)
+    store = S3Fence(raw, "leasehold")
+    bodies = [
+        b"",
+        b"hello",
+        b"LHF100000000000000000042v",  # no newline
+        b"LHF2" + b"0" * 19 + b"1v\n",
+        b"LHF1" + b"0" * 19 + b"1x\n",
+        b"LHF1" + b"0" * 18 + b"-1v\n",
+        b"LHF1" + b"9" * 20 + b"v\n",  # beyond 2**64 - 1
+        b"LHF1" + b"0" * 19 + b"1-\nvalue after -",
+    ]
+    for number, garbage in enumerate(bodies):
+        name = resource(f"garbage {number}")
+        raw.put_object(Bucket="leasehold", Key=store.key(name), Body=garbage)
+        for call in (
+            lambda: store.read(name),
+            lambda: store.write(name, 5, MANY, b"x"),
+            lambda: store.advance(name, 5, ONCE),
+        ):
+            with pytest.raises(FenceError, match="not a Leasehold fence object"):
+                call()
+        assert raw.get_object(Bucket="leasehold", Key=store.key(name))["Body"].read() == garbage
+    missing_bucket = S3Fence(raw, "leasehold-no-such-bucket")
+    with pytest.raises(FenceError, match="NoSuchBucket"):
+        missing_bucket.read(resource("no bucket"))
+    with pytest.raises(FenceError, match="NoSuchBucket"):
+        missing_bucket.write(resource("no bucket"), 5, ONCE, b"x")
+
+
+@pytest.mark.fence
+def test_s3_botocores_retry_of_a_put_that_landed_finds_our_token(
+    s3_url: str, mode: Mode, resource: Callable[[str], str]
+) -> None:
+    """The proxy drops the answer to the conditional PUT and keeps listening: botocore
+    resends the PUT, which answers 412 (the object changed: our first attempt landed),
+    and the adapter's next round reads our own token."""
+    from fence_kits import AnswerDropper, S3Kit, port_of, with_port
+
+    from leasehold.fence.s3 import S3Fence
+
+    name = resource("retried by botocore")
+    proxy = AnswerDropper(port_of(s3_url), S3Kit.requests_per_write, keep_listening=True)
+    try:
+        with S3Fence.from_url(with_port(s3_url, proxy.port)) as store:
+            assert store.write(name + " (warm-up)", 1, MANY, b"warm-up") == Accepted()
+            proxy.arm()
+            outcome = store.write(name, 70, mode, b"landed once")
+            assert proxy.lost.is_set()
+            if mode is ONCE:
+                assert isinstance(outcome, Superseded) and outcome.is_ours
+            else:
+                assert outcome == Accepted()
+            assert store.read(name) == Record(T(70), b"landed once")
+    finally:
+        proxy.close()
+
+
+@pytest.mark.fence
+def test_s3_many_writers_racing_leave_the_newest_token(s3_url: str, resource: Callable[[str], str]) -> None:
+    """Eight writers with tokens 1..8 on one new resource, many times per grant: every
+    lost race is a 412 (or 409) and another round, and the newest token remains."""
+    from leasehold.fence.s3 import S3Fence
+
+    name = resource("crowd")
+    stores = [S3Fence.from_url(s3_url) for _ in range(8)]
+    start = threading.Barrier(len(stores), timeout=30)
+
+    def write(token: int) -> List[Outcome]:
+        start.wait()
+        return [stores[token - 1].write(name, token, MANY, f"t{token} #{n}".encode()) for n in range(5)]
+
+    try:
+        with ThreadPoolExecutor(max_workers=len(stores)) as pool:
+            outcomes = list(pool.map(write, range(1, len(stores) + 1)))
+        assert outcomes[-1] == [Accepted()] * 5
+        for token, answers in enumerate(outcomes[:-1], start=1):
+            for answer in answers:
+                assert answer == Accepted() or (isinstance(answer, Superseded) and answer.seen > T(token)), answer
+        assert stores[0].read(name) == Record(T(8), b"t8 #4")
+    finally:
+        for store in stores:
+            store.close()

@@ -36,6 +36,8 @@ each lives in a module of its own and imports its driver only there:
 * `leasehold.fence.mysql.MysqlFence` (PyMySQL, extra `fence-mysql`),
 * `leasehold.fence.redis.RedisFence` (redis-py, extra `fence-redis`),
 * `leasehold.fence.etcd.EtcdFence` (etcd's JSON gateway, through urllib),
+* `leasehold.fence.s3.S3Fence` (boto3, extra `fence-s3`): S3 and S3-compatible
+  stores with conditional writes,
 * `leasehold.fence.http`: the header layer for WSGI and ASGI services, the fenced
   key-value service built from it, and `HttpFence`, its client.
 
