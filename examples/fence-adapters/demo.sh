@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The paused-worker story once per store, through the fenced-write adapters
-# (leasehold::fence::{postgres, sqlite, mysql, redis, etcd, http}), with real processes:
+# (leasehold::fence::{postgres, sqlite, mysql, redis, etcd, s3, http}), with real processes:
 #
 #   worker A takes demo/fence/<store>/<random> (TTL 2 s) and is paused (SIGSTOP) for
 #   5 s between taking the lock and writing; worker B is granted the lock once A's
@@ -12,7 +12,7 @@
 # the token check) every stale write must land. Exits 0 when every store behaved as
 # expected for the mode, else 1, naming the stores that did not.
 #
-# Stores: scripts/stores.sh instance 0 of postgres, mariadb, redis and etcd (started
+# Stores: scripts/stores.sh instance 0 of postgres, mariadb, redis, etcd and s3 (started
 # if not running, and then stopped at exit); SQLite is a file in a temporary
 # directory; `http` is the fenced key-value service (leasehold::fence::http) over
 # another SQLite file, served by `leasehold-fence-demo serve`. The cluster is a
@@ -28,8 +28,8 @@ CLI="$LEASEHOLD_BIN/leasehold"
 DEMO="$LEASEHOLD_BIN/leasehold-fence-demo"
 STORES_SH="$LEASEHOLD_ROOT/scripts/stores.sh"
 ENDPOINTS="127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103" # cluster.sh's
-STORES=(postgres sqlite mariadb redis etcd http)
-SERVERS=(postgres mariadb redis etcd) # scripts/stores.sh's, instance 0
+STORES=(postgres sqlite mariadb redis etcd s3 http)
+SERVERS=(postgres mariadb redis etcd s3) # scripts/stores.sh's, instance 0
 TTL=2s
 PAUSE_S=5
 LINE_DEADLINE_S=30

@@ -41,6 +41,7 @@ use leasehold::fence::etcd::EtcdFence;
 use leasehold::fence::mysql::MysqlFence;
 use leasehold::fence::postgres::PostgresFence;
 use leasehold::fence::redis::RedisFence;
+use leasehold::fence::s3::S3Fence;
 use leasehold::fence::sqlite::SqliteFence;
 use leasehold::fence::{FenceError, FencedStore as _, Mode, Outcome, Record};
 use leasehold::FencingToken;
@@ -70,6 +71,8 @@ pub enum StoreKind {
     Mariadb,
     Redis,
     Etcd,
+    /// An S3 bucket with conditional writes (the tests' server is moto's).
+    S3,
 }
 
 impl StoreKind {
@@ -81,13 +84,14 @@ impl StoreKind {
             StoreKind::Mariadb => "mariadb",
             StoreKind::Redis => "redis",
             StoreKind::Etcd => "etcd",
+            StoreKind::S3 => "s3",
         }
     }
 
     /// Whether the store is a server the harness reaches over TCP (`scripts/stores.sh`
     /// knows it by this name).
     pub fn is_server(self) -> bool {
-        matches!(self, StoreKind::Postgres | StoreKind::Mariadb | StoreKind::Redis | StoreKind::Etcd)
+        matches!(self, StoreKind::Postgres | StoreKind::Mariadb | StoreKind::Redis | StoreKind::Etcd | StoreKind::S3)
     }
 }
 
@@ -98,6 +102,7 @@ pub enum Adapter {
     Mysql(MysqlFence),
     Redis(RedisFence),
     Etcd(EtcdFence),
+    S3(S3Fence),
 }
 
 macro_rules! dispatch {
@@ -108,6 +113,7 @@ macro_rules! dispatch {
             Adapter::Mysql($store) => $call,
             Adapter::Redis($store) => $call,
             Adapter::Etcd($store) => $call,
+            Adapter::S3($store) => $call,
         }
     };
 }
@@ -131,6 +137,7 @@ impl Adapter {
             }
             StoreKind::Redis => Adapter::Redis(RedisFence::connect(url).await?),
             StoreKind::Etcd => Adapter::Etcd(EtcdFence::connect(url).await?),
+            StoreKind::S3 => Adapter::S3(S3Fence::connect(url)?),
         })
     }
 

@@ -1,8 +1,8 @@
 //! `leasehold-fence-demo`: the paused-worker story through each fenced-write adapter
-//! (`leasehold::fence::{postgres, sqlite, mysql, redis, etcd, http}`).
+//! (`leasehold::fence::{postgres, sqlite, mysql, redis, etcd, s3, http}`).
 //!
 //! ```text
-//! leasehold-fence-demo worker --store postgres|sqlite|mariadb|redis|etcd|http --url URL_OR_PATH
+//! leasehold-fence-demo worker --store postgres|sqlite|mariadb|redis|etcd|s3|http --url URL_OR_PATH
 //!                             --lock NAME --resource R --value V [--ttl 2s] [--wait 30s] [--no-fencing]
 //! leasehold-fence-demo serve  --sqlite PATH       the fenced key-value service for `--store http`
 //! leasehold-fence-demo forget --store S --url URL_OR_PATH --resource R
@@ -39,6 +39,7 @@ use leasehold::fence::http::{serve_fenced_kv, HttpFence};
 use leasehold::fence::mysql::MysqlFence;
 use leasehold::fence::postgres::PostgresFence;
 use leasehold::fence::redis::RedisFence;
+use leasehold::fence::s3::S3Fence;
 use leasehold::fence::sqlite::SqliteFence;
 use leasehold::fence::{check_resource, check_write, FenceError, FencedStore, Mode, Outcome, Record};
 use leasehold::FencingToken;
@@ -58,7 +59,8 @@ enum Command {
         #[arg(long, value_enum)]
         store: StoreKind,
         /// The store's URL (postgres://…, mysql://…, redis://…, http://… for etcd and
-        /// for the fenced key-value service), or the SQLite file.
+        /// for the fenced key-value service, http://KEY:SECRET@…/bucket for S3), or the
+        /// SQLite file.
         #[arg(long)]
         url: String,
         /// The lock to take.
@@ -108,6 +110,7 @@ enum StoreKind {
     Mariadb,
     Redis,
     Etcd,
+    S3,
     Http,
 }
 
@@ -152,6 +155,7 @@ async fn run(arguments: Arguments) -> anyhow::Result<()> {
                 }
                 StoreKind::Redis => worker(&RedisFence::connect(&url).await?, plain, &job).await,
                 StoreKind::Etcd => worker(&EtcdFence::connect(&url).await?, plain, &job).await,
+                StoreKind::S3 => worker(&S3Fence::connect(&url)?, plain, &job).await,
                 StoreKind::Http => worker(&HttpFence::new(&url)?, plain, &job).await,
             }
         }
@@ -247,6 +251,7 @@ enum Plain {
     Mariadb(mysql_async::Pool),
     Redis(redis::aio::MultiplexedConnection),
     Etcd(tonic::transport::Channel),
+    S3(S3Fence),
     Http(HttpFence),
 }
 
@@ -272,6 +277,7 @@ impl Plain {
                     .await
                     .context("etcd")?,
             ),
+            StoreKind::S3 => Plain::S3(S3Fence::connect(url)?),
             StoreKind::Http => Plain::Http(HttpFence::new(url)?),
         })
     }
@@ -320,6 +326,7 @@ impl Plain {
                 ];
                 etcd::txn(channel, puts).await?;
             }
+            Plain::S3(fence) => fence.write_unfenced(resource, token, value).await?,
             // The service's unfenced twin takes any token.
             Plain::Http(fence) => match fence.write(resource, token, Mode::ManyPerGrant, value).await? {
                 Outcome::Accepted => {}
@@ -352,6 +359,7 @@ impl Plain {
                 redis::cmd("DEL").arg(redis_key(resource)).query_async::<()>(&mut connection).await?;
             }
             Plain::Etcd(channel) => etcd::txn(channel, vec![etcd::delete_prefix(etcd::prefix(resource))]).await?,
+            Plain::S3(fence) => fence.forget(resource).await?,
             Plain::Http(_) => anyhow::bail!("the http store's data is the service's SQLite file: forget it there"),
         }
         Ok(())
