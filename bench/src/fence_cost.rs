@@ -12,7 +12,7 @@ use leasehold::FencingToken;
 use tonic::codegen::http::uri::PathAndQuery;
 
 /// The stores `fence-cost` knows.
-pub const STORES: &[&str] = &["postgres", "sqlite", "mariadb", "redis", "etcd"];
+pub const STORES: &[&str] = &["postgres", "sqlite", "mariadb", "redis", "etcd", "s3"];
 
 /// One store's figures over one round.
 #[derive(Debug, Clone)]
@@ -55,6 +55,7 @@ enum Fenced {
     Mariadb(fence::mysql::MysqlFence),
     Redis(fence::redis::RedisFence),
     Etcd(fence::etcd::EtcdFence),
+    S3(fence::s3::S3Fence),
 }
 
 enum Plain {
@@ -63,6 +64,7 @@ enum Plain {
     Mariadb(mysql_async::Pool),
     Redis(redis::aio::MultiplexedConnection),
     Etcd(tonic::transport::Channel),
+    S3(fence::s3::S3Fence),
 }
 
 impl Pair {
@@ -102,6 +104,10 @@ impl Pair {
                 let channel = tonic::transport::Endpoint::from_shared(url.to_string())?.connect().await?;
                 Pair { fenced: Fenced::Etcd(fence::etcd::EtcdFence::connect(url).await?), plain: Plain::Etcd(channel) }
             }
+            "s3" => Pair {
+                fenced: Fenced::S3(fence::s3::S3Fence::connect(url)?),
+                plain: Plain::S3(fence::s3::S3Fence::connect(url)?),
+            },
             other => anyhow::bail!("unknown store {other:?}: use {}", STORES.join(", ")),
         })
     }
@@ -116,6 +122,7 @@ impl Pair {
                 Fenced::Mariadb(store) => store.write(resource, token, Mode::OncePerGrant, value).await,
                 Fenced::Redis(store) => store.write(resource, token, Mode::OncePerGrant, value).await,
                 Fenced::Etcd(store) => store.write(resource, token, Mode::OncePerGrant, value).await,
+                Fenced::S3(store) => store.write(resource, token, Mode::OncePerGrant, value).await,
             }?;
             anyhow::ensure!(outcome.is_accepted(), "a fenced write with a new token was refused: {outcome:?}");
             Ok(())
@@ -175,6 +182,8 @@ impl Pair {
                         .await?;
                 }
                 Plain::Etcd(channel) => etcd_put_both(channel, resource, token as u64, value).await?,
+                // One unconditional PUT of the same body.
+                Plain::S3(store) => store.write_unfenced(resource, FencingToken::new(token as u64), value).await?,
             }
             Ok(())
         })

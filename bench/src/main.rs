@@ -75,7 +75,7 @@ enum Command {
     /// alternating which goes first. The stores are `scripts/stores.sh`'s instances
     /// (started if needed; SQLite is a file in a temporary directory).
     FenceCost {
-        #[arg(long, value_delimiter = ',', default_value = "postgres,sqlite,mariadb,redis,etcd")]
+        #[arg(long, value_delimiter = ',', default_value = "postgres,sqlite,mariadb,redis,etcd,s3")]
         stores: Vec<String>,
         /// Writes per store, kind and round.
         #[arg(long, default_value_t = 2_000)]
