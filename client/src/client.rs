@@ -811,12 +811,16 @@ fn classify<T>(status: &Status, endpoint: &str, session: Option<u64>) -> Attempt
     }
 }
 
-/// Whether the status is a failure to connect (refused, unreachable), read from the
-/// error kinds of its source chain: the request was never sent.
+/// Whether the status is a failure to connect (refused, unreachable, timed out, the
+/// TLS handshake), read from its source chain: the request was never sent. tonic
+/// wraps every error of making a connection in `ConnectError`.
 fn never_connected(status: &Status) -> bool {
     use std::io::ErrorKind;
     let mut source = std::error::Error::source(status);
     while let Some(error) = source {
+        if error.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
         if let Some(io) = error.downcast_ref::<std::io::Error>() {
             return matches!(
                 io.kind(),
@@ -860,6 +864,19 @@ mod tests {
         assert_eq!(client.preferred_endpoint(), "n1:1");
         client.rotate("n1:1");
         assert_eq!(client.preferred_endpoint(), "n2:1");
+    }
+
+    /// A connection that timed out while it was being made never carried the request:
+    /// the next node is tried, and the request is not counted as sent (a deadline on
+    /// a request that was sent is).
+    #[test]
+    fn a_connect_timeout_is_a_request_never_sent() {
+        let timed_out = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out");
+        let status = Status::from_error(Box::new(tonic::ConnectError(Box::new(timed_out))));
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(shape(classify(&status, "n1", None)), "redirect to None");
+        let sent = Status::deadline_exceeded("no answer in time");
+        assert_eq!(shape(classify(&sent, "n1", None)), "lost");
     }
 
     #[test]
