@@ -533,7 +533,11 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         }
         if let Some(rolling) = &mut upgrade {
             let faulted = in_effect.as_ref().map(|(fault, _, _)| fault.node());
-            let ready = |id: u64| nodes.serving(id) && faulted != Some(id);
+            // README "Upgrading": the next node is stopped only once every node serves
+            // again; stopping one while another is down or being replaced takes the
+            // quorum away until the stopped one is back.
+            let whole = (1..=options.nodes).all(|other| nodes.serving(other));
+            let ready = |id: u64| whole && faulted != Some(id);
             let goal = || leaders(&nodes).first().map(|leader| applied_index(leader));
             let applied = |id: u64| nodes.node(id).replica.lock().unwrap().as_ref().map(applied_index);
             let gap_ms = || random.random_range(200..1_500);
