@@ -41,6 +41,7 @@
 //!   certificate) turned into a `Client`.
 //! * `duration` — human durations for the CLI ("10s", "500ms").
 
+pub mod calendar;
 pub mod certs;
 pub mod client;
 pub mod duration;

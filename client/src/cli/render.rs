@@ -156,16 +156,7 @@ fn bytes_text(bytes: u64) -> String {
 /// `2026-12-02T14:03:05.120Z`.
 pub fn unix_ms_text(unix_ms: u64) -> String {
     let (days, ms_of_day) = ((unix_ms / 86_400_000) as i64, unix_ms % 86_400_000);
-    // Days since 1970-01-01 to a civil date (the proleptic Gregorian calendar).
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = leasehold::calendar::date_of_unix_day(days);
     let (hours, minutes) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60);
     let (seconds, millis) = (ms_of_day / 1_000 % 60, ms_of_day % 1_000);
     format!("{year:04}-{month:02}-{day:02}T{hours:02}:{minutes:02}:{seconds:02}.{millis:03}Z")
