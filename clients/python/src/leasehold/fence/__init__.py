@@ -51,7 +51,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Optional, Protocol, Tuple, Union, runtime_checkable
+from typing import Optional, Protocol, Tuple, TypeVar, Union, runtime_checkable
 
 #: The largest value of an SQL BIGINT.
 SQL_BIGINT_MAX = 2**63 - 1
@@ -281,6 +281,18 @@ class _Adapter:
 
     def _fence(self, resource: str, token: FencingToken, mode: Mode, value: Optional[bytes]) -> Outcome:
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Closes what the adapter opened itself (not a connection it was given)."""
+
+    def __enter__(self: _SelfAdapter) -> _SelfAdapter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+_SelfAdapter = TypeVar("_SelfAdapter", bound=_Adapter)
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")

@@ -151,12 +151,6 @@ class EtcdFence(_Adapter):
     def close(self) -> None:
         """Nothing to close: every call is a request of its own."""
 
-    def __enter__(self) -> "EtcdFence":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
 
 def _response(answer: Mapping[str, Any], index: int, kind: str) -> Dict[str, Any]:
     """The `index`-th response of a transaction's answer, of `kind` (`response_range`…)."""

@@ -541,12 +541,6 @@ class HttpFence(_Adapter):
     def close(self) -> None:
         """Nothing to close: every call is a request of its own."""
 
-    def __enter__(self) -> "HttpFence":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
 
 def _excerpt(body: bytes) -> str:
     return body[:200].decode("utf-8", "replace").strip()

@@ -229,12 +229,6 @@ class MysqlFence(_Adapter):
                 if self._connection.open:
                     self._connection.close()
 
-    def __enter__(self) -> "MysqlFence":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
 
 def _older(mode: Mode) -> str:
     return "<" if mode is Mode.ONCE_PER_GRANT else "<="

@@ -194,9 +194,3 @@ class PostgresFence(_Adapter):
         """Closes the connection if the adapter opened it (not one it was given)."""
         if self._conninfo is not None:
             self._connection.close()
-
-    def __enter__(self) -> "PostgresFence":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

@@ -135,9 +135,3 @@ class RedisFence(_Adapter):
         """Closes the client if the adapter made it (not one it was given)."""
         if self._owned:
             self._client.close()
-
-    def __enter__(self) -> "RedisFence":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

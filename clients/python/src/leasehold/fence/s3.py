@@ -274,12 +274,6 @@ class S3Fence(_Adapter):
         if self._owned:
             self._client.close()
 
-    def __enter__(self) -> "S3Fence":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
 
 def _status_and_code(error: Any) -> Tuple[Optional[int], str]:
     """The HTTP status and S3 error code of a botocore `ClientError`."""

@@ -188,12 +188,6 @@ class SqliteFence(_Adapter):
             with self._lock:
                 self._connection.close()
 
-    def __enter__(self) -> "SqliteFence":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
 
 def _older(mode: Mode) -> str:
     return "<" if mode is Mode.ONCE_PER_GRANT else "<="
