@@ -795,6 +795,17 @@ impl TestCluster {
         crate::https::get(address, Some(&self.credentials.ca_file), Some(&token), "/metrics").await
     }
 
+    /// `GET path` from node `id`'s metrics port (a health probe), with the scrape
+    /// token or with no credential.
+    pub async fn probe(&self, id: u64, path: &str, with_token: bool) -> anyhow::Result<crate::https::Answer> {
+        let address = self.nodes[&id].metrics_addr.as_deref().ok_or_else(|| anyhow::anyhow!("no metrics address"))?;
+        let token = match with_token {
+            true => Some(leasehold::settings::read_token_file(&self.credentials.scrape_token_file)?),
+            false => None,
+        };
+        crate::https::get(address, Some(&self.credentials.ca_file), token.as_deref(), path).await
+    }
+
     pub async fn status(&self, id: u64) -> Option<StatusResponse> {
         let endpoints = vec![self.nodes[&id].client_addr.clone()];
         let client = self.credentials.settings(endpoints, true).client().expect("valid client settings");

@@ -97,6 +97,12 @@ pub struct RawConfig {
     #[arg(long)]
     #[serde(default)]
     pub metrics_per_tenant: bool,
+    /// Answer the health probes on the metrics port (`/livez`, `/readyz`) without a
+    /// credential, with `ok` or `not ok` and nothing else (for Kubernetes probes and
+    /// load balancers, which send no token). With the scrape token they also say why.
+    #[arg(long)]
+    #[serde(default)]
+    pub probes_without_token: bool,
     /// Address of the live status page, host:port: HTTPS with the client port's
     /// certificate (HTTP with --insecure-plaintext), read-only, behind the admin
     /// credential. Off if unset.
@@ -258,6 +264,7 @@ impl RawConfig {
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
             metrics_token_file: self.metrics_token_file.or(file.metrics_token_file),
             metrics_per_tenant: self.metrics_per_tenant || file.metrics_per_tenant,
+            probes_without_token: self.probes_without_token || file.probes_without_token,
             status_addr: self.status_addr.or(file.status_addr),
             worker_threads: self.worker_threads.or(file.worker_threads),
             test_clock_knob: self.test_clock_knob || file.test_clock_knob,
@@ -320,6 +327,8 @@ pub struct Config {
     pub metrics_token_file: Option<PathBuf>,
     /// Series per tenant and per name (--metrics-per-tenant).
     pub metrics_per_tenant: bool,
+    /// The health probes answer without a credential (--probes-without-token).
+    pub probes_without_token: bool,
     pub status_bind: Option<SocketAddr>,
     pub worker_threads: usize,
     pub test_clock_knob: bool,
@@ -657,6 +666,7 @@ impl Config {
             metrics_bind,
             metrics_token_file: raw.metrics_token_file.clone(),
             metrics_per_tenant: raw.metrics_per_tenant,
+            probes_without_token: raw.probes_without_token,
             status_bind,
             worker_threads,
             test_clock_knob: raw.test_clock_knob,

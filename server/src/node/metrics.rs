@@ -231,44 +231,70 @@ pub const SCRAPE_LIMITS: HttpLimits = HttpLimits {
     lifetime_ms: Some(60_000),
 };
 
-/// Serves `GET /metrics` until `stopped`, within `SCRAPE_LIMITS`: over HTTPS when
-/// `tls`, to a scraper that `auth` lets scrape (`Auth::may_scrape`); series per
-/// tenant and per name only when `per_tenant`.
+/// Serves `GET /metrics` and the health probes (`/livez`, `/readyz`) until
+/// `stopped`, within `SCRAPE_LIMITS`: over HTTPS when `tls`, to a scraper that `auth`
+/// lets scrape (`Auth::may_scrape`); series per tenant and per name only when
+/// `per_tenant`; the probes' bare answer to anyone when `probes_open`.
 pub async fn serve(
     listener: TcpListener,
     replica: Arc<Replica>,
     auth: Arc<Auth>,
     tls: Option<Arc<ServerTls>>,
     per_tenant: bool,
+    probes_open: bool,
     stopped: watch::Receiver<bool>,
 ) {
     let refusals = Arc::new(LogLimiter::new(Duration::from_millis(REFUSAL_LOG_INTERVAL_MS)));
+    let stopping = stopped.clone();
     http::serve("metrics", listener, tls, SCRAPE_LIMITS, stopped, move |request: Request<Incoming>| {
-        let response = answer(&replica, &auth, &refusals, per_tenant, &request);
-        async move { response }
+        let (replica, auth, refusals, stopping) = (replica.clone(), auth.clone(), refusals.clone(), stopping.clone());
+        async move { answer(&replica, &auth, &refusals, per_tenant, probes_open, &stopping, &request).await }
     })
     .await
 }
 
-fn answer(
+async fn answer(
     replica: &Replica,
     auth: &Auth,
     refusals: &LogLimiter,
     per_tenant: bool,
+    probes_open: bool,
+    stopping: &watch::Receiver<bool>,
     request: &Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let token = http::bearer_token(request);
-    let (status, body) = if !auth.may_scrape(token) {
-        if refusals.allow() {
-            let what = if token.is_empty() { "no credential" } else { "a token that is not the scrape token" };
-            tracing::warn!(target: "audit", port = "metrics", what, "refused a scrape (logged at most once a second)");
+    let may_scrape = auth.may_scrape(token);
+    let is_stopping = *stopping.borrow();
+    let probe = match (request.method(), request.uri().path()) {
+        (&Method::GET, "/livez") => Some(Ok("the process serves".to_string())),
+        (&Method::GET, "/readyz") => Some(readiness(replica, is_stopping).await),
+        _ => None,
+    };
+    let (status, body) = match probe {
+        Some(verdict) if may_scrape || probes_open => {
+            let status = if verdict.is_ok() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+            let body = match (may_scrape, verdict) {
+                (true, Ok(why)) => format!("ok: {why}\n"),
+                (true, Err(why)) => format!("not ok: {why}\n"),
+                (false, Ok(_)) => "ok\n".to_string(),
+                (false, Err(_)) => "not ok\n".to_string(),
+            };
+            (status, body)
         }
-        (StatusCode::UNAUTHORIZED, "the metrics need the scrape token as `Authorization: Bearer <token>`\n".to_string())
-    } else {
-        match (request.method(), request.uri().path()) {
+        _ if !may_scrape => {
+            if refusals.allow() {
+                let what = if token.is_empty() { "no credential" } else { "a token that is not the scrape token" };
+                tracing::warn!(target: "audit", port = "metrics", what, "refused a scrape (logged at most once a second)");
+            }
+            (
+                StatusCode::UNAUTHORIZED,
+                "the metrics need the scrape token as `Authorization: Bearer <token>`\n".to_string(),
+            )
+        }
+        _ => match (request.method(), request.uri().path()) {
             (&Method::GET, "/metrics") => (StatusCode::OK, render(replica, per_tenant)),
-            _ => (StatusCode::NOT_FOUND, "only GET /metrics is served here\n".to_string()),
-        }
+            _ => (StatusCode::NOT_FOUND, "only GET /metrics, /livez and /readyz are served here\n".to_string()),
+        },
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
@@ -278,6 +304,47 @@ fn answer(
         headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"leasehold metrics\""));
     }
     response
+}
+
+/// Whether this node is ready to serve (`/readyz`): Raft runs, the node is a member,
+/// knows a leader (and, leading, heard a quorum within two maximal election
+/// timeouts), has applied every entry it knows committed, and is not stopping. Ok
+/// says what it is, Err what it lacks.
+pub async fn readiness(replica: &Replica, stopping: bool) -> Result<String, String> {
+    if stopping {
+        return Err("the node is stopping".to_string());
+    }
+    let committed = replica
+        .raft
+        .with_raft_state(|state| state.committed.map(|log_id| log_id.index).unwrap_or(0))
+        .await
+        .map_err(|_| "Raft is not running on this node (it stopped on a fatal error, or the node is stopping)")?;
+    let metrics = replica.raft.metrics().borrow().clone();
+    let me = metrics.id;
+    if !metrics.membership_config.membership().nodes().any(|(id, _)| *id == me) {
+        return Err(format!("node {me} is not a member of the cluster (not added yet, or removed)"));
+    }
+    let Some(leader) = metrics.current_leader else {
+        return Err(format!("node {me} knows no leader (term {})", metrics.current_term));
+    };
+    if metrics.state == ServerState::Leader {
+        let bound_ms = 2 * replica.raft.config().election_timeout_max;
+        match metrics.millis_since_quorum_ack {
+            Some(ms) if ms <= bound_ms => {}
+            heard => {
+                return Err(format!(
+                    "node {me} leads but has not heard a quorum within {bound_ms} ms (last: {})",
+                    heard.map_or("never".to_string(), |ms| format!("{ms} ms ago"))
+                ))
+            }
+        }
+    }
+    let applied = metrics.last_applied.map_or(0, |log_id| log_id.index);
+    if applied < committed {
+        return Err(format!("node {me} applied {applied} of the {committed} entries it knows committed"));
+    }
+    let role = if leader == me { "leader".to_string() } else { format!("follower of node {leader}") };
+    Ok(format!("node {me}, {role}, term {}, applied {applied}", metrics.current_term))
 }
 
 /// What this node did as leader with each tenant's commands: queued now, admitted to

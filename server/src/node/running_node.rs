@@ -481,8 +481,9 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         Some(listener) => {
             let address = listener.local_addr().ok();
             let tls = node_tls.as_ref().and_then(|tls| tls.metrics_port.clone());
-            let per_tenant = config.metrics_per_tenant;
-            let serve = metrics::serve(listener, replica.clone(), auth.clone(), tls, per_tenant, stopped.clone());
+            let (per_tenant, probes_open) = (config.metrics_per_tenant, config.probes_without_token);
+            let serve =
+                metrics::serve(listener, replica.clone(), auth.clone(), tls, per_tenant, probes_open, stopped.clone());
             tasks.push(essential.spawn("metrics server", serve));
             address
         }
