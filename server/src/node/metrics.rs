@@ -246,11 +246,47 @@ pub async fn serve(
 ) {
     let refusals = Arc::new(LogLimiter::new(Duration::from_millis(REFUSAL_LOG_INTERVAL_MS)));
     let stopping = stopped.clone();
+    let verdicts = Arc::new(Readiness::default());
     http::serve("metrics", listener, tls, SCRAPE_LIMITS, stopped, move |request: Request<Incoming>| {
         let (replica, auth, refusals, stopping) = (replica.clone(), auth.clone(), refusals.clone(), stopping.clone());
-        async move { answer(&replica, &auth, &refusals, per_tenant, probes_open, &stopping, &request).await }
+        let verdicts = verdicts.clone();
+        async move {
+            let probes = Probes { open: probes_open, stopping: &stopping, verdicts: &verdicts };
+            answer(&replica, &auth, &refusals, per_tenant, probes, &request).await
+        }
     })
     .await
+}
+
+/// How long a `/readyz` verdict is reused: the probes may be open to anyone, and
+/// each fresh verdict asks Raft's core (the loop every tenant's writes go through)
+/// for its committed index, so a flood of probes asks it at most 4 times a second.
+const READINESS_REUSE: Duration = Duration::from_millis(250);
+
+/// The last `/readyz` verdict and when it was reached; the lock is held while one is
+/// reached, so probes that come meanwhile wait for it rather than ask Raft too.
+#[derive(Default)]
+struct Readiness(tokio::sync::Mutex<Option<(std::time::Instant, Result<String, String>)>>);
+
+impl Readiness {
+    async fn verdict(&self, replica: &Replica) -> Result<String, String> {
+        let mut last = self.0.lock().await;
+        if let Some((at, verdict)) = last.as_ref() {
+            if at.elapsed() < READINESS_REUSE {
+                return verdict.clone();
+            }
+        }
+        let verdict = readiness(replica).await;
+        *last = Some((std::time::Instant::now(), verdict.clone()));
+        verdict
+    }
+}
+
+/// How the probes answer: to anyone (`open`), not ready once `stopping`.
+struct Probes<'a> {
+    open: bool,
+    stopping: &'a watch::Receiver<bool>,
+    verdicts: &'a Readiness,
 }
 
 async fn answer(
@@ -258,20 +294,20 @@ async fn answer(
     auth: &Auth,
     refusals: &LogLimiter,
     per_tenant: bool,
-    probes_open: bool,
-    stopping: &watch::Receiver<bool>,
+    probes: Probes<'_>,
     request: &Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let token = http::bearer_token(request);
     let may_scrape = auth.may_scrape(token);
-    let is_stopping = *stopping.borrow();
+    let is_stopping = *probes.stopping.borrow();
     let probe = match (request.method(), request.uri().path()) {
         (&Method::GET, "/livez") => Some(Ok("the process serves".to_string())),
-        (&Method::GET, "/readyz") => Some(readiness(replica, is_stopping).await),
+        (&Method::GET, "/readyz") if is_stopping => Some(Err("the node is stopping".to_string())),
+        (&Method::GET, "/readyz") => Some(probes.verdicts.verdict(replica).await),
         _ => None,
     };
     let (status, body) = match probe {
-        Some(verdict) if may_scrape || probes_open => {
+        Some(verdict) if may_scrape || probes.open => {
             let status = if verdict.is_ok() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
             let body = match (may_scrape, verdict) {
                 (true, Ok(why)) => format!("ok: {why}\n"),
@@ -308,12 +344,9 @@ async fn answer(
 
 /// Whether this node is ready to serve (`/readyz`): Raft runs, the node is a member,
 /// knows a leader (and, leading, heard a quorum within two maximal election
-/// timeouts), has applied every entry it knows committed, and is not stopping. Ok
-/// says what it is, Err what it lacks.
-pub async fn readiness(replica: &Replica, stopping: bool) -> Result<String, String> {
-    if stopping {
-        return Err("the node is stopping".to_string());
-    }
+/// timeouts), and has applied every entry it knows committed. Ok says what it is,
+/// Err what it lacks.
+pub async fn readiness(replica: &Replica) -> Result<String, String> {
     let committed = replica
         .raft
         .with_raft_state(|state| state.committed.map(|log_id| log_id.index).unwrap_or(0))
