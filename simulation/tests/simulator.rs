@@ -76,7 +76,7 @@ fn control_is_found(bug: &str, seeds: &str, first: &str, check: &str) {
 /// the first-heard rule off it is taken back instead of stopping with code 4.
 #[test]
 fn the_unrecorded_incarnation_control_is_found_by_the_refusal_check() {
-    control_is_found("unrecorded-incarnation", "1", "26", "refused-nodes: wipe: node");
+    control_is_found("unrecorded-incarnation", "1", "102", "refused-nodes: wipe: node");
 }
 
 /// A replacement whose first add is given up, retried on an emptied directory: with

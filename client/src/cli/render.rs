@@ -55,6 +55,7 @@ pub fn status(rows: &[(String, Result<pb::StatusResponse, Error>)], as_json: boo
                     "insecure_plaintext": status.insecure_plaintext,
                     "cluster_id": status.cluster_id, "incarnation": status.incarnation,
                     "disk_free_bytes": status.disk_free_bytes, "disk_reserve_bytes": status.disk_reserve_bytes,
+                    "round_trips": round_trips_json(status),
                 }),
                 Err(error) => json!({"endpoint": endpoint, "reachable": false, "error": error.to_string()}),
             })
@@ -130,11 +131,57 @@ pub fn status(rows: &[(String, Result<pb::StatusResponse, Error>)], as_json: boo
     {
         let _ = writeln!(text, "cluster id: {cluster_id}");
     }
+    text.push_str(&round_trips(rows));
     if let Some(known_members) = &known_members {
         text.push('\n');
         text.push_str(&members(known_members, false));
     }
     text
+}
+
+/// The round trips a node measured to each other member (absent: not measured).
+fn round_trips_json(status: &pb::StatusResponse) -> Value {
+    let measured = status.members.iter().filter_map(|member| {
+        let trip = member.round_trip.as_ref()?;
+        Some(json!({"peer": member.node_id, "median_us": trip.median_us, "last_us": trip.last_us,
+            "samples": trip.samples, "measured_ms_ago": trip.measured_ms_ago}))
+    });
+    Value::Array(measured.collect())
+}
+
+/// Under `status`: per node that answered, the round trip it measures to each other
+/// member. Nothing when no node reported one (a tenant asked, or builds before it).
+fn round_trips(rows: &[(String, Result<pb::StatusResponse, Error>)]) -> String {
+    let answered: Vec<&pb::StatusResponse> = rows.iter().filter_map(|(_, row)| row.as_ref().ok()).collect();
+    if !answered.iter().any(|status| status.members.iter().any(|member| member.round_trip.is_some())) {
+        return String::new();
+    }
+    let mut text = "round trips (median of the recent ones, as each node measures them):\n".to_string();
+    for status in answered {
+        let peers: Vec<String> = (status.members.iter())
+            .filter(|member| member.node_id != status.node_id)
+            .map(|member| match &member.round_trip {
+                Some(trip) => format!(
+                    "to node {} {} ({:.1} s ago)",
+                    member.node_id,
+                    round_trip_text(trip.median_us),
+                    trip.measured_ms_ago as f64 / 1000.0
+                ),
+                None => format!("to node {} not measured", member.node_id),
+            })
+            .collect();
+        let _ = writeln!(text, "  node {}: {}", status.node_id, peers.join(", "));
+    }
+    text
+}
+
+/// "0.31 ms", "42 ms": a round trip for people.
+fn round_trip_text(us: u64) -> String {
+    if us < 10_000 {
+        format!("{:.2} ms", us as f64 / 1000.0)
+    } else {
+        format!("{} ms", (us + 500) / 1000)
+    }
 }
 
 /// "1.5 MiB": a byte count for people.
@@ -630,6 +677,35 @@ payments  12/10000  24/10000  0/10000         4096       2       500/s
     }
 
     #[test]
+    fn status_shows_the_round_trip_each_node_measures_to_each_other_member() {
+        let member = |node_id: u64, round_trip: Option<pb::RoundTrip>| pb::Member {
+            node_id,
+            role: "voter".to_string(),
+            round_trip,
+            ..Default::default()
+        };
+        let trip = |median_us: u64| pb::RoundTrip { median_us, last_us: median_us, samples: 16, measured_ms_ago: 40 };
+        let node =
+            |node_id: u64, members: Vec<pb::Member>| pb::StatusResponse { node_id, members, ..Default::default() };
+        let rows = vec![
+            (
+                "a:1".to_string(),
+                Ok(node(1, vec![member(1, None), member(2, Some(trip(310))), member(3, Some(trip(42_400)))])),
+            ),
+            ("b:2".to_string(), Ok(node(2, vec![member(1, Some(trip(290))), member(2, None), member(3, None)]))),
+        ];
+        let text = status(&rows, false);
+        assert!(text.contains("  node 1: to node 2 0.31 ms (0.0 s ago), to node 3 42 ms (0.0 s ago)\n"), "{text}");
+        assert!(text.contains("  node 2: to node 1 0.29 ms (0.0 s ago), to node 3 not measured\n"), "{text}");
+        let json: Value = serde_json::from_str(&status(&rows, true)).unwrap();
+        assert_eq!(json["nodes"][0]["round_trips"][1]["peer"], 3);
+        assert_eq!(json["nodes"][0]["round_trips"][1]["median_us"], 42_400);
+        assert_eq!(json["nodes"][1]["round_trips"].as_array().map(Vec::len), Some(1));
+        let unmeasured = vec![("a:1".to_string(), Ok(node(1, vec![member(1, None), member(2, None)])))];
+        assert!(!status(&unmeasured, false).contains("round trips"), "a tenant's answer, or an older build's");
+    }
+
+    #[test]
     fn an_unreachable_node_is_a_row_and_members_come_from_one_that_answered() {
         let answered = pb::StatusResponse {
             node_id: 1,
@@ -642,6 +718,7 @@ payments  12/10000  24/10000  0/10000         4096       2       500/s
                 peer_addr: "127.0.0.1:7201".to_string(),
                 role: "voter".to_string(),
                 incarnation: 42,
+                round_trip: None,
             }],
             cluster_id: "00ab".to_string(),
             ..Default::default()

@@ -154,6 +154,7 @@ pub fn members(metrics: &RaftMetrics, record: &ClusterRecord) -> Vec<pb::Member>
             peer_addr: node.peer_addr.clone(),
             role: if voters.contains(id) { "voter" } else { "learner" }.to_string(),
             incarnation: record.incarnation(*id).unwrap_or(0),
+            round_trip: None,
         })
         .collect()
 }
@@ -332,7 +333,7 @@ fn for_a_tenant(status: pb::StatusResponse) -> pb::StatusResponse {
     let members = status
         .members
         .into_iter()
-        .map(|member| pb::Member { peer_addr: String::new(), incarnation: 0, ..member })
+        .map(|member| pb::Member { peer_addr: String::new(), incarnation: 0, round_trip: None, ..member })
         .collect();
     pb::StatusResponse {
         members,
@@ -428,7 +429,7 @@ impl Admin for AdminService {
             commit_index,
             applied_index: metrics.last_applied.map(|log_id| log_id.index).unwrap_or(0),
             snapshot_index: metrics.snapshot.map(|log_id| log_id.index).unwrap_or(0),
-            members: members(&metrics, &record),
+            members: convert::with_round_trips(members(&metrics, &record), self.network.round_trips()),
             cluster_name: self.replica.cluster_name.clone(),
             insecure_plaintext: self.insecure_plaintext,
             state_bytes,

@@ -12,6 +12,7 @@ use crate::machine::limits::{
     SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN,
 };
 use crate::machine::{Command, CommandError, ErrorKind, RequestId, ResourceKind, SessionId, TenantId};
+use crate::raft::round_trips::RoundTrips;
 
 /// A blocking acquire waits at most this long per request; a client that wants to
 /// wait longer sends the same request again.
@@ -292,6 +293,23 @@ pub fn command_error(error: CommandError) -> Status {
     let metadata: Vec<(&str, String)> =
         error.metadata.iter().map(|(key, value)| (key.as_str(), value.clone())).collect();
     error_status(reason, error.message, &metadata)
+}
+
+/// The members of a Status answer with the round trip this node measured to each
+/// (`raft::round_trips`); a member not measured (and this node) has none.
+pub fn with_round_trips(members: Vec<pb::Member>, round_trips: &RoundTrips) -> Vec<pb::Member> {
+    members
+        .into_iter()
+        .map(|member| pb::Member {
+            round_trip: round_trips.of(member.node_id).map(|round_trip| pb::RoundTrip {
+                median_us: round_trip.median_us,
+                last_us: round_trip.last_us,
+                samples: round_trip.samples,
+                measured_ms_ago: round_trip.since_ms,
+            }),
+            ..member
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! so the hot paths do no bookkeeping for them.
 
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -162,6 +163,48 @@ pub fn render(replica: &Replica, per_tenant: bool) -> String {
     text
 }
 
+/// Per member this node measured a round trip to (`raft::round_trips`): the median of
+/// the recent ones, how old the last is, and whether this node's timings are too
+/// short for it.
+fn render_round_trips(
+    text: &mut String,
+    replica: &Replica,
+    metrics: &crate::raft::types::RaftMetrics,
+    round_trips: &RoundTrips,
+) {
+    let me = metrics.id;
+    let measured: Vec<(u64, round_trips::RoundTrip)> = (metrics.membership_config.membership().nodes())
+        .filter(|(id, _)| **id != me)
+        .filter_map(|(id, _)| round_trips.of(*id).map(|round_trip| (*id, round_trip)))
+        .collect();
+    let timings = Timings::of(&replica.raft);
+    let mut series = |metric: &str, help: &str, value: &dyn Fn(&round_trips::RoundTrip) -> String| {
+        let _ = writeln!(text, "# HELP {metric} {help}\n# TYPE {metric} gauge");
+        for (peer, round_trip) in &measured {
+            let _ = writeln!(text, "{metric}{{peer=\"{peer}\"}} {}", value(round_trip));
+        }
+    };
+    series(
+        "leasehold_peer_rtt_seconds",
+        "The median of the recent round trips to each member, as this node measures them (empty AppendEntries as \
+         leader, Ping probes otherwise).",
+        &|round_trip| format!("{:.6}", round_trip.median_us as f64 / 1e6),
+    );
+    series("leasehold_peer_rtt_age_seconds", "Since the last round trip to each member was measured.", &|round_trip| {
+        format!("{:.3}", round_trip.since_ms as f64 / 1e3)
+    });
+    series(
+        "leasehold_peer_timings_too_short",
+        &format!(
+            "1 when this node's heartbeat_ms is under {} round trips to the member, or its election_timeout_min_ms \
+             under {}.",
+            round_trips::HEARTBEAT_ROUND_TRIPS_MIN,
+            round_trips::ELECTION_TIMEOUT_ROUND_TRIPS_MIN
+        ),
+        &|round_trip| u8::from(round_trips::too_short(timings, round_trip.median_us).is_some()).to_string(),
+    );
+}
+
 /// The series that name tenants and semaphores (`--metrics-per-tenant`): usage per
 /// tenant, holders, waiters and limits per semaphore, what the leader did with each
 /// tenant's commands, and the semaphore wait histograms.
@@ -238,6 +281,7 @@ pub const SCRAPE_LIMITS: HttpLimits = HttpLimits {
 pub async fn serve(
     listener: TcpListener,
     replica: Arc<Replica>,
+    round_trips: Arc<RoundTrips>,
     auth: Arc<Auth>,
     tls: Option<Arc<ServerTls>>,
     per_tenant: bool,
@@ -249,10 +293,10 @@ pub async fn serve(
     let verdicts = Arc::new(Readiness::default());
     http::serve("metrics", listener, tls, SCRAPE_LIMITS, stopped, move |request: Request<Incoming>| {
         let (replica, auth, refusals, stopping) = (replica.clone(), auth.clone(), refusals.clone(), stopping.clone());
-        let verdicts = verdicts.clone();
+        let (verdicts, round_trips) = (verdicts.clone(), round_trips.clone());
         async move {
             let probes = Probes { open: probes_open, stopping: &stopping, verdicts: &verdicts };
-            answer(&replica, &auth, &refusals, per_tenant, probes, &request).await
+            answer(&replica, &round_trips, &auth, &refusals, per_tenant, probes, &request).await
         }
     })
     .await
@@ -291,6 +335,7 @@ struct Probes<'a> {
 
 async fn answer(
     replica: &Replica,
+    round_trips: &RoundTrips,
     auth: &Auth,
     refusals: &LogLimiter,
     per_tenant: bool,
@@ -328,7 +373,7 @@ async fn answer(
             )
         }
         _ => match (request.method(), request.uri().path()) {
-            (&Method::GET, "/metrics") => (StatusCode::OK, render(replica, per_tenant)),
+            (&Method::GET, "/metrics") => (StatusCode::OK, render(replica, round_trips, per_tenant)),
             _ => (StatusCode::NOT_FOUND, "only GET /metrics, /livez and /readyz are served here\n".to_string()),
         },
     };

@@ -482,8 +482,16 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
             let address = listener.local_addr().ok();
             let tls = node_tls.as_ref().and_then(|tls| tls.metrics_port.clone());
             let (per_tenant, probes_open) = (config.metrics_per_tenant, config.probes_without_token);
-            let serve =
-                metrics::serve(listener, replica.clone(), auth.clone(), tls, per_tenant, probes_open, stopped.clone());
+            let serve = metrics::serve(
+                listener,
+                replica.clone(),
+                network.round_trips().clone(),
+                auth.clone(),
+                tls,
+                per_tenant,
+                probes_open,
+                stopped.clone(),
+            );
             tasks.push(essential.spawn("metrics server", serve));
             address
         }
@@ -521,6 +529,8 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
     tasks.push(essential.spawn("expiry", expiry));
     tasks.push(essential.spawn("Raft watch", stop_on_fatal(raft.clone(), stopped.clone(), exit.clone())));
     tasks.push(essential.spawn("disk watch", watch_disk(disk, config.data_dir.clone(), stopped.clone())));
+    // Not essential: the round trips are shown and judged, never needed.
+    tasks.push(tokio::spawn(round_trips::run(raft.clone(), network.clone(), stopped.clone())));
     let recorder = record_members(
         replica.clone(),
         incarnations.clone(),

@@ -28,6 +28,8 @@
 //!   entry, and how an entry is filled from them (deficit round-robin).
 //! * `network` — Raft RPCs to peers over tonic.
 //! * `peer_service` — the `Peer` gRPC service: Raft RPCs from peers.
+//! * `round_trips` — the round trip to each peer (heartbeats, probes), and whether
+//!   the heartbeat and election timeouts leave room for it.
 //! * `backup` — the backup file: the state at one index, with a checksum.
 //! * `incarnations` — each member's incarnation on every peer message and answer,
 //!   and the checks that keep a wiped node from counting as the member it was.
@@ -47,6 +49,7 @@ pub mod peer_service;
 pub mod quiet_deadlines;
 pub mod rates;
 pub mod replica;
+pub mod round_trips;
 pub mod runtime;
 pub mod state_machine_store;
 pub mod storage;

@@ -16,7 +16,7 @@ use rustls_pki_types::ServerName;
 use tokio::net::TcpSocket;
 
 use leasehold_proto::peer_client::PeerClient;
-use leasehold_proto::RaftMessage;
+use leasehold_proto::{PingRequest, RaftMessage};
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -33,6 +33,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::raft::codec;
 use crate::raft::incarnations::Incarnations;
+use crate::raft::round_trips::{RoundTrips, Slot, PROBE_TIMEOUT_MS};
 use crate::raft::types::{Node, NodeId, TypeConfig};
 use crate::shell::peer_contacts::{Heard, PeerContacts};
 use crate::shell::sockets::{self, Sockets};
@@ -71,6 +72,8 @@ struct NetworkInner {
     incarnations: Arc<Incarnations>,
     /// When each peer last answered, for the status page.
     contacts: Arc<PeerContacts>,
+    /// The round trips of heartbeats and probes to each peer.
+    round_trips: Arc<RoundTrips>,
     /// How far each follower acknowledged this node's log, under which leader vote:
     /// a follower that later lacks an entry it acknowledged under the same leader lost
     /// its log (see `Acknowledged`).
@@ -123,6 +126,7 @@ impl Network {
                 dialing,
                 incarnations,
                 contacts,
+                round_trips: Arc::default(),
                 acknowledged: Mutex::new(BTreeMap::new()),
             }),
         }
@@ -188,6 +192,34 @@ impl Network {
             tonic::Request::new(leasehold_proto::ReplicationRequest { cluster_name: self.cluster_name().to_string() });
         request.set_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS));
         client.replication(request).await.map(tonic::Response::into_inner)
+    }
+
+    /// The round trips measured to each peer (`raft::round_trips`).
+    pub fn round_trips(&self) -> &Arc<RoundTrips> {
+        &self.inner.round_trips
+    }
+
+    /// Measures the round trip to `target` with a Ping, recorded with the others to
+    /// it. An UNIMPLEMENTED answer (a build before Ping, during a rolling upgrade)
+    /// came back over the network as well, and counts; any other failure is not a
+    /// round trip, and the next probe tries again.
+    pub async fn probe(&self, target: NodeId, address: &str) {
+        let Some(mut client) = self.client(target, address) else {
+            return;
+        };
+        let round_trips = &self.inner.round_trips;
+        let mut request = tonic::Request::new(PingRequest { cluster_name: self.cluster_name().to_string() });
+        let timeout = Duration::from_millis(PROBE_TIMEOUT_MS);
+        request.set_timeout(timeout);
+        let sent_us = round_trips.now_us();
+        match tokio::time::timeout(timeout, client.ping(request)).await {
+            Ok(Ok(_)) => round_trips.record(&round_trips.slot(target), sent_us),
+            Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+                round_trips.record(&round_trips.slot(target), sent_us)
+            }
+            Ok(Err(status)) => tracing::debug!(target, %status, "a round-trip probe failed"),
+            Err(_) => tracing::debug!(target, "a round-trip probe was not answered in time"),
+        }
     }
 
     fn cluster_name(&self) -> &str {
@@ -273,6 +305,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             incarnations: self.inner.incarnations.clone(),
             contacts: self.inner.contacts.clone(),
             heard: self.inner.contacts.slot(target),
+            round_trips: self.inner.round_trips.clone(),
+            round_trip: self.inner.round_trips.slot(target),
             client,
         }
     }
@@ -288,6 +322,10 @@ pub struct PeerConnection {
     contacts: Arc<PeerContacts>,
     /// This target's slot in `contacts`, looked up once per connection.
     heard: Heard,
+    /// The round trips of empty AppendEntries (heartbeats), recorded on its time.
+    round_trips: Arc<RoundTrips>,
+    /// This target's slot in `round_trips`, looked up once per connection.
+    round_trip: Slot,
     /// None when the address could not even be parsed; every RPC then fails.
     client: Option<PeerClient<Channel>>,
 }
@@ -311,14 +349,16 @@ impl PeerConnection {
         Response: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        self.send(kind, codec::encode(request), option).await
+        self.send(kind, codec::encode(request), false, option).await
     }
 
-    /// Sends one encoded Raft message and decodes the answer.
+    /// Sends one encoded Raft message and decodes the answer; the round trip is
+    /// recorded when `timed` (an empty AppendEntries: see `raft::round_trips`).
     async fn send<Response, E>(
         &mut self,
         kind: RpcKind,
         payload: Vec<u8>,
+        timed: bool,
         option: &RPCOption,
     ) -> Result<Response, RPCError<NodeId, Node, RaftError<NodeId, E>>>
     where
@@ -335,6 +375,7 @@ impl PeerConnection {
         message.metadata_mut().insert(CLUSTER_HEADER, self.cluster.clone());
         self.incarnations.stamp_request(self.target, message.metadata_mut());
         let forgotten = self.incarnations.forgotten(self.target);
+        let sent_us = if timed { self.round_trips.now_us() } else { 0 };
         let reply = match kind {
             RpcKind::Vote => client.vote(message).await,
             RpcKind::AppendEntries => client.append_entries(message).await,
@@ -354,6 +395,9 @@ impl PeerConnection {
                     return Err(RPCError::Unreachable(Unreachable::new(&error(problem))));
                 }
                 self.contacts.heard_in(&self.heard);
+                if timed {
+                    self.round_trips.record(&self.round_trip, sent_us);
+                }
                 reply.into_inner()
             }
             Err(status) if status.code() == tonic::Code::Unavailable => {
@@ -423,7 +467,9 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         let vote = request.vote;
         let conflict_at = request.prev_log_id.map(|log_id| log_id.index);
         let sent_up_to = request.entries.last().map(|entry| entry.log_id.index).or(conflict_at);
-        let response: AppendEntriesResponse<NodeId> = self.send(RpcKind::AppendEntries, payload, &option).await?;
+        let heartbeat = request.entries.is_empty();
+        let response: AppendEntriesResponse<NodeId> =
+            self.send(RpcKind::AppendEntries, payload, heartbeat, &option).await?;
         match &response {
             AppendEntriesResponse::Success => {
                 if let Some(index) = sent_up_to {

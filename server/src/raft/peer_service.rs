@@ -1,5 +1,6 @@
-//! The `Peer` gRPC service: Raft RPCs from other nodes, and the leader's notice to a
-//! node it removed. Served on the peer address only.
+//! The `Peer` gRPC service: Raft RPCs from other nodes, the leader's notice to a
+//! node it removed, its replication progress, and the round-trip probe. Served on the
+//! peer address only.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +11,8 @@ use leasehold_proto::errors::error_status;
 use leasehold_proto::peer_server::Peer;
 use leasehold_proto::ErrorReason;
 use leasehold_proto::{
-    MemberProgress, RaftMessage, ReplicationRequest, ReplicationResponse, RetireRequest, RetireResponse,
+    MemberProgress, PingRequest, PingResponse, RaftMessage, ReplicationRequest, ReplicationResponse, RetireRequest,
+    RetireResponse,
 };
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest, VoteResponse};
 use openraft::Vote;
@@ -492,6 +494,15 @@ impl Peer for PeerService {
             last_log_index: metrics.last_log_index.unwrap_or(0),
             members,
         }))
+    }
+
+    /// A member measuring its round trip to this node (`raft::round_trips`): answered
+    /// at once, after the checks of a Replication question.
+    async fn ping(&self, request: Request<PingRequest>) -> Result<Response<PingResponse>, Status> {
+        let presented = self.presented_node(&request, "Ping")?;
+        self.check_member(&request, "Ping", presented)?;
+        self.check_cluster_named(&request.get_ref().cluster_name)?;
+        Ok(Response::new(PingResponse {}))
     }
 }
 

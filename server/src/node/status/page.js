@@ -47,6 +47,22 @@ function duration(ms) {
   return `${Math.floor(hours / 24)} d ${Math.floor(hours % 24)} h`;
 }
 
+// A round trip in microseconds: "0.31 ms", "42 ms".
+function roundTripText(us) {
+  const ms = us / 1000;
+  return ms < 10 ? `${ms.toFixed(2)} ms` : `${Math.round(ms)} ms`;
+}
+
+// This node's round trip to a member: the median of the recent ones, the last, and
+// how long ago that was measured.
+function roundTrip(member) {
+  if (member.is_this_node) return "—";
+  const trip = member.round_trip;
+  if (trip === null || trip === undefined) return "not measured";
+  return `${roundTripText(trip.median_us)} (median of ${trip.samples}; last ${roundTripText(trip.last_us)}, ` +
+    `${duration(trip.measured_ms_ago)} ago)`;
+}
+
 function holderText(holder) {
   return `${holder.client_name} (session ${holder.session})`;
 }
@@ -161,6 +177,7 @@ function draw(report) {
     cell(row, member.matched_index ?? "—", "number");
     cell(row, member.lag ?? "—", "number");
     cell(row, member.is_this_node ? "—" : duration(member.last_contact_ms));
+    cell(row, roundTrip(member));
     return row;
   });
   const replication = report.replication;
@@ -170,6 +187,8 @@ function draw(report) {
       : replication.reported_by === node.id
         ? "Matched index, lag and last contact are this node's, as the leader: what each member acknowledged and when it last answered."
         : `Matched index, lag and last contact as the leader (node ${replication.reported_by}) reports them.`;
+  $("members-note").textContent +=
+    " Round trips are this node's own: heartbeats when it leads, a probe a second otherwise.";
 
   fill("tenants", report.tenants, (tenant) => {
     const row = element("tr");

@@ -4,7 +4,8 @@
 //!
 //! The tables are the applied state, the same on every member up to its applied
 //! index. Replication progress (matched index, lag, last contact) is known to the
-//! leader only: a follower asks the leader for it on each refresh. Time since a
+//! leader only: a follower asks the leader for it on each refresh. The round trip to
+//! each member is this node's own measure (`raft::round_trips`). Time since a
 //! session's last keepalive is the leader's only too (keepalives reach the leader
 //! alone), and a follower's page does not show it.
 
@@ -102,6 +103,18 @@ struct MemberReport {
     /// Since the leader last heard from the member (an answer to a Raft message);
     /// none for the leader itself and for members never heard.
     last_contact_ms: Option<u64>,
+    /// The round trip from this node to the member, as this node measures it (not the
+    /// leader's, on a follower's page); none for this node and members not measured.
+    round_trip: Option<RoundTripReport>,
+}
+
+#[derive(Serialize)]
+struct RoundTripReport {
+    /// The median and the last of the recent round trips.
+    median_us: u64,
+    last_us: u64,
+    samples: u32,
+    measured_ms_ago: u64,
 }
 
 #[derive(Serialize)]
@@ -337,6 +350,14 @@ pub async fn report(replica: &Replica, contacts: &PeerContacts, network: &Networ
                     .ok()
                     .and_then(|progress| matched_index.map(|matched| progress.last_log_index.saturating_sub(matched))),
                 last_contact_ms: known.and_then(|known| known.1),
+                round_trip: (*id != metrics.id).then(|| network.round_trips().of(*id)).flatten().map(|round_trip| {
+                    RoundTripReport {
+                        median_us: round_trip.median_us,
+                        last_us: round_trip.last_us,
+                        samples: round_trip.samples,
+                        measured_ms_ago: round_trip.since_ms,
+                    }
+                }),
             }
         })
         .collect();
