@@ -708,6 +708,18 @@ impl Client {
             .map_err(|status| Error::from_status(&status))
     }
 
+    /// The disk fault knob of the fault suite on the node at `endpoint`: from now on
+    /// its fsyncs take `sync_delay_ms` longer (0 ends it). Refused unless the node was
+    /// started with --test-disk-knob.
+    pub async fn slow_disk(&self, endpoint: &str, sync_delay_ms: u64) -> Result<()> {
+        let mut admin = Client::admin(self.channel(endpoint)?);
+        admin
+            .slow_disk(pb::SlowDiskRequest { sync_delay_ms })
+            .await
+            .map(|_| ())
+            .map_err(|status| Error::from_status(&status))
+    }
+
     /// The whole replicated state at a linearizable point, as a backup file
     /// (`leasehold-server restore` reads it), with the admin credential. What arrived
     /// is checked against the size and SHA-256 the leader sent with the first piece.

@@ -235,6 +235,10 @@ async fn every_node_reports_the_replicated_state_and_the_leader_its_batching() {
         assert_eq!(value("leasehold_locks"), 1.0, "node {id}");
         assert!(value("leasehold_heap_free_bytes") >= 0.0 && value("leasehold_heap_trims_total") >= 0.0);
         assert!(value("leasehold_commands_proposed_total") >= value("leasehold_entries_proposed_total"));
+        // Every node, follower or leader, synced the entries it stored.
+        let syncs = value("leasehold_log_sync_seconds_count");
+        assert!(syncs >= 1.0, "node {id} counts its log's syncs: {syncs}");
+        assert_eq!(value("leasehold_log_sync_seconds_bucket{le=\"+Inf\"}"), syncs, "node {id}");
         commands_proposed += value("leasehold_commands_proposed_total");
     }
     assert!(commands_proposed >= 3.0, "the session, the lock and the permit were proposed: {commands_proposed}");

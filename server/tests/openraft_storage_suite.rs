@@ -26,7 +26,7 @@ fn stores(disk: Arc<dyn Disk>, blocking: Blocking) -> (LogStore, StateMachineSto
         blocking,
     )
     .expect("open the state machine store");
-    (LogStore::new(disk, blocking), state_machine)
+    (LogStore::new(disk, blocking, Default::default()), state_machine)
 }
 
 struct RocksBuilder;

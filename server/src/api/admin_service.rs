@@ -18,6 +18,7 @@ use crate::machine::{
     ClusterRecord, Command, QuotaChange, Quotas, RequestId, Response as MachineResponse, Shares, Tenant,
     COMMAND_LEVEL_END_SESSION, COMMAND_LEVEL_SHARES,
 };
+use crate::raft::disk::Disk;
 use crate::raft::incarnations::Incarnations;
 use crate::raft::network::Network;
 use crate::raft::replica::Replica;
@@ -25,6 +26,9 @@ use crate::raft::types::{Node, RaftMetrics, MEMBERS_MAX};
 use crate::shell::clock::RATE_PER_MILLE_MAX;
 use crate::shell::credentials::secret_hash;
 use crate::shell::entropy::Entropy;
+
+/// The most the disk fault knob adds to a sync.
+const SYNC_DELAY_MS_MAX: u64 = 10_000;
 
 pub struct AdminService {
     pub replica: Arc<Replica>,
@@ -35,6 +39,9 @@ pub struct AdminService {
     pub insecure_plaintext: bool,
     /// Whether the clock fault knob is enabled (--test-clock-knob).
     pub clock_knob: bool,
+    /// The disk whose syncs the disk fault knob slows (--test-disk-knob); `None` when
+    /// the knob is off.
+    pub disk_knob: Option<Arc<dyn Disk>>,
     /// This node's data directory's incarnation (shown in Status), and what the
     /// leader heard of each member's, which `member add` clears for the node it adds.
     pub incarnations: Arc<Incarnations>,
@@ -547,6 +554,29 @@ impl Admin for AdminService {
         tracing::warn!(rate_per_mille = request.rate_per_mille, jump_ms = request.jump_ms, "clock fault injected");
         self.replica.clock.skew(request.rate_per_mille, request.jump_ms);
         Ok(Response::new(pb::SkewClockResponse {}))
+    }
+
+    async fn slow_disk(&self, request: Request<pb::SlowDiskRequest>) -> Result<Response<pb::SlowDiskResponse>, Status> {
+        let who = self.auth.who("Admin.SlowDisk", &request)?;
+        who.require_admin("slow the disk")?;
+        let Some(disk) = &self.disk_knob else {
+            return Err(error_status(
+                ErrorReason::ClockKnobOff,
+                "the disk knob is off; start the node with --test-disk-knob",
+                &[],
+            ));
+        };
+        let delay_ms = request.into_inner().sync_delay_ms;
+        if delay_ms > SYNC_DELAY_MS_MAX {
+            return Err(convert::invalid_argument(format!(
+                "sync_delay_ms must be at most {SYNC_DELAY_MS_MAX}, got {delay_ms}"
+            )));
+        }
+        if !disk.slow_syncs(Duration::from_millis(delay_ms)) {
+            return Err(error_status(ErrorReason::ClockKnobOff, "this node's disk has no knob", &[]));
+        }
+        tracing::warn!(sync_delay_ms = delay_ms, "disk fault injected");
+        Ok(Response::new(pb::SlowDiskResponse {}))
     }
 
     async fn remove_member(

@@ -230,6 +230,17 @@ pub struct RawConfig {
     #[arg(long, hide = true, value_name = "NAME")]
     #[serde(default)]
     pub test_panic_on_lock: Option<String>,
+    /// Accept the `SlowDisk` admin RPC, which makes this node's fsyncs take longer.
+    /// For the fault-injection suite only.
+    #[arg(long, hide = true)]
+    #[serde(default)]
+    pub test_disk_knob: bool,
+    /// Listen for peers on this address while members dial --peer-addr: the fault
+    /// suite puts a delaying proxy there (its slow links). For the fault-injection
+    /// suite only.
+    #[arg(long, hide = true, value_name = "HOST:PORT")]
+    #[serde(default)]
+    pub test_peer_listen_addr: Option<String>,
     /// The lock-delay of locks and semaphore permits whose name starts with PREFIX,
     /// for acquires that do not ask for one (`PREFIX=MS`, repeated; the longest
     /// matching prefix wins; 0 is none; at most LOCK_DELAY_MS_MAX = 60000). After a
@@ -289,6 +300,8 @@ impl RawConfig {
             test_stream_outlives_rotation: self.test_stream_outlives_rotation || file.test_stream_outlives_rotation,
             test_command_level: self.test_command_level.or(file.test_command_level),
             test_panic_on_lock: self.test_panic_on_lock.or(file.test_panic_on_lock),
+            test_disk_knob: self.test_disk_knob || file.test_disk_knob,
+            test_peer_listen_addr: self.test_peer_listen_addr.or(file.test_peer_listen_addr),
             lock_delay_defaults: if self.lock_delay_defaults.is_empty() {
                 file.lock_delay_defaults
             } else {
@@ -351,6 +364,8 @@ pub struct Config {
     /// --test-command-level says lower.
     pub command_level: u32,
     pub test_panic_on_lock: Option<String>,
+    /// --test-disk-knob: the `SlowDisk` admin RPC is accepted.
+    pub test_disk_knob: bool,
     /// Lock-delays by name prefix, for acquires that ask for none (see
     /// `api::lock_delay`).
     pub lock_delay_defaults: Vec<(String, u64)>,
@@ -545,7 +560,10 @@ impl Config {
             (None, None) => return fail("--peer-addr is required for a node that is not an initial member"),
         };
         let client_bind = resolve("--client-addr", &client_addr)?;
-        let peer_bind = resolve("--peer-addr", &peer_addr)?;
+        let peer_bind = match &raw.test_peer_listen_addr {
+            Some(listen) => resolve("--test-peer-listen-addr", listen)?,
+            None => resolve("--peer-addr", &peer_addr)?,
+        };
         if client_bind == peer_bind {
             return fail(format!("the client and peer addresses must differ (both are {client_addr})"));
         }
@@ -684,6 +702,7 @@ impl Config {
             test_stream_outlives_rotation: raw.test_stream_outlives_rotation,
             command_level,
             test_panic_on_lock: raw.test_panic_on_lock,
+            test_disk_knob: raw.test_disk_knob,
             lock_delay_defaults: lock_delay_defaults(&raw.lock_delay_defaults)?,
             watches: crate::shell::watched::parse(&raw.watches, LOCK_NAME_BYTES_MAX, crate::machine::is_tenant_label)
                 .map_err(ConfigError)?,

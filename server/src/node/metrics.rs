@@ -20,15 +20,17 @@ use tokio::sync::watch;
 use crate::api::auth::Auth;
 use crate::machine::{TenantId, Usage};
 use crate::raft::replica::{Replica, COMMIT_WAIT_BUCKETS_SECONDS};
+use crate::raft::round_trips::{self, RoundTrips, Timings};
 use crate::shell::clock::LogLimiter;
+use crate::shell::disk::{SyncTimes, SYNC_BUCKETS_SECONDS};
 use crate::shell::http::{self, HttpLimits};
 use crate::shell::sources::{SourceLimits, REFUSAL_LOG_INTERVAL_MS};
 use crate::shell::tls::ServerTls;
 use crate::shell::wait_histograms::escape_label;
 
-/// The page: cluster-wide figures, and with `per_tenant` the series that name
-/// tenants and semaphores (`--metrics-per-tenant`).
-pub fn render(replica: &Replica, per_tenant: bool) -> String {
+/// The page: cluster-wide figures, the round trips to each member, and with
+/// `per_tenant` the series that name tenants and semaphores (`--metrics-per-tenant`).
+pub fn render(replica: &Replica, round_trips: &RoundTrips, per_tenant: bool) -> String {
     let metrics = replica.raft.metrics().borrow().clone();
     let (sessions, locks, elections, semaphores, tenants) = {
         let applied = replica.shared.applied.read().unwrap();
@@ -154,6 +156,8 @@ pub fn render(replica: &Replica, per_tenant: bool) -> String {
         "# HELP {name} Times the heap trimmer gave freed heap back to the system.\n# TYPE {name} counter\n{name} {}",
         crate::shell::memory::trims()
     );
+    log_syncs(&mut text, &replica.disk.log_syncs);
+    render_round_trips(&mut text, replica, &metrics, round_trips);
     if per_tenant {
         render_per_tenant(&mut text, replica, &semaphores, &tenants);
     }
@@ -480,4 +484,22 @@ fn render_tenant_admission(text: &mut String, replica: &Replica, tenants: &[(Ten
         let _ = writeln!(text, "{metric}_sum{{tenant=\"{name}\"}} {}", waits.sum_micros as f64 / 1e6);
         let _ = writeln!(text, "{metric}_count{{tenant=\"{name}\"}} {}", waits.count);
     }
+}
+
+/// The log's syncs on this node: each one fsync covering every append that queued
+/// meanwhile (a slow disk shows here, on a follower as on the leader).
+fn log_syncs(text: &mut String, syncs: &SyncTimes) {
+    let metric = "leasehold_log_sync_seconds";
+    let _ = writeln!(
+        text,
+        "# HELP {metric} Time each fsync of this node's Raft log took (one covers every append queued \
+         meanwhile).\n# TYPE {metric} histogram"
+    );
+    for (count, bound) in syncs.buckets.iter().zip(SYNC_BUCKETS_SECONDS) {
+        let _ = writeln!(text, "{metric}_bucket{{le=\"{bound}\"}} {}", count.load(Ordering::Relaxed));
+    }
+    let count = syncs.count.load(Ordering::Relaxed);
+    let _ = writeln!(text, "{metric}_bucket{{le=\"+Inf\"}} {count}");
+    let _ = writeln!(text, "{metric}_sum {}", syncs.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
+    let _ = writeln!(text, "{metric}_count {count}");
 }

@@ -41,11 +41,12 @@ use crate::raft::log_store::LogStore;
 use crate::raft::network::{Dialing, Network, PEER_MESSAGE_BYTES_MAX};
 use crate::raft::peer_service::{PeerService, Takeover};
 use crate::raft::replica::Replica;
+use crate::raft::round_trips;
 use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::storage;
 use crate::raft::types::{Node, NodeId, Raft};
 use crate::shell::clock::LogLimiter;
-use crate::shell::disk::{DiskSpace, DISK_CHECK_INTERVAL_MS};
+use crate::shell::disk::{DiskSpace, SyncTimes, DISK_CHECK_INTERVAL_MS};
 use crate::shell::entropy::Entropy;
 use crate::shell::fail_stop::{Essential, Exit};
 use crate::shell::lock_delays::LockDelays;
@@ -280,7 +281,9 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
     if config.test_keep_learner_on_add {
         tracing::warn!("--test-keep-learner-on-add: a learner added again keeps its recorded incarnation");
     }
-    let log_store = LogStore::new(disk, blocking);
+    let disk_knob = config.test_disk_knob.then(|| disk.clone());
+    let log_syncs = Arc::new(SyncTimes::default());
+    let log_store = LogStore::new(disk, blocking, log_syncs.clone());
     let raft_config =
         config.raft_config().validate().map_err(|error| StartError::Failed(format!("raft configuration: {error}")))?;
     let peer_client = match &config.transport {
@@ -315,7 +318,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
         bootstrap(&raft, &config.initial_members).await;
     }
 
-    let disk = Arc::new(DiskSpace::new(config.disk_reserve_bytes));
+    let disk = Arc::new(DiskSpace::new(config.disk_reserve_bytes, log_syncs));
     if let Err(error) = disk.refresh(&config.data_dir) {
         return Err(StartError::Failed(format!(
             "cannot read the free space of {}: {error}",
@@ -422,6 +425,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
                 auth: auth.clone(),
                 network: network.clone(),
                 clock_knob: config.test_clock_knob,
+                disk_knob,
                 insecure_plaintext: config.transport.is_plaintext(),
                 incarnations: incarnations.clone(),
                 keep_learner_on_add: config.test_keep_learner_on_add,

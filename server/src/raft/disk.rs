@@ -127,6 +127,14 @@ pub trait Disk: Send + Sync + 'static {
         std::time::Duration::ZERO
     }
 
+    /// The disk fault knob of the fault suite (`--test-disk-knob`): from now on every
+    /// sync, and every synced write, takes `delay` longer, as on a disk whose fsyncs
+    /// are slow. Answers false where the disk has no such knob (the simulator's disk
+    /// slows its syncs through `sync_latency`).
+    fn slow_syncs(&self, _delay: std::time::Duration) -> bool {
+        false
+    }
+
     /// Puts one value.
     fn put(&self, family: Family, key: &[u8], value: Vec<u8>, durability: Durability) -> Result<(), DiskError> {
         let mut batch = Batch::default();

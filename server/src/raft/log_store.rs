@@ -28,6 +28,8 @@ use crate::raft::disk::{
     index_from_key, index_key, Batch, Disk, Durability, Family, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE,
 };
 use crate::raft::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use crate::shell::clock::Stopwatch;
+use crate::shell::disk::SyncTimes;
 
 /// Appends waiting for the flusher at most; a full queue makes `append` wait, which
 /// pushes back on the Raft core instead of growing memory.
@@ -153,19 +155,19 @@ enum Flusher {
 }
 
 impl Flusher {
-    fn start(disk: Arc<dyn Disk>, blocking: Blocking) -> Self {
+    fn start(disk: Arc<dyn Disk>, blocking: Blocking, times: Arc<SyncTimes>) -> Self {
         match blocking {
             Blocking::Threads => {
                 let (queue, appends) = mpsc::sync_channel::<LogFlushed<TypeConfig>>(FLUSH_QUEUE_APPENDS_MAX);
                 let thread = std::thread::Builder::new()
                     .name("log-flusher".into())
-                    .spawn(move || run_flusher(disk, appends))
+                    .spawn(move || run_flusher(disk, appends, &times))
                     .expect("spawn the log flusher thread");
                 Flusher::Thread { queue: Some(queue), thread: Some(thread) }
             }
             Blocking::Inline => {
                 let (queue, appends) = tokio::sync::mpsc::channel(FLUSH_QUEUE_APPENDS_MAX);
-                tokio::spawn(run_flusher_task(disk, appends));
+                tokio::spawn(run_flusher_task(disk, appends, times));
                 Flusher::Task { queue }
             }
         }
@@ -208,8 +210,9 @@ impl Drop for Flusher {
 }
 
 impl LogStore {
-    pub fn new(disk: Arc<dyn Disk>, blocking: Blocking) -> Self {
-        let flusher = Arc::new(Flusher::start(disk.clone(), blocking));
+    /// A log on `disk`; each sync's time goes to `sync_times`.
+    pub fn new(disk: Arc<dyn Disk>, blocking: Blocking, sync_times: Arc<SyncTimes>) -> Self {
+        let flusher = Arc::new(Flusher::start(disk.clone(), blocking, sync_times.clone()));
         Self { disk, blocking, flusher, recent: Arc::new(Mutex::new(RecentEntries::default())) }
     }
 
@@ -244,13 +247,15 @@ impl LogStore {
 
 /// Fsyncs the write-ahead log once for every batch of appends that queued up, then
 /// tells openraft that those appends are durable.
-fn run_flusher(disk: Arc<dyn Disk>, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
+fn run_flusher(disk: Arc<dyn Disk>, queue: mpsc::Receiver<LogFlushed<TypeConfig>>, times: &SyncTimes) {
     while let Ok(first) = queue.recv() {
         let mut callbacks = vec![first];
         while let Ok(more) = queue.try_recv() {
             callbacks.push(more);
         }
+        let stopwatch = Stopwatch::start();
         let result = disk.sync().map_err(std::io::Error::other);
+        times.record(stopwatch.elapsed_us());
         for callback in callbacks {
             callback.log_io_completed(
                 result.as_ref().map(|_| ()).map_err(|error| std::io::Error::other(error.to_string())),
@@ -261,8 +266,13 @@ fn run_flusher(disk: Arc<dyn Disk>, queue: mpsc::Receiver<LogFlushed<TypeConfig>
 
 /// `run_flusher` as a task (`Blocking::Inline`): the appends that queued up while it
 /// waited are synced together, as on the thread.
-async fn run_flusher_task(disk: Arc<dyn Disk>, mut queue: tokio::sync::mpsc::Receiver<LogFlushed<TypeConfig>>) {
+async fn run_flusher_task(
+    disk: Arc<dyn Disk>,
+    mut queue: tokio::sync::mpsc::Receiver<LogFlushed<TypeConfig>>,
+    times: Arc<SyncTimes>,
+) {
     while let Some(first) = queue.recv().await {
+        let stopwatch = Stopwatch::start();
         let latency = disk.sync_latency();
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
@@ -272,6 +282,7 @@ async fn run_flusher_task(disk: Arc<dyn Disk>, mut queue: tokio::sync::mpsc::Rec
             callbacks.push(more);
         }
         let result = disk.sync().map_err(std::io::Error::other);
+        times.record(stopwatch.elapsed_us());
         for callback in callbacks {
             callback.log_io_completed(
                 result.as_ref().map(|_| ()).map_err(|error| std::io::Error::other(error.to_string())),

@@ -8,6 +8,7 @@
 //! Every value is a versioned postcard blob (see `codec`).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rocksdb::{
@@ -104,12 +105,14 @@ pub fn open(path: &Path, create: bool) -> Result<Arc<RocksDisk>, OpenError> {
         };
         OpenError { path: path.display().to_string(), source, file }
     })?;
-    Ok(Arc::new(RocksDisk { db }))
+    Ok(Arc::new(RocksDisk { db, sync_delay_ms: AtomicU64::new(0) }))
 }
 
 /// A node's RocksDB database. Dropping the last reference closes it.
 pub struct RocksDisk {
     db: DB,
+    /// The disk fault knob's added fsync time, in milliseconds (0: none).
+    sync_delay_ms: AtomicU64,
 }
 
 fn disk_error(error: rocksdb::Error) -> DiskError {
@@ -117,6 +120,15 @@ fn disk_error(error: rocksdb::Error) -> DiskError {
 }
 
 impl RocksDisk {
+    /// Waits out the disk fault knob's delay before a sync (on the thread that syncs,
+    /// never the async runtime's: the flusher thread or a blocking task).
+    fn slow_sync(&self) {
+        let delay_ms = self.sync_delay_ms.load(Ordering::Relaxed);
+        if delay_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        }
+    }
+
     fn family(&self, family: Family) -> &ColumnFamily {
         self.db.cf_handle(family.name()).expect("every family's column family exists")
     }
@@ -159,12 +171,21 @@ impl Disk for RocksDisk {
             }
         }
         let mut options = WriteOptions::default();
+        if durability == Durability::Synced {
+            self.slow_sync();
+        }
         options.set_sync(durability == Durability::Synced);
         self.db.write_opt(rocks, &options).map_err(disk_error)
     }
 
     fn sync(&self) -> Result<(), DiskError> {
+        self.slow_sync();
         self.db.flush_wal(true).map_err(disk_error)
+    }
+
+    fn slow_syncs(&self, delay: std::time::Duration) -> bool {
+        self.sync_delay_ms.store(delay.as_millis() as u64, Ordering::Relaxed);
+        true
     }
 }
 
