@@ -168,6 +168,9 @@ pub struct ClusterOptions {
     /// The `leasehold-server` the nodes start on; this workspace's when None. An
     /// older release's, for a rolling upgrade (`TestCluster::set_server`).
     pub server: Option<PathBuf>,
+    /// Every node's peer port behind a delaying proxy (the slow-link nemesis): nodes
+    /// listen beside their peer address (`slow_link::LISTEN_PORT_OFFSET`).
+    pub peer_proxy: Option<std::sync::Arc<crate::slow_link::Links>>,
 }
 
 impl ClusterOptions {
@@ -194,6 +197,7 @@ impl Default for ClusterOptions {
             worker_threads: None,
             extra_arguments: Vec::new(),
             server: None,
+            peer_proxy: None,
         }
     }
 }
@@ -435,6 +439,9 @@ impl TestCluster {
 
     fn define_node(&mut self, id: u64, initial: bool, client_addr: String, peer_addr: String) {
         assert!(!self.nodes.contains_key(&id), "node {id} is already defined");
+        if let Some(links) = &self.options.peer_proxy {
+            links.serve(id, &peer_addr);
+        }
         let (metrics_addr, status_addr) = self.http_addresses(id);
         let node = NodeProcess {
             id,
@@ -467,6 +474,10 @@ impl TestCluster {
             "--peer-addr".into(),
             node.peer_addr.clone(),
         ];
+        if self.options.peer_proxy.is_some() {
+            arguments.push("--test-peer-listen-addr".into());
+            arguments.push(crate::slow_link::Links::listen_addr(&node.peer_addr));
+        }
         if let Some(metrics_addr) = &node.metrics_addr {
             arguments.push("--metrics-addr".into());
             arguments.push(metrics_addr.clone());

@@ -31,9 +31,11 @@ use crate::checker::{self, CheckResult, NodeExit, Refusal, ReplicaState, Restart
 use crate::cluster::{binary, Addressing, ClusterOptions, TestCluster};
 use crate::fenced_store::{self, FencedStore, StoreKind, STORE_SOCKET_ENV, STORE_URL_ENV};
 use crate::flood::FLOOD_TENANT;
+use crate::grey::GreyObservation;
 use crate::history::{self, monotonic_ns, Kind, Record};
 use crate::nemesis::{self, Fault, FaultRecord, NemesisKind, Outcome};
 use crate::workload::{Workload, LOCK_DELAY_MS_DEFAULT, LOCK_DELAY_MS_MAX, SEMAPHORE_LIMIT};
+use crate::{slow_cpu, slow_link};
 
 /// Set in the environment of the harness once it runs inside its namespace.
 pub const NAMESPACE_ENV: &str = "LEASEHOLD_JEPSEN_IN_NAMESPACE";
@@ -54,6 +56,10 @@ pub const FAULT_GAP_MS_MAX: u64 = 3_000;
 /// How long a partition, a killed node or a skewed clock lasts.
 pub const FAULT_HOLD_MS_MIN: u64 = 2_000;
 pub const FAULT_HOLD_MS_MAX: u64 = 5_000;
+/// How long a grey fault lasts: longer than a clean one, to see whether the cluster
+/// stays slow while it lasts or moves away from the slow node.
+pub const GREY_HOLD_MS_MIN: u64 = 5_000;
+pub const GREY_HOLD_MS_MAX: u64 = 10_000;
 /// How long one node may take to answer a white-box state read.
 pub const REPLICA_READ_MS_MAX: u64 = 1_000;
 /// How long the cluster may take to elect a leader after a fault is healed.
@@ -471,6 +477,10 @@ struct Harness {
     /// the fault's own), until they are seen running again.
     exits_accounted: BTreeSet<u64>,
     started: Instant,
+    /// The peer ports' delaying proxies (with the slow-link nemesis).
+    links: Option<std::sync::Arc<slow_link::Links>>,
+    /// The grey faults, for their figures.
+    grey: Vec<GreyObservation>,
 }
 
 impl Harness {
@@ -491,6 +501,7 @@ impl Harness {
                 faults_enabled.push(fault);
             }
         }
+        let links = kinds.contains(&NemesisKind::SlowLink).then(|| slow_link::Links::new(seed));
         let cluster = TestCluster::start(ClusterOptions {
             nodes: arguments.nodes,
             addressing: Addressing::PerNodeIp { client_port: CLIENT_PORT, peer_port: PEER_PORT },
@@ -503,9 +514,11 @@ impl Harness {
                 .chain(arguments.no_incarnation_checks.then_some("--test-accept-any-incarnation"))
                 .chain(arguments.full_ttl_restart.then_some("--test-full-ttl-restart"))
                 .chain(arguments.streams_outlive_rotation.then_some("--test-stream-outlives-rotation"))
+                .chain(kinds.contains(&NemesisKind::SlowDisk).then_some("--test-disk-knob"))
                 .map(String::from)
                 .collect(),
             server: arguments.previous_server.clone(),
+            peer_proxy: links.clone(),
             ..Default::default()
         });
         let previous: BTreeSet<u64> =
@@ -530,6 +543,8 @@ impl Harness {
             node_exits: Vec::new(),
             exits_accounted: BTreeSet::new(),
             started: Instant::now(),
+            links,
+            grey: Vec::new(),
         };
         let Some(first_leader) = harness.wait_for_leader(Duration::from_millis(RECOVERY_MS_MAX)).await else {
             bail!("the cluster elected no leader within {RECOVERY_MS_MAX} ms of starting");
@@ -1004,7 +1019,122 @@ impl Harness {
             Fault::DiskFull => self.disk_full(leader).await,
             Fault::RollingUpgrade => self.rolling_upgrade(leader).await,
             Fault::WipeEarly => (Outcome::Skipped, vec![], "runs once, at the start (see `wipe_early`)".into()),
+            Fault::SlowLink | Fault::SlowCpu | Fault::SlowDisk => self.grey_fault(fault, leader, &nodes).await,
         }
+    }
+
+    /// The highest term any running node reports.
+    async fn highest_term(&mut self) -> Option<u64> {
+        let mut highest = None;
+        for id in self.running_nodes() {
+            if let Some(status) = self.cluster.status(id).await {
+                highest = highest.max(Some(status.term));
+            }
+        }
+        highest
+    }
+
+    /// A grey fault on the leader or a follower (even odds): installs it, holds it
+    /// for `GREY_HOLD_MS_MIN`..`GREY_HOLD_MS_MAX`, heals it, and records for the
+    /// figures how many terms began meanwhile and whether leadership moved.
+    async fn grey_fault(&mut self, fault: Fault, leader: Option<u64>, nodes: &[u64]) -> (Outcome, Vec<u64>, String) {
+        let on_leader = leader.is_some() && self.random.random_bool(0.5);
+        let target = if on_leader {
+            leader
+        } else {
+            let followers: Vec<u64> = nodes.iter().copied().filter(|id| Some(*id) != leader).collect();
+            followers.choose(&mut self.random).copied()
+        };
+        let Some(target) = target else {
+            return (Outcome::Skipped, vec![], "no node to slow".into());
+        };
+        let role = if Some(target) == leader { "leader" } else { "follower" };
+        let terms_before = self.highest_term().await;
+        let start_ns = monotonic_ns();
+        let hold = Duration::from_millis(self.random.random_range(GREY_HOLD_MS_MIN..=GREY_HOLD_MS_MAX));
+        let (outcome, what) = match fault {
+            Fault::SlowLink => {
+                let Some(links) = self.links.clone() else {
+                    return (Outcome::Skipped, vec![target], "no proxies (slow-link was not asked for)".into());
+                };
+                let delay = Duration::from_millis(self.random.random_range(20..=60));
+                let jitter = Duration::from_millis(self.random.random_range(0..=20));
+                links.set(target, Some(slow_link::Slowness { delay, jitter }));
+                tokio::time::sleep(hold).await;
+                links.heal();
+                (
+                    Outcome::Installed,
+                    format!("every peer link +{} ms (jitter {} ms)", delay.as_millis(), jitter.as_millis()),
+                )
+            }
+            Fault::SlowCpu => {
+                let Some(pid) = self.cluster.pid(target) else {
+                    return (Outcome::Skipped, vec![target], "the node is not running".into());
+                };
+                let per_mille = self.random.random_range(30..=100);
+                let name = format!("leasehold-jepsen-{}-node{target}", std::process::id());
+                match slow_cpu::limit(pid, per_mille, &name) {
+                    Err(error) => (Outcome::Skipped, error),
+                    Ok(limit) => {
+                        tokio::time::sleep(hold).await;
+                        limit.lift();
+                        (Outcome::Installed, format!("held to {:.1} % of a core", per_mille as f64 / 10.0))
+                    }
+                }
+            }
+            _ => {
+                let delay_ms = self.random.random_range(20..=80);
+                let endpoint = self.cluster.nodes[&target].client_addr.clone();
+                let client = self.cluster.admin_client_of(target);
+                let slowed = tokio::time::timeout(Duration::from_secs(5), client.slow_disk(&endpoint, delay_ms)).await;
+                let outcome = match slowed {
+                    Ok(Ok(())) => Outcome::Installed,
+                    Ok(Err(error)) if error.is_definite() => {
+                        return (Outcome::Skipped, vec![target], format!("knob refused: {error}"));
+                    }
+                    _ => Outcome::Indeterminate,
+                };
+                tokio::time::sleep(hold).await;
+                let mut healed = false;
+                for _ in 0..3 {
+                    let answer = tokio::time::timeout(Duration::from_secs(5), client.slow_disk(&endpoint, 0)).await;
+                    if matches!(answer, Ok(Ok(()))) {
+                        healed = true;
+                        break;
+                    }
+                }
+                let healed = if healed { "" } else { " (the heal went unanswered)" };
+                (outcome, format!("every fsync +{delay_ms} ms{healed}"))
+            }
+        };
+        let end_ns = monotonic_ns();
+        let terms_after = self.highest_term().await;
+        let elections = match (terms_before, terms_after) {
+            (Some(before), Some(after)) => after.saturating_sub(before),
+            _ => 0,
+        };
+        let leader_after = self.cluster.leader().await;
+        let leadership_moved = role == "leader" && leader_after.is_some_and(|now| now != target);
+        if outcome != Outcome::Skipped {
+            self.grey.push(GreyObservation {
+                fault: fault.name(),
+                role,
+                start_ns,
+                end_ns,
+                elections,
+                leadership_moved,
+            });
+        }
+        let moved = match (role, leader_after) {
+            ("leader", Some(now)) if now != target => format!("; leadership moved to node {now}"),
+            ("leader", _) => "; it still leads".to_string(),
+            _ => String::new(),
+        };
+        (
+            outcome,
+            vec![target],
+            format!("node {target} ({role}): {what} for {} ms; {elections} term(s) began{moved}", hold.as_millis()),
+        )
     }
 
     /// Upgrades one node still on the older build: a follower first, the leader
@@ -1742,6 +1872,13 @@ impl Harness {
                     ),
                 );
             }
+        }
+        let main: Vec<&history::Operation> =
+            operations.iter().filter(|operation| operation.phase == history::Phase::Main).collect();
+        let begin = main.iter().map(|operation| operation.invoke_ns).min().unwrap_or(0);
+        let end = main.iter().filter_map(|operation| operation.complete_ns).max().unwrap_or(begin);
+        for figure in crate::grey::figures(&self.grey, &self.faults, operations, begin, end) {
+            line(&mut text, figure);
         }
         line(&mut text, "checks:".into());
         for check in checks {

@@ -28,7 +28,11 @@
 //!   admin command, a high-term heartbeat, a vote) with chosen certificates and
 //!   headers, for the peer port's tests and attacks.
 //! * `nemesis` — the faults, partitions with nftables, outcomes.
+//! * `slow_link`, `slow_cpu` — the grey faults' tools: a delaying proxy in front of
+//!   every peer port, a CPU cgroup that starves one node.
 //! * `linearizability` — a memoized Wing–Gong–Lowe search for lease locks.
+//! * `grey` — the grey faults' figures (needless elections, acquire latency inside
+//!   the faults against the calm).
 //! * `checker` — the checks (a)–(j), the attacks check and the refused nodes.
 //! * `harness` — `leasehold-jepsen run`: namespace, cluster, workers, nemesis,
 //!   checks, summary.
@@ -39,6 +43,7 @@ pub mod cluster;
 pub mod fenced_store;
 pub mod flood;
 pub mod grants;
+pub mod grey;
 pub mod harness;
 pub mod history;
 pub mod https;
@@ -46,6 +51,8 @@ pub mod linearizability;
 pub mod lock_holder;
 pub mod nemesis;
 pub mod peer_messages;
+pub mod slow_cpu;
+pub mod slow_link;
 pub mod wait;
 pub mod worker;
 pub mod workload;

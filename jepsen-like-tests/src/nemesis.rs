@@ -35,6 +35,12 @@ pub enum NemesisKind {
     /// A follower wiped in the first second of a fresh cluster, once, before the
     /// workers start: the moments before the leader has recorded every member.
     WipeEarly,
+    /// Grey: a node's peer links delayed (a proxy in front of every peer port).
+    SlowLink,
+    /// Grey: a node starved of CPU (a cgroup's bandwidth limit).
+    SlowCpu,
+    /// Grey: a node whose fsyncs take tens of milliseconds (the disk knob).
+    SlowDisk,
 }
 
 impl NemesisKind {
@@ -48,8 +54,12 @@ impl NemesisKind {
         NemesisKind::WipeEarly,
     ];
 
+    /// The grey faults, `grey`: not in `all`, whose clean faults they would dilute;
+    /// the suite runs them on their own (see the README's grey figures).
+    pub const GREY: [NemesisKind; 3] = [NemesisKind::SlowLink, NemesisKind::SlowCpu, NemesisKind::SlowDisk];
+
     /// Parses "kill,pause,partition,clock,member,disk,wipe-early" or "all" (or
-    /// "none"), "upgrade", and "worker-pause" (only the GC pause of workers: the
+    /// "none"), "upgrade", "slow-link,slow-cpu,slow-disk" or "grey", and "worker-pause" (only the GC pause of workers: the
     /// unfenced control) and "holder-kill" (only a holder's stop and a leader kill: the
     /// lease bound).
     pub fn parse_list(text: &str) -> Result<BTreeSet<NemesisKind>, String> {
@@ -88,8 +98,19 @@ impl NemesisKind {
                 "wipe-early" => {
                     kinds.insert(NemesisKind::WipeEarly);
                 }
+                "grey" => kinds.extend(NemesisKind::GREY),
+                "slow-link" => {
+                    kinds.insert(NemesisKind::SlowLink);
+                }
+                "slow-cpu" => {
+                    kinds.insert(NemesisKind::SlowCpu);
+                }
+                "slow-disk" => {
+                    kinds.insert(NemesisKind::SlowDisk);
+                }
                 other => {
-                    let known = "kill, pause, partition, clock, member, disk, wipe-early, upgrade, all or none";
+                    let known = "kill, pause, partition, clock, member, disk, wipe-early, upgrade, slow-link, \
+                                 slow-cpu, slow-disk, grey, all or none";
                     return Err(format!("unknown nemesis {other:?}: use {known}"));
                 }
             }
@@ -114,6 +135,9 @@ impl NemesisKind {
             NemesisKind::Disk => &[Fault::WipeRejoin, Fault::CorruptReplace, Fault::DiskFull],
             NemesisKind::Upgrade => &[Fault::RollingUpgrade],
             NemesisKind::WipeEarly => &[Fault::WipeEarly],
+            NemesisKind::SlowLink => &[Fault::SlowLink],
+            NemesisKind::SlowCpu => &[Fault::SlowCpu],
+            NemesisKind::SlowDisk => &[Fault::SlowDisk],
         }
     }
 }
@@ -170,9 +194,22 @@ pub enum Fault {
     /// once with the same flags: it must stop (exit code 4) and the leader must live;
     /// then it is replaced as the README says. Runs once, before the workers start.
     WipeEarly,
+    /// Every peer link of one node (the leader or a follower) delayed by tens of
+    /// milliseconds with jitter, in order, nothing lost.
+    SlowLink,
+    /// One node (the leader or a follower) held to a few percent of one core.
+    SlowCpu,
+    /// One node's (the leader's or a follower's) fsyncs and synced writes take tens of
+    /// milliseconds longer.
+    SlowDisk,
 }
 
 impl Fault {
+    /// Whether the fault is grey: the node keeps running, slower.
+    pub fn grey(self) -> bool {
+        matches!(self, Fault::SlowLink | Fault::SlowCpu | Fault::SlowDisk)
+    }
+
     /// Whether the fault runs once at a time of its own (the harness's schedule), not
     /// drawn between the others.
     pub fn scheduled(self) -> bool {
@@ -215,6 +252,9 @@ impl Fault {
             Fault::DiskFull => "disk-full",
             Fault::RollingUpgrade => "rolling-upgrade",
             Fault::WipeEarly => "wipe-early",
+            Fault::SlowLink => "slow-link",
+            Fault::SlowCpu => "slow-cpu",
+            Fault::SlowDisk => "slow-disk",
         }
     }
 }
@@ -342,6 +382,10 @@ mod tests {
         let upgrade = NemesisKind::parse_list("upgrade,kill").unwrap();
         assert_eq!(upgrade, BTreeSet::from([NemesisKind::Kill, NemesisKind::Upgrade]));
         assert!(!NemesisKind::parse_list("all").unwrap().contains(&NemesisKind::Upgrade), "all needs no second build");
+        let grey = NemesisKind::parse_list("grey").unwrap();
+        assert_eq!(grey, BTreeSet::from(NemesisKind::GREY));
+        assert!(grey.iter().all(|kind| kind.faults().iter().all(|fault| fault.grey() && !fault.scheduled())));
+        assert_eq!(NemesisKind::parse_list("slow-disk").unwrap(), BTreeSet::from([NemesisKind::SlowDisk]));
     }
 
     #[test]

@@ -19,7 +19,9 @@
 //! build and upgraded one node at a time to this one, under every workload and
 //! kills and pauses, must end `valid: true` with every node upgraded cleanly. The
 //! fenced counter writing through PostgreSQL (`--fenced-store postgres`) under pauses
-//! and kills must end `valid: true`, the store holding what the harness recorded.
+//! and kills must end `valid: true`, the store holding what the harness recorded. The
+//! grey faults (slow links, a starved CPU, slow fsyncs) must leave the history valid
+//! and their figures in the summary.
 //!
 //! The harness runs in its own network and pid namespaces (it re-executes itself
 //! under `unshare`): nothing it starts outlives it.
@@ -37,6 +39,8 @@ use leasehold_jepsen::cluster::{binary, previous_release, previous_server};
 const FIXED_SEED: u64 = 20_261_130;
 /// The seed of the flood run.
 const FLOOD_SEED: u64 = 20_261_204;
+/// The seed of the grey faults' run.
+const GREY_SEED: u64 = 20_261_205;
 const RUN_TIME: &str = "45s";
 const CONTROL_TIME: &str = "30s";
 
@@ -216,6 +220,43 @@ fn every_nemesis_leaves_the_history_valid() {
     assert_valid(FIXED_SEED, None);
     let cores = std::thread::available_parallelism().map(|cores| cores.get()).unwrap_or(1);
     assert_valid(rand::random(), Some(cores.max(2)));
+}
+
+/// The grey faults (a node's peer links delayed, its CPU starved, its fsyncs slowed;
+/// the leader or a follower) leave the history valid, and the summary sets their
+/// figures beside the calm.
+#[test]
+fn grey_faults_leave_the_history_valid_and_report_their_figures() {
+    let seed_text = GREY_SEED.to_string();
+    let arguments = [
+        "--nodes",
+        "3",
+        "--time",
+        CONTROL_TIME,
+        "--seed",
+        &seed_text,
+        "--workload",
+        "lock,fenced-counter",
+        "--nemesis",
+        "grey",
+    ];
+    let (output, text, out) = run_harness("fault-suite-grey", &arguments);
+    expect_valid(&output, &text, &out, &format!("under the grey faults (seed {GREY_SEED})"));
+    let figures: Vec<&str> = text
+        .lines()
+        .skip_while(|line| !line.starts_with("grey faults"))
+        .take_while(|line| line.starts_with("grey") || line.starts_with("  "))
+        .collect();
+    assert!(
+        figures.iter().any(|line| line.trim_start().starts_with("calm")),
+        "no grey figures in the summary:\n{text}"
+    );
+    assert!(
+        figures.iter().any(|line| line.trim_start().starts_with("slow-")),
+        "no grey fault was installed (seed {GREY_SEED}):\n{text}"
+    );
+    println!("{}", figures.join("\n"));
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
