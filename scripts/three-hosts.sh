@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's three-machine setup ("Running a node", "Provisioning three machines",
+# The README's three-machine setup ("Deploying", "Provisioning three machines",
 # "Replacing a node") on three hosts made of network namespaces, run end to end:
 #
 #   sudo scripts/three-hosts.sh           # as root

@@ -155,7 +155,6 @@ fn the_three_machine_files_are_server_configuration_files() {
 }
 
 #[test]
-#[ignore = "enable once README.md has the section \"Three machines by hand\" with node1.toml verbatim"]
 fn the_readme_shows_node1_toml_verbatim() {
     let readme = read(&repository().join("README.md"));
     assert!(readme.contains(README_SECTION), "README.md has no section {README_SECTION:?}");
