@@ -169,7 +169,8 @@ pub struct ClusterOptions {
     /// older release's, for a rolling upgrade (`TestCluster::set_server`).
     pub server: Option<PathBuf>,
     /// Every node's peer port behind a delaying proxy (the slow-link nemesis): nodes
-    /// listen beside their peer address (`slow_link::LISTEN_PORT_OFFSET`).
+    /// listen beside their peer address (`slow_link::LISTEN_PORT_OFFSET`), or on a
+    /// port of their own with ephemeral ports.
     pub peer_proxy: Option<std::sync::Arc<crate::slow_link::Links>>,
 }
 
@@ -440,7 +441,11 @@ impl TestCluster {
     fn define_node(&mut self, id: u64, initial: bool, client_addr: String, peer_addr: String) {
         assert!(!self.nodes.contains_key(&id), "node {id} is already defined");
         if let Some(links) = &self.options.peer_proxy {
-            links.serve(id, &peer_addr);
+            let node_addr = match self.options.addressing {
+                Addressing::Ephemeral => format!("127.0.0.1:{}", free_ports::<1>()[0]),
+                Addressing::PerNodeIp { .. } => crate::slow_link::Links::beside(&peer_addr),
+            };
+            links.serve(id, &peer_addr, node_addr);
         }
         let (metrics_addr, status_addr) = self.http_addresses(id);
         let node = NodeProcess {
@@ -474,9 +479,9 @@ impl TestCluster {
             "--peer-addr".into(),
             node.peer_addr.clone(),
         ];
-        if self.options.peer_proxy.is_some() {
+        if let Some(node_addr) = self.options.peer_proxy.as_ref().and_then(|links| links.listen_addr_of(id)) {
             arguments.push("--test-peer-listen-addr".into());
-            arguments.push(crate::slow_link::Links::listen_addr(&node.peer_addr));
+            arguments.push(node_addr);
         }
         if let Some(metrics_addr) = &node.metrics_addr {
             arguments.push("--metrics-addr".into());

@@ -1023,6 +1023,27 @@ impl Harness {
         }
     }
 
+    /// Holds a grey fault for `hold`, stopping a worker (a lock holder when one is
+    /// found) for 1.5–2 TTLs inside it, so that check (i) measures the bound on a dead
+    /// holder with a node slow. The stop is recorded as a `pause-worker` of its own.
+    async fn grey_hold(&mut self, hold: Duration) {
+        let began = Instant::now();
+        let (outcome, targets, detail) = self.pause_worker().await;
+        if let Some(start_ns) = self.worker_stopped_ns.take() {
+            let record = FaultRecord {
+                fault: Fault::PauseWorker.name(),
+                outcome,
+                targets,
+                detail: format!("{detail}, inside a grey fault"),
+                start_ns,
+                end_ns: monotonic_ns(),
+            };
+            self.log(&format!("{} {:?} {:?} {}", record.fault, record.outcome, record.targets, record.detail));
+            self.faults.push(record);
+        }
+        tokio::time::sleep(hold.saturating_sub(began.elapsed())).await;
+    }
+
     /// The highest term any running node reports.
     async fn highest_term(&mut self) -> Option<u64> {
         let mut highest = None;
@@ -1035,8 +1056,9 @@ impl Harness {
     }
 
     /// A grey fault on the leader or a follower (even odds): installs it, holds it
-    /// for `GREY_HOLD_MS_MIN`..`GREY_HOLD_MS_MAX`, heals it, and records for the
-    /// figures how many terms began meanwhile and whether leadership moved.
+    /// for `GREY_HOLD_MS_MIN`..`GREY_HOLD_MS_MAX` (a worker stopped inside it, see
+    /// `grey_hold`), heals it, and records for the figures how many terms began
+    /// meanwhile and whether leadership moved.
     async fn grey_fault(&mut self, fault: Fault, leader: Option<u64>, nodes: &[u64]) -> (Outcome, Vec<u64>, String) {
         let on_leader = leader.is_some() && self.random.random_bool(0.5);
         let target = if on_leader {
@@ -1060,7 +1082,7 @@ impl Harness {
                 let delay = Duration::from_millis(self.random.random_range(20..=60));
                 let jitter = Duration::from_millis(self.random.random_range(0..=20));
                 links.set(target, Some(slow_link::Slowness { delay, jitter }));
-                tokio::time::sleep(hold).await;
+                self.grey_hold(hold).await;
                 links.heal();
                 (
                     Outcome::Installed,
@@ -1076,7 +1098,7 @@ impl Harness {
                 match slow_cpu::limit(pid, per_mille, &name) {
                     Err(error) => (Outcome::Skipped, error),
                     Ok(limit) => {
-                        tokio::time::sleep(hold).await;
+                        self.grey_hold(hold).await;
                         limit.lift();
                         (Outcome::Installed, format!("held to {:.1} % of a core", per_mille as f64 / 10.0))
                     }
@@ -1094,7 +1116,7 @@ impl Harness {
                     }
                     _ => Outcome::Indeterminate,
                 };
-                tokio::time::sleep(hold).await;
+                self.grey_hold(hold).await;
                 let mut healed = false;
                 for _ in 0..3 {
                     let answer = tokio::time::timeout(Duration::from_secs(5), client.slow_disk(&endpoint, 0)).await;

@@ -50,10 +50,12 @@ pub struct Links {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Node by the address it binds its outgoing peer connections to.
-    nodes: BTreeMap<IpAddr, u64>,
-    /// Nodes whose proxy runs.
-    served: BTreeMap<u64, SocketAddr>,
+    /// Node by the address it binds its outgoing peer connections to; `None` for an
+    /// address several nodes share (127.0.0.1 in the host's namespace), whose
+    /// connections are slowed by their destination only.
+    nodes: BTreeMap<IpAddr, Option<u64>>,
+    /// Nodes whose proxy runs: the address the node itself listens on.
+    served: BTreeMap<u64, String>,
     slow: BTreeMap<u64, Slowness>,
 }
 
@@ -62,26 +64,32 @@ impl Links {
         Arc::new(Links { state: Mutex::new(State::default()), seed })
     }
 
-    /// The address node `id` listens on for peers when its advertised peer address is
-    /// `peer_addr`.
-    pub fn listen_addr(peer_addr: &str) -> String {
+    /// The address beside `peer_addr` (same host, the port + `LISTEN_PORT_OFFSET`): where
+    /// a node with its own address listens for peers behind its proxy.
+    pub fn beside(peer_addr: &str) -> String {
         let (host, port) = peer_addr.rsplit_once(':').expect("a peer address has a port");
         let port: u16 = port.parse().expect("a peer port is a number");
         format!("{host}:{}", port + LISTEN_PORT_OFFSET)
     }
 
-    /// Starts node `id`'s proxy on `peer_addr` (once per node; its address never
-    /// changes). Needs a tokio runtime.
-    pub fn serve(self: &Arc<Self>, id: u64, peer_addr: &str) {
+    /// Where node `id` listens for peers behind its proxy, once `serve` started it.
+    pub fn listen_addr_of(&self, id: u64) -> Option<String> {
+        self.state.lock().unwrap().served.get(&id).cloned()
+    }
+
+    /// Starts node `id`'s proxy on `peer_addr`, forwarding to `node_addr` where the
+    /// node listens (once per node; its addresses never change). Needs a tokio runtime.
+    pub fn serve(self: &Arc<Self>, id: u64, peer_addr: &str, node_addr: String) {
         let listen: SocketAddr = peer_addr.parse().expect("a peer address is an IP address and a port");
-        let upstream: SocketAddr = Links::listen_addr(peer_addr).parse().expect("a listen address");
+        let upstream: SocketAddr = node_addr.parse().expect("a listen address");
         {
             let mut state = self.state.lock().unwrap();
             if state.served.contains_key(&id) {
                 return;
             }
-            state.nodes.insert(listen.ip(), id);
-            state.served.insert(id, listen);
+            let shared = state.nodes.get(&listen.ip()).is_some_and(|other| *other != Some(id));
+            state.nodes.insert(listen.ip(), if shared { None } else { Some(id) });
+            state.served.insert(id, node_addr);
         }
         let listener = std::net::TcpListener::bind(listen)
             .unwrap_or_else(|error| panic!("the slow-link proxy of node {id} cannot listen on {listen}: {error}"));
@@ -95,7 +103,7 @@ impl Links {
                     continue;
                 };
                 connections += 1;
-                let from = links.state.lock().unwrap().nodes.get(&source.ip()).copied();
+                let from = links.state.lock().unwrap().nodes.get(&source.ip()).copied().flatten();
                 let random = StdRng::seed_from_u64(links.seed ^ (id << 32) ^ connections);
                 tokio::spawn(links.clone().forward(downstream, upstream, from, id, random));
             }
@@ -218,19 +226,15 @@ mod tests {
 
     #[test]
     fn the_listen_address_is_beside_the_peer_address() {
-        assert_eq!(Links::listen_addr("127.0.0.11:7200"), "127.0.0.11:7250");
+        assert_eq!(Links::beside("127.0.0.11:7200"), "127.0.0.11:7250");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_slow_node_delays_both_directions_and_keeps_the_order() {
         // A node "2" behind a proxy on 127.0.0.1, an echo server at its listen address.
-        let [port] = crate::cluster::free_ports::<1>();
-        let peer_addr = format!("127.0.0.1:{port}");
-        let echo = TcpListener::bind(Links::listen_addr(&peer_addr)).await;
-        let Ok(echo) = echo else {
-            eprintln!("skipped: the port beside {peer_addr} is taken");
-            return;
-        };
+        let [port, node_port] = crate::cluster::free_ports::<2>();
+        let (peer_addr, node_addr) = (format!("127.0.0.1:{port}"), format!("127.0.0.1:{node_port}"));
+        let echo = TcpListener::bind(&node_addr).await.expect("a reserved port is free");
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = echo.accept().await {
                 tokio::spawn(async move {
@@ -244,7 +248,7 @@ mod tests {
             }
         });
         let links = Links::new(7);
-        links.serve(2, &peer_addr);
+        links.serve(2, &peer_addr, node_addr);
         let mut stream = TcpStream::connect(&peer_addr).await.expect("the proxy accepts");
         let fast = round_trip(&mut stream, b"fast").await;
         assert!(fast < Duration::from_millis(50), "an unslowed link adds no delay: {fast:?}");

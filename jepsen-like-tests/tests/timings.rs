@@ -2,7 +2,8 @@
 //! the timings (README "Timings for real networks"): `leasehold_peer_rtt_seconds` on
 //! the metrics port, the members of the admin Status answer and the status page, on
 //! the leader (heartbeats) and on followers (probes), and across a rolling upgrade,
-//! where the nodes of the older release answer the probe UNIMPLEMENTED.
+//! where the nodes of the older release answer the probe UNIMPLEMENTED; and the warning
+//! a node logs when its timings are too short for the round trip it measures.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use leasehold_jepsen::cluster::{
     binary, free_ports, previous_release, previous_server, Addressing, ClusterOptions, TestCluster,
 };
+use leasehold_jepsen::slow_link::{Links, Slowness};
 use leasehold_jepsen::{https, wait};
 use serde_json::Value;
 
@@ -135,4 +137,82 @@ async fn the_status_page_shows_this_nodes_round_trip_to_each_member() {
         assert!(trip["samples"].as_u64().is_some_and(|samples| (1..=16).contains(&samples)), "{member}");
         assert!(trip["measured_ms_ago"].as_u64().is_some_and(|ms| ms < 5_000), "{member}");
     }
+}
+
+/// `log` without its terminal colours.
+fn plain(log: &str) -> String {
+    let mut text = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An escape sequence: ESC [ parameters, ending with a letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            text.push(c);
+        }
+    }
+    text
+}
+
+/// Node `id`'s `leasehold_peer_timings_too_short` as peer to 0 or 1.
+async fn too_short(cluster: &TestCluster, id: u64) -> Option<BTreeMap<u64, f64>> {
+    let answer = cluster.scrape(id).await.ok()?;
+    let series = answer.body.lines().filter_map(|line| {
+        let rest = line.strip_prefix("leasehold_peer_timings_too_short{peer=\"")?;
+        let (peer, value) = rest.split_once("\"} ")?;
+        Some((peer.parse().expect("a node id"), value.parse().expect("0 or 1")))
+    });
+    Some(series.collect())
+}
+
+/// A node whose peer links are slow from the start (a delaying proxy in front of its
+/// peer port: 25 ms each way) in a cluster whose heartbeat_ms of 100 wants a round
+/// trip under 25 ms: the others warn about it within seconds of starting, name it, and
+/// the metric says so; once the links are fast again the metric clears and the node
+/// logs that the round trip fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_warns_when_its_timings_are_too_short_for_the_round_trip() {
+    let links = Links::new(1);
+    let slow = 3;
+    links.set(slow, Some(Slowness { delay: Duration::from_millis(25), jitter: Duration::ZERO }));
+    let options = ClusterOptions {
+        heartbeat_ms: Some(100),
+        election_timeout_min_ms: Some(1_000),
+        election_timeout_max_ms: Some(2_000),
+        peer_proxy: Some(links.clone()),
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start(options);
+    cluster.wait_for_leader(DEADLINE).await;
+    // In the host's namespace every node dials from 127.0.0.1, so the proxy slows
+    // what goes to node 3 (both ways): node 1 measures it slow, as leader
+    // (heartbeats) or follower (probes).
+    let watcher = 1;
+    wait::until(DEADLINE, "node 1 to find its timings too short for node 3", || async {
+        let flags = too_short(&cluster, watcher).await?;
+        (flags.get(&slow) == Some(&1.0) && flags.values().filter(|flag| **flag == 1.0).count() == 1).then_some(())
+    })
+    .await;
+    // The metric is set at the first judgement; the warning is logged by the
+    // probe task's next round, within a second.
+    let warning = wait::until(DEADLINE, "node 1 to log the warning", || async {
+        let log = plain(&cluster.log_text(watcher));
+        log.lines().find(|line| line.contains("the timings are too short for the round trip")).map(str::to_string)
+    })
+    .await;
+    assert!(warning.contains("peer=3") && warning.contains("heartbeat_ms=100"), "{warning}");
+    assert!(warning.contains("suggested_heartbeat_ms="), "the warning says what would fit: {warning}");
+
+    links.heal();
+    wait::until(DEADLINE, "the metric to clear once the links are fast again", || async {
+        let flags = too_short(&cluster, watcher).await?;
+        (flags.get(&slow) == Some(&0.0)).then_some(())
+    })
+    .await;
+    let warnings = plain(&cluster.log_text(watcher)).matches("the timings are too short for the round trip").count();
+    assert_eq!(warnings, 1, "one warning while it lasted, not one per round trip");
 }
