@@ -1026,7 +1026,12 @@ impl Harness {
     /// Holds a grey fault for `hold`, stopping a worker (a lock holder when one is
     /// found) for 1.5–2 TTLs inside it, so that check (i) measures the bound on a dead
     /// holder with a node slow. The stop is recorded as a `pause-worker` of its own.
-    async fn grey_hold(&mut self, hold: Duration) {
+    ///
+    /// Returns what an operator sees of `target` near the fault's end, while it lasts:
+    /// the round trip another node measures to it (its status page, `leasehold
+    /// status`, `leasehold_peer_rtt_seconds`), and its log's mean sync time since
+    /// `syncs_before` (`leasehold_log_sync_seconds`).
+    async fn grey_hold(&mut self, hold: Duration, target: u64, syncs_before: Option<(f64, f64)>) -> String {
         let began = Instant::now();
         let (outcome, targets, detail) = self.pause_worker().await;
         if let Some(start_ns) = self.worker_stopped_ns.take() {
@@ -1042,6 +1047,47 @@ impl Harness {
             self.faults.push(record);
         }
         tokio::time::sleep(hold.saturating_sub(began.elapsed())).await;
+        let leader = self.cluster.leader().await;
+        let observer = leader
+            .filter(|leader| *leader != target)
+            .or_else(|| self.running_nodes().into_iter().find(|id| *id != target && Some(*id) != leader));
+        let mut seen = Vec::new();
+        if let Some(observer) = observer {
+            let status = tokio::time::timeout(Duration::from_secs(2), self.cluster.status(observer)).await;
+            let round_trip = status.ok().flatten().and_then(|status| {
+                status.members.into_iter().find(|member| member.node_id == target).and_then(|member| member.round_trip)
+            });
+            if let Some(round_trip) = round_trip {
+                seen.push(format!(
+                    "node {observer} measures a round trip of {:.1} ms to it",
+                    round_trip.median_us as f64 / 1e3
+                ));
+            }
+        }
+        if let (Some((sum_before, count_before)), Some((sum, count))) = (syncs_before, self.log_syncs(target).await) {
+            if count > count_before {
+                seen.push(format!(
+                    "its log's syncs took {:.1} ms on average ({} syncs)",
+                    (sum - sum_before) / (count - count_before) * 1e3,
+                    count - count_before
+                ));
+            }
+        }
+        if seen.is_empty() {
+            "seen: nothing (the node did not answer in time)".to_string()
+        } else {
+            format!("seen: {}", seen.join(", "))
+        }
+    }
+
+    /// Node `id`'s `leasehold_log_sync_seconds` sum and count; None when it does not
+    /// answer within 2 s.
+    async fn log_syncs(&self, id: u64) -> Option<(f64, f64)> {
+        let answer = tokio::time::timeout(Duration::from_secs(2), self.cluster.scrape(id)).await.ok()?.ok()?;
+        let value = |name: &str| {
+            answer.body.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+        };
+        Some((value("leasehold_log_sync_seconds_sum")?, value("leasehold_log_sync_seconds_count")?))
     }
 
     /// The highest term any running node reports.
@@ -1072,6 +1118,7 @@ impl Harness {
         };
         let role = if Some(target) == leader { "leader" } else { "follower" };
         let terms_before = self.highest_term().await;
+        let syncs_before = self.log_syncs(target).await;
         let start_ns = monotonic_ns();
         let hold = Duration::from_millis(self.random.random_range(GREY_HOLD_MS_MIN..=GREY_HOLD_MS_MAX));
         let (outcome, what) = match fault {
@@ -1082,11 +1129,11 @@ impl Harness {
                 let delay = Duration::from_millis(self.random.random_range(20..=60));
                 let jitter = Duration::from_millis(self.random.random_range(0..=20));
                 links.set(target, Some(slow_link::Slowness { delay, jitter }));
-                self.grey_hold(hold).await;
+                let seen = self.grey_hold(hold, target, syncs_before).await;
                 links.heal();
                 (
                     Outcome::Installed,
-                    format!("every peer link +{} ms (jitter {} ms)", delay.as_millis(), jitter.as_millis()),
+                    format!("every peer link +{} ms (jitter {} ms); {seen}", delay.as_millis(), jitter.as_millis()),
                 )
             }
             Fault::SlowCpu => {
@@ -1098,9 +1145,9 @@ impl Harness {
                 match slow_cpu::limit(pid, per_mille, &name) {
                     Err(error) => (Outcome::Skipped, error),
                     Ok(limit) => {
-                        self.grey_hold(hold).await;
+                        let seen = self.grey_hold(hold, target, syncs_before).await;
                         limit.lift();
-                        (Outcome::Installed, format!("held to {:.1} % of a core", per_mille as f64 / 10.0))
+                        (Outcome::Installed, format!("held to {:.1} % of a core; {seen}", per_mille as f64 / 10.0))
                     }
                 }
             }
@@ -1116,7 +1163,7 @@ impl Harness {
                     }
                     _ => Outcome::Indeterminate,
                 };
-                self.grey_hold(hold).await;
+                let seen = self.grey_hold(hold, target, syncs_before).await;
                 let mut healed = false;
                 for _ in 0..3 {
                     let answer = tokio::time::timeout(Duration::from_secs(5), client.slow_disk(&endpoint, 0)).await;
@@ -1126,7 +1173,7 @@ impl Harness {
                     }
                 }
                 let healed = if healed { "" } else { " (the heal went unanswered)" };
-                (outcome, format!("every fsync +{delay_ms} ms{healed}"))
+                (outcome, format!("every fsync +{delay_ms} ms{healed}; {seen}"))
             }
         };
         let end_ns = monotonic_ns();
@@ -1155,7 +1202,10 @@ impl Harness {
         (
             outcome,
             vec![target],
-            format!("node {target} ({role}): {what} for {} ms; {elections} term(s) began{moved}", hold.as_millis()),
+            format!(
+                "node {target} ({role}): {what}; {} ms; {elections} term(s) began{moved}",
+                (end_ns - start_ns) / 1_000_000
+            ),
         )
     }
 
