@@ -1699,34 +1699,7 @@ mod tests {
     use super::*;
     use crate::history::{NOT_ACQUIRED, NOT_HOLDER};
 
-    fn operation(
-        process: u64,
-        function: Function,
-        outcome: Kind,
-        key: &str,
-        session: u64,
-        token: Option<u64>,
-        times: (u64, Option<u64>),
-    ) -> Operation {
-        Operation {
-            process,
-            sequence: times.0,
-            function,
-            key: key.into(),
-            session,
-            phase: Phase::Main,
-            outcome,
-            token,
-            value: None,
-            error: None,
-            alive_ns: None,
-            leader_session: None,
-            evidence: None,
-            lock_delay_ms: None,
-            invoke_ns: times.0,
-            complete_ns: times.1,
-        }
-    }
+    use crate::history::test_operation as operation;
 
     fn grant(process: u64, session: u64, token: u64, invoke: u64, complete: u64) -> Operation {
         operation(process, Function::Acquire, Kind::Ok, "lock/0", session, Some(token), (invoke, Some(complete)))

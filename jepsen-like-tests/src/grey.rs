@@ -151,28 +151,12 @@ pub fn figures(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::Phase;
+    use crate::history::test_operation;
     use crate::nemesis::Outcome;
 
     fn acquire(invoke_ms: u64, latency_ms: u64) -> Operation {
-        Operation {
-            process: 1,
-            sequence: invoke_ms,
-            function: Function::Acquire,
-            key: "k".into(),
-            session: 1,
-            phase: Phase::Main,
-            outcome: Kind::Ok,
-            token: Some(invoke_ms),
-            value: None,
-            error: None,
-            alive_ns: None,
-            leader_session: None,
-            evidence: None,
-            lock_delay_ms: None,
-            invoke_ns: invoke_ms * 1_000_000,
-            complete_ns: Some((invoke_ms + latency_ms) * 1_000_000),
-        }
+        let times = (invoke_ms * 1_000_000, Some((invoke_ms + latency_ms) * 1_000_000));
+        test_operation(1, Function::Acquire, Kind::Ok, "k", 1, Some(invoke_ms), times)
     }
 
     fn fault(start_ms: u64, end_ms: u64) -> FaultRecord {

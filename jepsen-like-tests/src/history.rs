@@ -382,3 +382,35 @@ mod tests {
         assert_eq!(parse_lock_delay("lock-delay-ms=x"), None);
     }
 }
+
+/// An operation for the checkers' unit tests: `times` is (invoke, completion) and the
+/// sequence number is the invoke's time.
+#[cfg(test)]
+pub(crate) fn test_operation(
+    process: u64,
+    function: Function,
+    outcome: Kind,
+    key: &str,
+    session: u64,
+    token: Option<u64>,
+    times: (u64, Option<u64>),
+) -> Operation {
+    Operation {
+        process,
+        sequence: times.0,
+        function,
+        key: key.into(),
+        session,
+        phase: Phase::Main,
+        outcome,
+        token,
+        value: None,
+        error: None,
+        alive_ns: None,
+        leader_session: None,
+        evidence: None,
+        lock_delay_ms: None,
+        invoke_ns: times.0,
+        complete_ns: times.1,
+    }
+}
