@@ -39,9 +39,9 @@ use crate::raft::incarnations::{
 };
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{Dialing, Network, PEER_MESSAGE_BYTES_MAX};
+use crate::raft::peer_probes;
 use crate::raft::peer_service::{PeerService, Takeover};
 use crate::raft::replica::Replica;
-use crate::raft::round_trips;
 use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::storage;
 use crate::raft::types::{Node, NodeId, Raft};
@@ -534,7 +534,7 @@ pub async fn start(config: Config, environment: Environment) -> Result<RunningNo
     tasks.push(essential.spawn("Raft watch", stop_on_fatal(raft.clone(), stopped.clone(), exit.clone())));
     tasks.push(essential.spawn("disk watch", watch_disk(disk, config.data_dir.clone(), stopped.clone())));
     // Not essential: the round trips are shown and judged, never needed.
-    tasks.push(tokio::spawn(round_trips::run(raft.clone(), network.clone(), stopped.clone())));
+    tasks.push(tokio::spawn(peer_probes::run(raft.clone(), network.clone(), stopped.clone())));
     let recorder = record_members(
         replica.clone(),
         incarnations.clone(),

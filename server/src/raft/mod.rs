@@ -30,6 +30,8 @@
 //! * `peer_service` — the `Peer` gRPC service: Raft RPCs from peers.
 //! * `round_trips` — the round trip to each peer (heartbeats, probes), and whether
 //!   the heartbeat and election timeouts leave room for it.
+//! * `peer_probes` — the task that probes peers without a fresh round trip and warns
+//!   when the timings are too short for it.
 //! * `backup` — the backup file: the state at one index, with a checksum.
 //! * `incarnations` — each member's incarnation on every peer message and answer,
 //!   and the checks that keep a wiped node from counting as the member it was.
@@ -49,6 +51,7 @@ pub mod peer_service;
 pub mod quiet_deadlines;
 pub mod rates;
 pub mod replica;
+pub mod peer_probes;
 pub mod round_trips;
 pub mod runtime;
 pub mod state_machine_store;
