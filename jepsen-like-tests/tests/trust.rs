@@ -512,7 +512,10 @@ async fn seen(admin: &Raw, locks: &[(&str, &str)]) -> Seen {
     for (tenant, name) in locks {
         described.push(admin.describe_lock(name, tenant).await.expect("the admin describes any tenant's lock"));
     }
-    Seen { sessions, tenants, members: status.members, locks: described }
+    // A member's round trip is this node's measurement, not replicated state: it moves
+    // with every heartbeat.
+    let members = status.members.into_iter().map(|member| pb::Member { round_trip: None, ..member }).collect();
+    Seen { sessions, tenants, members, locks: described }
 }
 
 /// Opens a new TLS connection to `address`, trusting the cluster's CA and checking the
